@@ -1,0 +1,108 @@
+"""The policy interface: what the simulator (and the deployment) drive each round."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fedbandits.core.ucb import ConfidenceRadius
+from fedbandits.core.validation import check_array, check_float
+from fedbandits.envs.base import Environment, Round
+
+
+@dataclass(frozen=True)
+class LinUCBParams:
+    """Parameters every LinUCB-type learner shares.
+
+    reg: ridge regulariser lambda > 0.  radius: "theory" (Lemma C.4 of Zhou & Chowdhury
+    2023, times beta_scale) or "constant" (beta itself, as in the papers' experiments).
+    """
+
+    reg: float = field(default=1.0, metadata={"help": "ridge regulariser lambda > 0"})
+    radius: str = field(default="theory", metadata={"help": "'theory' (Lemma C.4 x beta_scale) or 'constant' (beta)"})
+    beta: float = field(default=1.0, metadata={"help": "constant radius when radius = 'constant', >= 0"})
+    beta_scale: float = field(default=1.0, metadata={"help": "multiplier of the theory radius, >= 0"})
+    alpha: float = field(default=0.01, metadata={"help": "confidence level of the theory radius, in (0, 1]"})
+    noise_scale: float = field(default=1.0, metadata={"help": "sub-Gaussian reward-noise scale in the theory radius"})
+
+    def __post_init__(self) -> None:
+        check_float("reg", self.reg, low=0.0, low_open=True)
+        self.confidence_radius()  # validates the radius fields
+
+    def confidence_radius(self) -> ConfidenceRadius:
+        scale = self.beta if self.radius == "constant" else self.beta_scale
+        return ConfidenceRadius(kind=self.radius, scale=scale, alpha=self.alpha, noise_scale=self.noise_scale)
+
+
+class Policy(ABC):
+    """A bandit algorithm for R runs x M agents, K arms, dimension d.
+
+    The simulator calls :meth:`step` once per round; the default implementation selects all
+    agents' arms (:meth:`select`), draws their rewards and feeds them back (:meth:`observe`),
+    then lets the policy communicate (:meth:`end_round`).
+    """
+
+    name: str = ""
+    description: str = ""
+
+    def __init__(self, n_runs: int, n_agents: int, n_arms: int, dim: int, horizon: int) -> None:
+        self.n_runs = n_runs
+        self.n_agents = n_agents
+        self.n_arms = n_arms
+        self.dim = dim
+        self.horizon = horizon
+        self.t = 0  # rounds completed
+        self.sync_rounds = np.zeros(n_runs, dtype=np.int64)
+        self.messages = np.zeros(n_runs, dtype=np.int64)
+        self.bytes_sent = np.zeros(n_runs, dtype=np.int64)
+
+    def select(self, features: np.ndarray) -> np.ndarray:
+        """Chosen arm per (run, agent), shape ``(R, M)``, for ``features (R, M, K, d)``."""
+        return self._select(self.check_features(features))
+
+    def observe(self, x: np.ndarray, y: np.ndarray) -> None:
+        """Feed back the chosen features ``x (R, M, d)`` and their rewards ``y (R, M)``.
+
+        Inputs are validated first; a rejected observation changes nothing.
+        """
+        self._observe(*self.check_observation(x, y))
+
+    @abstractmethod
+    def _select(self, features: np.ndarray) -> np.ndarray:
+        """:meth:`select` on already validated float32 features."""
+
+    @abstractmethod
+    def _observe(self, x: np.ndarray, y: np.ndarray) -> None:
+        """:meth:`observe` on already validated float64 inputs."""
+
+    def end_round(self) -> None:
+        """Called after every round's observations; communication happens here."""
+        self.t += 1
+
+    def step(self, rnd: Round, env: Environment) -> np.ndarray:
+        """Play one round on environment output (valid by construction, so not re-checked)."""
+        actions = self._select(rnd.features)
+        idx = actions[..., None]
+        means = np.take_along_axis(rnd.means, idx, axis=-1)[..., 0]
+        x = np.take_along_axis(rnd.features, idx[..., None], axis=-2)[..., 0, :].astype(np.float64)
+        self._observe(x, env.rewards(means, rnd.noise))
+        self.end_round()
+        return actions
+
+    def check_observation(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        shape = (self.n_runs, self.n_agents)
+        return (
+            check_array("x", x, (*shape, self.dim), dtype=np.float64),
+            check_array("y", y, shape, dtype=np.float64),
+        )
+
+    def check_features(self, features: np.ndarray) -> np.ndarray:
+        return check_array(
+            "features", features, (self.n_runs, self.n_agents, self.n_arms, self.dim), dtype=np.float32
+        )
+
+    def report(self) -> dict[str, object]:
+        """Extra per-algorithm fields for the summary (privacy, schedule, ...)."""
+        return {}

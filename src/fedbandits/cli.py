@@ -1,0 +1,145 @@
+"""The ``fedbandits`` command line.
+
+    fedbandits quickstart                 run the embedded default experiment
+    fedbandits run CONFIG.toml [--out DIR] [--workers N] [--runs N] [--seed S]
+    fedbandits plot DIR                   (re)draw the figures of a results folder
+    fedbandits list                       every environment, algorithm and protocol name
+
+Any invalid input prints one line ``fedbandits: error: ...`` and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+from fedbandits import __version__
+from fedbandits.config import Config, ConfigError, load_config
+
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # one line, like every other error of the CLI (argparse would also print the usage)
+        self.exit(EXIT_USAGE, f"fedbandits: error: {message} (see `{self.prog} --help`)\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def _nonnegative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="fedbandits",
+        description="Differentially private federated linear contextual bandits: simulate, compare, plot.",
+        epilog="Start with `fedbandits quickstart`; then copy src/fedbandits/quickstart.toml or an example "
+        "from examples/ and edit it (`fedbandits list` shows every name and parameter).",
+    )
+    parser.add_argument("--version", action="version", version=f"fedbandits {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    def run_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--out", type=Path, help="results folder (default: results/<experiment name>)")
+        p.add_argument("--workers", type=_positive_int, default=1, help="worker processes (default 1)")
+        p.add_argument("--runs", type=_positive_int, help="override [experiment] runs")
+        p.add_argument("--seed", type=_nonnegative_int, help="override [experiment] seed")
+        p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+    p_run = sub.add_parser("run", help="run an experiment from a TOML config",
+                           description="Run an experiment, print a summary table and save results and plots.")
+    p_run.add_argument("config", type=Path, metavar="CONFIG.toml", help="experiment configuration")
+    run_options(p_run)
+
+    p_quick = sub.add_parser("quickstart", help="run the embedded default experiment (about 20 s)",
+                             description="Run the embedded default experiment (GaussianSphere, 20 agents).")
+    run_options(p_quick)
+
+    p_plot = sub.add_parser("plot", help="draw the figures of a results folder")
+    p_plot.add_argument("folder", type=Path, metavar="DIR", help="a folder written by `fedbandits run`")
+
+    sub.add_parser("list", help="list environments, algorithms and protocols with their parameters")
+    return parser
+
+
+def _run(config: Config, args: argparse.Namespace) -> int:
+    from fedbandits.plots import plot_results
+    from fedbandits.sim.runner import run_experiment
+
+    overrides = {k: v for k, v in (("runs", args.runs), ("seed", args.seed)) if v is not None}
+    if overrides:
+        config = config.with_experiment(**overrides)
+    out = args.out if args.out is not None else Path("results") / config.experiment.name
+    results = run_experiment(config, workers=args.workers, progress=not args.no_progress)
+    results.save(out)
+    figures = plot_results(results, out)
+    exp = config.experiment
+    print(f"{exp.name}: {config.environment.name}, M={config.environment.params.agents}, "
+          f"T={exp.horizon}, {exp.runs} run(s), {results.wall_seconds:.1f} s")
+    print(results.table())
+    print(f"results: {out}/ (summary.json, regret_curves.csv, {', '.join(f.name for f in figures)})")
+    return 0
+
+
+def _list() -> int:
+    from fedbandits.registry import ALGORITHMS, ENVIRONMENTS, PROTOCOLS
+
+    for title, table in (("environments", ENVIRONMENTS), ("algorithms", ALGORITHMS), ("protocols", PROTOCOLS)):
+        print(f"{title}:")
+        for entry in table.values():
+            print(f"  {entry.name:<20} {entry.description}")
+            for name, default, help_text in entry.parameters():
+                print(f"      {name:<14} = {default!r:<12} {help_text}")
+        print()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "run":
+            return _run(load_config(args.config), args)
+        if args.command == "quickstart":
+            from fedbandits.api import quickstart_config
+
+            return _run(quickstart_config(), args)
+        if args.command == "plot":
+            from fedbandits.plots import plot_results
+            from fedbandits.sim.results import Results
+
+            paths = plot_results(Results.load(args.folder), args.folder)
+            print("wrote " + ", ".join(str(p) for p in paths))
+            return 0
+        if args.command == "list":
+            return _list()
+        parser.print_help()
+        return EXIT_USAGE
+    except (ConfigError, ValueError, FileNotFoundError) as exc:
+        print(f"fedbandits: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("fedbandits: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,168 @@
+"""Validated experiment configuration, loaded from TOML or a dict.
+
+A config has three parts::
+
+    [experiment]          # seed, runs, horizon, and optional noise_seed, runs_per_task, grid_points, name
+    [environment]         # name = "gaussian-sphere" | "gap-instance" | ...  plus its parameters
+    [[algorithms]]        # one table per algorithm: name, optional label, its parameters
+
+Unknown tables or keys are errors.  Every error is a :class:`ConfigError` whose message names
+the offending field (e.g. ``algorithms[2].batch``) and its valid range.  The same object drives
+the CLI, the Python API and the reproduction registry.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from fedbandits.core.validation import check_int
+from fedbandits.registry import ALGORITHMS, ENVIRONMENTS, Entry
+
+
+class ConfigError(ValueError):
+    """A configuration value, key or file is invalid."""
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    seed: int = field(default=0, metadata={"help": "master seed; run r uses SeedSequence(seed, spawn_key=(r,...))"})
+    runs: int = field(default=1, metadata={"help": "independent runs R >= 1"})
+    horizon: int = field(default=1000, metadata={"help": "rounds T >= 1"})
+    noise_seed: int | None = field(default=None, metadata={"help": "seed of the privacy noise only (default: from seed)"})
+    runs_per_task: int | None = field(
+        default=None, metadata={"help": "runs simulated together in one task (default: max(1, 128 // agents))"}
+    )
+    grid_points: int = field(default=200, metadata={"help": "points of the saved regret curves, >= 2"})
+    name: str = field(default="experiment", metadata={"help": "a name for the results"})
+
+    def __post_init__(self) -> None:
+        check_int("seed", self.seed, low=0)
+        check_int("runs", self.runs, low=1)
+        check_int("horizon", self.horizon, low=1)
+        if self.noise_seed is not None:
+            check_int("noise_seed", self.noise_seed, low=0)
+        if self.runs_per_task is not None:
+            check_int("runs_per_task", self.runs_per_task, low=1)
+        check_int("grid_points", self.grid_points, low=2)
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"name must be a non-empty string, got {self.name!r}")
+
+
+@dataclass(frozen=True)
+class ComponentConfig:
+    """An environment or algorithm: its registry name, a label and validated parameters."""
+
+    name: str
+    label: str
+    params: Any
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "label": self.label, **{k: v for k, v in asdict(self.params).items()}}
+
+
+@dataclass(frozen=True)
+class Config:
+    experiment: ExperimentConfig
+    environment: ComponentConfig
+    algorithms: tuple[ComponentConfig, ...]
+
+    def with_experiment(self, **changes: Any) -> Config:
+        """A copy with some ``[experiment]`` fields replaced (validated)."""
+        try:
+            return replace(self, experiment=replace(self.experiment, **changes))
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"experiment: {exc}") from None
+
+    def runs_per_task(self) -> int:
+        if self.experiment.runs_per_task is not None:
+            return self.experiment.runs_per_task
+        return max(1, 128 // self.environment.params.agents)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data that :func:`config_from_dict` turns back into an equal Config."""
+        exp = {k: v for k, v in asdict(self.experiment).items() if v is not None}
+        env = self.environment.to_dict()
+        env.pop("label")
+        return {"experiment": exp, "environment": env, "algorithms": [a.to_dict() for a in self.algorithms]}
+
+
+def load_config(path: str | Path) -> Config:
+    """Read and validate a TOML config file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from None
+    return loads_config(text, source=str(path))
+
+
+def loads_config(text: str, source: str = "<string>") -> Config:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"malformed TOML in {source}: {exc}") from None
+    return config_from_dict(data)
+
+
+def config_from_dict(data: dict[str, Any]) -> Config:
+    if not isinstance(data, dict):
+        raise ConfigError("a config must be a table (dict)")
+    unknown = set(data) - {"experiment", "environment", "algorithms"}
+    if unknown:
+        raise ConfigError(
+            f"unknown top-level key(s) {sorted(unknown)}; valid: 'experiment', 'environment', 'algorithms'"
+        )
+    experiment = _build_dataclass("experiment", ExperimentConfig, _table(data, "experiment", required=False))
+    env_table = _table(data, "environment", required=True)
+    environment = _build_component("environment", env_table, ENVIRONMENTS, allow_label=False)
+    algs = data.get("algorithms")
+    if not isinstance(algs, list) or not algs:
+        raise ConfigError("algorithms: at least one [[algorithms]] table is required")
+    algorithms = tuple(
+        _build_component(f"algorithms[{i + 1}]", _as_table(f"algorithms[{i + 1}]", t), ALGORITHMS, allow_label=True)
+        for i, t in enumerate(algs)
+    )
+    labels = [a.label for a in algorithms]
+    duplicates = sorted({lab for lab in labels if labels.count(lab) > 1})
+    if duplicates:
+        raise ConfigError(f"algorithms: labels must be unique, repeated: {duplicates} (set `label` to tell them apart)")
+    return Config(experiment, environment, algorithms)
+
+
+def _table(data: dict[str, Any], key: str, *, required: bool) -> dict[str, Any]:
+    if key not in data:
+        if required:
+            raise ConfigError(f"{key}: the [{key}] table is required")
+        return {}
+    return _as_table(key, data[key])
+
+
+def _as_table(where: str, value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: expected a table, got {type(value).__name__}")
+    return dict(value)
+
+
+def _build_component(where: str, table: dict[str, Any], registry: dict[str, Entry], *, allow_label: bool) -> ComponentConfig:
+    name = table.pop("name", None)
+    if name not in registry:
+        raise ConfigError(f"{where}.name must be one of {', '.join(map(repr, registry))}, got {name!r}")
+    label = table.pop("label", name) if allow_label else name
+    if not isinstance(label, str) or not label:
+        raise ConfigError(f"{where}.label must be a non-empty string, got {label!r}")
+    params = _build_dataclass(f"{where} ({name})", registry[name].params, table)
+    return ComponentConfig(name, label, params)
+
+
+def _build_dataclass(where: str, cls: type, table: dict[str, Any]) -> Any:
+    valid = [f.name for f in fields(cls)]
+    unknown = sorted(set(table) - set(valid))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; valid keys: {valid}")
+    try:
+        return cls(**table)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{where}: {exc}") from None

@@ -1,0 +1,35 @@
+"""Clipping of features and rewards to the bounds a privacy guarantee relies on.
+
+Each helper returns the clipped copy and how many entries it changed, so that runs can
+report how often the configured bounds (L for feature norms, [low, high] for rewards)
+were binding.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def clip_norm(x: np.ndarray, bound: float) -> tuple[np.ndarray, int]:
+    """Scale each vector along the last axis to Euclidean norm <= ``bound``.
+
+    Returns ``(clipped, n_clipped)`` where ``n_clipped`` counts vectors whose norm exceeded
+    ``bound``.  Vectors within the bound are returned unchanged (bit for bit).
+    """
+    if not bound > 0:
+        raise ValueError(f"bound must be > 0, got {bound}")
+    norms = np.linalg.norm(x, axis=-1, keepdims=True)
+    over = norms > bound
+    n_clipped = int(np.count_nonzero(over))
+    if n_clipped == 0:
+        return x.copy(), 0
+    scale = np.where(over, bound / np.where(over, norms, 1.0), 1.0)
+    return x * scale, n_clipped
+
+
+def clip_rewards(y: np.ndarray, low: float, high: float) -> tuple[np.ndarray, int]:
+    """Clip rewards to ``[low, high]``; returns ``(clipped, n_clipped)``."""
+    if not low < high:
+        raise ValueError(f"reward bounds must satisfy low < high, got [{low}, {high}]")
+    n_clipped = int(np.count_nonzero((y < low) | (y > high)))
+    return np.clip(y, low, high), n_clipped

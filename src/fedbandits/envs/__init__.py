@@ -1,0 +1,6 @@
+"""Bandit environments: synthetic instances of the papers (real data arrives later)."""
+
+from fedbandits.envs.base import Environment, Round
+from fedbandits.envs.synthetic import GapInstance, GapInstanceParams, GaussianSphere, GaussianSphereParams
+
+__all__ = ["Environment", "GapInstance", "GapInstanceParams", "GaussianSphere", "GaussianSphereParams", "Round"]

@@ -1,0 +1,64 @@
+"""The environment interface every bandit instance implements.
+
+An environment serves a batch of R independent runs (one ``numpy.random.Generator`` per
+run, so run r's numbers depend only on its own seed) of M agents with K arms in R^d.
+Each round it yields a :class:`Round`: the arms' features, their *expected* rewards (for
+pseudo-regret) and one noise variable per agent.  The reward of the arm an algorithm picks
+is ``env.rewards(mean_of_chosen_arm, noise)``, so several algorithms can be evaluated on
+the very same contexts and noise in one pass (common random numbers).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedbandits.core.validation import check_int
+
+
+@dataclass
+class Round:
+    """One round of contexts for every (run, agent).
+
+    features (R, M, K, d) float32, means (R, M, K) float32 expected rewards,
+    noise (R, M) float64 reward-noise variable (its meaning is the environment's).
+    Arrays may be reused by the environment on the next round: copy what you keep.
+    """
+
+    features: np.ndarray
+    means: np.ndarray
+    noise: np.ndarray
+
+
+class Environment(ABC):
+    """Batched, seeded, streaming bandit instance."""
+
+    #: registry name used in configs
+    name: str = ""
+    #: bound L on every feature vector's Euclidean norm
+    feature_bound: float = 1.0
+    #: interval that contains every expected reward
+    reward_range: tuple[float, float] = (0.0, 1.0)
+
+    def __init__(self, rngs: Sequence[np.random.Generator], agents: int, arms: int, dim: int) -> None:
+        if len(rngs) < 1:
+            raise ValueError("an environment needs at least one run (one Generator per run)")
+        self.rngs = list(rngs)
+        self.n_runs = len(self.rngs)
+        self.n_agents = check_int("agents", agents, low=1)
+        self.n_arms = check_int("arms", arms, low=1)
+        self.dim = check_int("dim", dim, low=1)
+
+    @abstractmethod
+    def next_round(self) -> Round:
+        """Draw the next round's contexts for every run and agent."""
+
+    @abstractmethod
+    def rewards(self, means: np.ndarray, noise: np.ndarray) -> np.ndarray:
+        """Sampled rewards ``(R, M)`` of arms with expected rewards ``means`` under ``noise``."""
+
+    def describe(self) -> dict[str, object]:
+        return {"name": self.name, "agents": self.n_agents, "arms": self.n_arms, "dim": self.dim}

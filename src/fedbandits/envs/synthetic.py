@@ -1,0 +1,152 @@
+"""Synthetic instances of the papers' experiments."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from dataclasses import dataclass, field
+
+from fedbandits.core.validation import check_float, check_int
+from fedbandits.envs.base import Environment, Round
+
+_HALF_SQRT2 = math.sqrt(0.5)
+
+
+@dataclass(frozen=True)
+class GaussianSphereParams:
+    agents: int = field(default=10, metadata={"help": "number of agents (silos) M >= 1"})
+    arms: int = field(default=100, metadata={"help": "fresh arms per agent per round K >= 1"})
+    dim: int = field(default=10, metadata={"help": "feature dimension d >= 2"})
+    noise_sd: float = field(default=0.5, metadata={"help": "reward noise standard deviation >= 0 (paper: 0.5)"})
+
+    def __post_init__(self) -> None:
+        check_int("agents", self.agents, low=1)
+        check_int("arms", self.arms, low=1)
+        check_int("dim", self.dim, low=2)
+        check_float("noise_sd", self.noise_sd, low=0.0)
+
+
+class GaussianSphere(Environment):
+    """Zhou & Chowdhury (2023), section 6 (after Vaswani et al. 2020).
+
+    theta* and every arm's feature vector are a (d-1)-dimensional vector of norm 1/sqrt(2),
+    uniform on that sphere, with an entry 1/sqrt(2) appended (so ||x|| = 1).  Every agent gets
+    K fresh arms each round.  Rewards are <x, theta*> + N(0, noise_sd^2) with noise_sd = 0.5
+    (variance 0.25) by default.  theta* is drawn once per run.
+
+    Features and theta* are float32: the instance is *defined* in float32, and expected
+    rewards are computed from exactly those numbers, so pseudo-regret is exact for it.
+    """
+
+    name = "gaussian-sphere"
+    reward_range = (-1.0, 1.0)
+
+    def __init__(self, rngs: Sequence[np.random.Generator], params: GaussianSphereParams) -> None:
+        super().__init__(rngs, params.agents, params.arms, params.dim)
+        self.noise_sd = params.noise_sd
+        shape = (self.n_runs, self.n_agents, self.n_arms, self.dim)
+        self._raw = np.empty(shape[:-1] + (self.dim - 1,), dtype=np.float32)
+        self._features = np.empty(shape, dtype=np.float32)
+        self._features[..., -1] = _HALF_SQRT2
+        self._sqnorm = np.empty(shape[:-1], dtype=np.float32)
+        self._means = np.empty(shape[:-1], dtype=np.float32)
+        self._noise = np.empty((self.n_runs, self.n_agents))
+        theta = np.stack([self._sphere_point(rng) for rng in self.rngs])
+        self.theta = theta.astype(np.float32)  # (R, d)
+
+    def _sphere_point(self, rng: np.random.Generator) -> np.ndarray:
+        g = rng.standard_normal(self.dim - 1)
+        return np.append(_HALF_SQRT2 * g / np.linalg.norm(g), _HALF_SQRT2)
+
+    def next_round(self) -> Round:
+        raw = self._raw
+        for r, rng in enumerate(self.rngs):
+            rng.standard_normal(out=raw[r], dtype=np.float32)
+            rng.standard_normal(out=self._noise[r])
+        np.einsum("...i,...i->...", raw, raw, out=self._sqnorm)
+        np.sqrt(self._sqnorm, out=self._sqnorm)
+        np.divide(np.float32(_HALF_SQRT2), self._sqnorm, out=self._sqnorm)
+        np.multiply(raw, self._sqnorm[..., None], out=self._features[..., :-1])
+        n_runs = self.n_runs
+        flat = self._features.reshape(n_runs, -1, self.dim)
+        np.matmul(flat, self.theta[:, :, None], out=self._means.reshape(n_runs, -1, 1))
+        return Round(self._features, self._means, self._noise)
+
+    def rewards(self, means: np.ndarray, noise: np.ndarray) -> np.ndarray:
+        return means + self.noise_sd * noise
+
+    def describe(self) -> dict[str, object]:
+        return {**super().describe(), "noise_sd": self.noise_sd}
+
+
+@dataclass(frozen=True)
+class GapInstanceParams:
+    agents: int = field(default=10, metadata={"help": "number of agents M >= 1"})
+    arms: int = field(default=10, metadata={"help": "arms per round K in [2, dim^2]"})
+    dim: int = field(default=10, metadata={"help": "feature dimension d >= 2"})
+    gap: float = field(default=0.1, metadata={"help": "gap between best and other arms, in (0, 0.3]"})
+
+    def __post_init__(self) -> None:
+        check_int("agents", self.agents, low=1)
+        check_int("dim", self.dim, low=2)
+        check_int("arms", self.arms, low=2, high=self.dim**2)
+        check_float("gap", self.gap, low=0.0, high=0.3, low_open=True)
+
+
+class GapInstance(Environment):
+    """Dubey & Pentland (2020), section 4.4: a fixed gap between the best arm and the rest.
+
+    theta* has a uniformly random direction and norm uniform in [0.7 + gap, 1] (the paper
+    says only "theta* in the unit ball"; the best arm's mean 0.7 + gap must be reachable with
+    ||x|| <= 1, which needs ||theta*|| >= 0.7 + gap).  Each round every agent gets K <= d^2
+    arms: K-1 with expected reward uniform in [0.5, 0.6] and one, at a uniformly random
+    position, uniform in [0.6 + gap, 0.7 + gap] (the paper's [0.7, 0.8] for gap = 0.1).  An
+    arm of mean m is x = m theta*/||theta*||^2 + rho w with w a uniformly random unit vector
+    orthogonal to theta* and rho uniform in [0, sqrt(1 - m^2/||theta*||^2)], so ||x|| <= 1.
+    Rewards are Bernoulli(<x, theta*>).
+    """
+
+    name = "gap-instance"
+    reward_range = (0.0, 1.0)
+
+    def __init__(self, rngs: Sequence[np.random.Generator], params: GapInstanceParams) -> None:
+        super().__init__(rngs, params.agents, params.arms, params.dim)
+        self.gap = params.gap
+        best_high = 0.7 + self.gap
+        thetas = []
+        for rng in self.rngs:
+            direction = rng.standard_normal(self.dim)
+            direction /= np.linalg.norm(direction)
+            thetas.append(direction * rng.uniform(best_high, 1.0))
+        self.theta = np.asarray(thetas).astype(np.float32)  # (R, d)
+        self._noise = np.empty((self.n_runs, self.n_agents))
+        self._features = np.empty((self.n_runs, self.n_agents, self.n_arms, self.dim), dtype=np.float32)
+        self._means = np.empty((self.n_runs, self.n_agents, self.n_arms), dtype=np.float32)
+
+    def next_round(self) -> Round:
+        m, k, d = self.n_agents, self.n_arms, self.dim
+        for r, rng in enumerate(self.rngs):
+            theta = self.theta[r].astype(np.float64)
+            sq = float(theta @ theta)
+            unit = theta / math.sqrt(sq)
+            target = rng.uniform(0.5, 0.6, size=(m, k))
+            best = rng.integers(0, k, size=m)
+            target[np.arange(m), best] = rng.uniform(0.6 + self.gap, 0.7 + self.gap, size=m)
+            w = rng.standard_normal((m, k, d))
+            w -= (w @ unit)[..., None] * unit
+            w /= np.linalg.norm(w, axis=-1, keepdims=True)
+            rho = rng.uniform(size=(m, k)) * np.sqrt(np.clip(1.0 - target**2 / sq, 0.0, None))
+            x = (target / sq)[..., None] * theta + rho[..., None] * w
+            self._features[r] = x
+            self._means[r] = self._features[r] @ self.theta[r]
+            self._noise[r] = rng.uniform(size=m)
+        return Round(self._features, self._means, self._noise)
+
+    def rewards(self, means: np.ndarray, noise: np.ndarray) -> np.ndarray:
+        return (noise < means).astype(np.float64)
+
+    def describe(self) -> dict[str, object]:
+        return {**super().describe(), "gap": self.gap}

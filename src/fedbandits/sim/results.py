@@ -1,0 +1,188 @@
+"""Results of an experiment, their summary, and their files.
+
+A results folder holds::
+
+    config.toml            the resolved configuration (re-runnable as is)
+    summary.json           one entry per algorithm: final regret mean/std, communication, time, report
+    regret_curves.csv      algorithm,run,t,cumulative_regret   (group pseudo-regret on the time grid)
+    per_agent_regret.csv   algorithm,run,agent,cumulative_regret  (at the horizon)
+    runs.csv               algorithm,run,final_regret,sync_rounds,messages,bytes_sent
+    regret.png             regret curves (mean and spread over runs) and time-averaged regret
+
+All of it is plain text (TOML, JSON, CSV) apart from the figure.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedbandits.config import Config, load_config
+
+
+@dataclass
+class AlgorithmResult:
+    name: str
+    label: str
+    curves: np.ndarray  # (R, G) cumulative group pseudo-regret on the grid
+    per_agent: np.ndarray  # (R, M) cumulative per-agent pseudo-regret at the horizon
+    sync_rounds: np.ndarray  # (R,)
+    messages: np.ndarray  # (R,)
+    bytes_sent: np.ndarray  # (R,)
+    seconds: float = math.nan
+    report: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def final_regret(self) -> np.ndarray:
+        return self.curves[:, -1]
+
+    def summary(self) -> dict[str, Any]:
+        final = self.final_regret
+        runs = final.size
+        return {
+            "label": self.label,
+            "algorithm": self.name,
+            "runs": runs,
+            "final_regret_mean": float(final.mean()),
+            "final_regret_std": float(final.std(ddof=1)) if runs > 1 else 0.0,
+            "per_agent_regret_mean": float(self.per_agent.mean()),
+            "sync_rounds": float(self.sync_rounds.mean()),
+            "messages": float(self.messages.mean()),
+            "bytes_sent": float(self.bytes_sent.mean()),
+            "wall_seconds": self.seconds,
+            **self.report,
+        }
+
+
+@dataclass
+class Results:
+    config: Config
+    grid: np.ndarray  # (G,) rounds at which curves are recorded
+    algorithms: dict[str, AlgorithmResult]
+    wall_seconds: float = math.nan
+    env_seconds: float = math.nan
+    workers_cpu: int = 1
+
+    def summary(self) -> dict[str, Any]:
+        exp = self.config.experiment
+        return {
+            "experiment": exp.name,
+            "environment": self.config.environment.name,
+            "runs": exp.runs,
+            "horizon": exp.horizon,
+            "agents": self.config.environment.params.agents,
+            "wall_seconds": self.wall_seconds,
+            "environment_seconds": self.env_seconds,
+            "algorithms": [a.summary() for a in self.algorithms.values()],
+        }
+
+    def table(self) -> str:
+        """The summary as an aligned text table (what the CLI prints)."""
+        head = ("algorithm", "regret(T) mean", "std", "per-agent", "syncs", "MB sent", "seconds")
+        rows = [head]
+        for s in self.summary()["algorithms"]:
+            rows.append((
+                s["label"],
+                f"{s['final_regret_mean']:.2f}",
+                f"{s['final_regret_std']:.2f}",
+                f"{s['per_agent_regret_mean']:.2f}",
+                f"{s['sync_rounds']:.0f}",
+                f"{s['bytes_sent'] / 1e6:.3f}",
+                f"{s['wall_seconds']:.2f}",
+            ))
+        widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+        lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
+        lines.insert(1, "  ".join("-" * w for w in widths))
+        return "\n".join(lines)
+
+    # -- files -----------------------------------------------------------------------------
+    def save(self, out: str | Path) -> Path:
+        import tomli_w
+
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "config.toml").write_text(tomli_w.dumps(self.config.to_dict()), encoding="utf-8")
+        (out / "summary.json").write_text(json.dumps(self.summary(), indent=2) + "\n", encoding="utf-8")
+        with open(out / "regret_curves.csv", "w", newline="", encoding="utf-8") as fh:
+            w = csv.writer(fh)
+            w.writerow(["algorithm", "run", "t", "cumulative_regret"])
+            for lab, res in self.algorithms.items():
+                for r, curve in enumerate(res.curves):
+                    w.writerows((lab, r, int(t), repr(float(v))) for t, v in zip(self.grid, curve))
+        with open(out / "per_agent_regret.csv", "w", newline="", encoding="utf-8") as fh:
+            w = csv.writer(fh)
+            w.writerow(["algorithm", "run", "agent", "cumulative_regret"])
+            for lab, res in self.algorithms.items():
+                for r, row in enumerate(res.per_agent):
+                    w.writerows((lab, r, i, repr(float(v))) for i, v in enumerate(row))
+        with open(out / "runs.csv", "w", newline="", encoding="utf-8") as fh:
+            w = csv.writer(fh)
+            w.writerow(["algorithm", "run", "final_regret", "sync_rounds", "messages", "bytes_sent"])
+            for lab, res in self.algorithms.items():
+                for r in range(res.final_regret.size):
+                    w.writerow([lab, r, repr(float(res.final_regret[r])), int(res.sync_rounds[r]),
+                                int(res.messages[r]), int(res.bytes_sent[r])])
+        return out
+
+    @classmethod
+    def load(cls, folder: str | Path) -> Results:
+        """Read a results folder written by :meth:`save`."""
+        folder = Path(folder)
+        for name in ("config.toml", "summary.json", "regret_curves.csv", "per_agent_regret.csv", "runs.csv"):
+            if not (folder / name).is_file():
+                raise FileNotFoundError(f"{folder} is not a results folder: {name} is missing")
+        config = load_config(folder / "config.toml")
+        summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+        by_label = {s["label"]: s for s in summary["algorithms"]}
+        curves: dict[str, dict[int, list[tuple[int, float]]]] = {}
+        with open(folder / "regret_curves.csv", encoding="utf-8") as fh:
+            for row in csv.DictReader(fh):
+                curves.setdefault(row["algorithm"], {}).setdefault(int(row["run"]), []).append(
+                    (int(row["t"]), float(row["cumulative_regret"]))
+                )
+        agents: dict[str, dict[int, list[float]]] = {}
+        with open(folder / "per_agent_regret.csv", encoding="utf-8") as fh:
+            for row in csv.DictReader(fh):
+                agents.setdefault(row["algorithm"], {}).setdefault(int(row["run"]), []).append(
+                    float(row["cumulative_regret"])
+                )
+        comm: dict[str, list[tuple[int, int, int]]] = {}
+        with open(folder / "runs.csv", encoding="utf-8") as fh:
+            for row in csv.DictReader(fh):
+                comm.setdefault(row["algorithm"], []).append(
+                    (int(row["sync_rounds"]), int(row["messages"]), int(row["bytes_sent"]))
+                )
+        grid = None
+        algorithms = {}
+        for alg in config.algorithms:
+            lab = alg.label
+            runs = curves[lab]
+            grid = np.array([t for t, _ in runs[0]])
+            c = np.array(comm[lab])
+            s = dict(by_label.get(lab, {}))
+            report = {k: v for k, v in s.items() if k not in _SUMMARY_KEYS}
+            algorithms[lab] = AlgorithmResult(
+                name=alg.name,
+                label=lab,
+                curves=np.array([[v for _, v in runs[r]] for r in sorted(runs)]),
+                per_agent=np.array([agents[lab][r] for r in sorted(agents[lab])]),
+                sync_rounds=c[:, 0],
+                messages=c[:, 1],
+                bytes_sent=c[:, 2],
+                seconds=float(s.get("wall_seconds", math.nan)),
+                report=report,
+            )
+        assert grid is not None
+        return cls(config=config, grid=grid, algorithms=algorithms, wall_seconds=float(summary.get("wall_seconds", math.nan)))
+
+
+_SUMMARY_KEYS = {
+    "label", "algorithm", "runs", "final_regret_mean", "final_regret_std", "per_agent_regret_mean",
+    "sync_rounds", "messages", "bytes_sent", "wall_seconds",
+}

@@ -1,0 +1,169 @@
+"""The time loop: environments and policies batched over (runs, agents), loop over time only.
+
+:func:`simulate_runs` plays every configured algorithm on the *same* contexts and reward
+noise (common random numbers) for a group of runs; :func:`run_experiment` splits the runs into
+tasks of ``runs_per_task`` runs (a function of the config alone), executes them in a local
+process pool, and merges the results in run order -- so results are identical bit for bit
+whatever the number of workers.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from multiprocessing import get_context
+
+import numpy as np
+
+from fedbandits.config import Config
+from fedbandits.registry import ALGORITHMS, ENVIRONMENTS, PolicyContext
+from fedbandits.sim.results import AlgorithmResult, Results
+from fedbandits.sim.seeding import env_rngs, noise_rngs
+
+
+def time_grid(horizon: int, points: int) -> np.ndarray:
+    """Rounds (1-based) at which cumulative regret is recorded; always ends at ``horizon``."""
+    return np.unique(np.linspace(1, horizon, min(points, horizon)).round().astype(np.int64))
+
+
+@dataclass
+class ChunkResult:
+    runs: list[int]
+    #: per algorithm label: cumulative group regret (r, G), per-agent final regret (r, M),
+    #: sync rounds, messages, bytes (r,), seconds spent in the algorithm, its report
+    curves: dict[str, np.ndarray]
+    per_agent: dict[str, np.ndarray]
+    sync_rounds: dict[str, np.ndarray]
+    messages: dict[str, np.ndarray]
+    bytes_sent: dict[str, np.ndarray]
+    seconds: dict[str, float]
+    reports: dict[str, dict[str, object]]
+    env_seconds: float
+
+
+def simulate_runs(
+    config: Config, runs: Sequence[int], on_step: Callable[[int], None] | None = None
+) -> ChunkResult:
+    """Simulate the runs ``runs`` of ``config`` together, batched over runs and agents."""
+    runs = list(runs)
+    exp = config.experiment
+    env = ENVIRONMENTS[config.environment.name].factory(config.environment.params, env_rngs(exp.seed, runs))
+    noise_seed = exp.seed if exp.noise_seed is None else exp.noise_seed
+    policies = []
+    for a, alg in enumerate(config.algorithms):
+        ctx = PolicyContext(len(runs), env.n_agents, env.n_arms, env.dim, exp.horizon, noise_rngs(noise_seed, runs, a))
+        policies.append(ALGORITHMS[alg.name].factory(alg.params, ctx))
+
+    grid = time_grid(exp.horizon, exp.grid_points)
+    labels = [alg.label for alg in config.algorithms]
+    per_agent = {lab: np.zeros((len(runs), env.n_agents)) for lab in labels}
+    curves = {lab: np.zeros((len(runs), grid.size)) for lab in labels}
+    seconds = dict.fromkeys(labels, 0.0)
+    env_seconds = 0.0
+    g = 0
+    for t in range(1, exp.horizon + 1):
+        start = time.perf_counter()
+        rnd = env.next_round()
+        best = rnd.means.max(axis=-1)
+        env_seconds += time.perf_counter() - start
+        for lab, policy in zip(labels, policies, strict=True):
+            start = time.perf_counter()
+            actions = policy.step(rnd, env)
+            seconds[lab] += time.perf_counter() - start
+            chosen = np.take_along_axis(rnd.means, actions[..., None], axis=-1)[..., 0]
+            per_agent[lab] += best - chosen
+        if t == grid[g]:
+            for lab in labels:
+                curves[lab][:, g] = per_agent[lab].sum(axis=1)
+            g += 1
+        if on_step is not None:
+            on_step(t)
+    return ChunkResult(
+        runs=runs,
+        curves=curves,
+        per_agent=per_agent,
+        sync_rounds={lab: p.sync_rounds.copy() for lab, p in zip(labels, policies, strict=True)},
+        messages={lab: p.messages.copy() for lab, p in zip(labels, policies, strict=True)},
+        bytes_sent={lab: p.bytes_sent.copy() for lab, p in zip(labels, policies, strict=True)},
+        seconds=seconds,
+        reports={lab: p.report() for lab, p in zip(labels, policies, strict=True)},
+        env_seconds=env_seconds,
+    )
+
+
+def task_chunks(config: Config) -> list[list[int]]:
+    """Runs grouped into tasks; depends on the config only (never on the worker count)."""
+    size = config.runs_per_task()
+    runs = list(range(config.experiment.runs))
+    return [runs[i : i + size] for i in range(0, len(runs), size)]
+
+
+def _single_thread_worker() -> None:
+    # one BLAS thread per worker: the workers are the parallelism
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(1)
+
+
+def run_experiment(config: Config, workers: int = 1, progress: bool = False) -> Results:
+    """Run every run of ``config`` (in ``workers`` processes) and gather the results."""
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+    chunks = task_chunks(config)
+    started = time.perf_counter()
+    results: list[ChunkResult] = []
+    bar = _progress_bar(progress, total=config.experiment.horizon * len(chunks) if workers == 1 else len(chunks))
+    try:
+        if workers == 1 or len(chunks) == 1:
+            for chunk in chunks:
+                results.append(simulate_runs(config, chunk, on_step=(lambda _t: bar.update(1)) if bar else None))
+        else:
+            ctx = get_context("spawn")
+            with ProcessPoolExecutor(min(workers, len(chunks)), mp_context=ctx, initializer=_single_thread_worker) as pool:
+                futures = [pool.submit(simulate_runs, config, chunk) for chunk in chunks]
+                for fut in as_completed(futures):
+                    results.append(fut.result())
+                    if bar:
+                        bar.update(1)
+    finally:
+        if bar:
+            bar.close()
+    results.sort(key=lambda c: c.runs[0])
+    return _merge(config, results, time.perf_counter() - started)
+
+
+def _progress_bar(enabled: bool, total: int):  # type: ignore[no-untyped-def]
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="step" if total > 1 else "task", leave=False, disable=None, mininterval=0.5)
+
+
+def _merge(config: Config, chunks: list[ChunkResult], wall: float) -> Results:
+    grid = time_grid(config.experiment.horizon, config.experiment.grid_points)
+    algorithms = {}
+    for alg in config.algorithms:
+        lab = alg.label
+        algorithms[lab] = AlgorithmResult(
+            name=alg.name,
+            label=lab,
+            curves=np.concatenate([c.curves[lab] for c in chunks]),
+            per_agent=np.concatenate([c.per_agent[lab] for c in chunks]),
+            sync_rounds=np.concatenate([c.sync_rounds[lab] for c in chunks]),
+            messages=np.concatenate([c.messages[lab] for c in chunks]),
+            bytes_sent=np.concatenate([c.bytes_sent[lab] for c in chunks]),
+            seconds=float(sum(c.seconds[lab] for c in chunks)),
+            report=chunks[0].reports[lab],
+        )
+    return Results(
+        config=config,
+        grid=grid,
+        algorithms=algorithms,
+        wall_seconds=wall,
+        env_seconds=float(sum(c.env_seconds for c in chunks)),
+        workers_cpu=os.cpu_count() or 1,
+    )
