@@ -1,0 +1,259 @@
+"""Throughput of fedbandits' simulator on the GaussianSphere instance, against a reference and a floor.
+
+Instance: environment ``gaussian-sphere`` with d = 10, K = 100 fresh arms per agent and round, M = 100
+agents; algorithm non-private FedLinUCB (``fedlinucb``, protocol ``none``, batch B = 25, theory radius
+with reg = 1, alpha = 0.01, n = M t samples).  Every measurement reports agent-steps per second,
+R * M * T / seconds (one agent-step = one agent choosing one arm in one round).
+
+(a) fedbandits: ``fedbandits.sim.runner.run_experiment(config, workers=1)`` in this process, R runs of
+    T rounds (``runs_per_task = 1``); timed with ``time.perf_counter`` around the call.
+(b) reference: a plain per-agent loop like the papers' public code.  For every run and round a Python
+    loop over the M agents; each agent draws its K contexts from its own ``np.random.default_rng``
+    (K x (d-1) standard normals, rows scaled to norm 1/sqrt(2), a 1/sqrt(2) entry appended), computes
+    ``A_inv = np.linalg.inv(A)`` every round, theta = A_inv b, the UCBs
+    X theta + beta sqrt(rowsum((X A_inv) * X)), takes the argmax, draws the reward
+    x.theta* + 0.5 N(0, 1), records its pseudo-regret and updates A_i, b_i and its batch statistics;
+    every B rounds all agents' batch statistics are summed into the shared W_syn, U_syn and every
+    agent restarts from A = I + W_syn, b = U_syn (Algorithm 1 of Zhou & Chowdhury 2023).  beta is
+    fedbandits' theory radius.  It is slow, so it runs fewer runs/rounds and is converted to a rate
+    (its per-step cost does not depend on t: it inverts a d x d matrix every step either way).
+(c) floor: only the environment's random numbers, drawn with numpy's default Generator
+    (``np.random.default_rng``, PCG64, float64): per run and round ``standard_normal((M, K, d-1))``
+    for the contexts and ``standard_normal(M)`` for the reward noise, nothing else.
+(d) (a) with ``workers=2``: a spawn process pool of two workers (one BLAS thread each) running the
+    same R runs; pool start-up is included in the time.  R must be even so both get equal work.
+
+Printed ratios (per agent-step), on the last line:
+``ratios: vs_reference=X vs_floor=Y two_workers=Z`` with X = time(b)/time(a), Y = time(a)/time(c),
+Z = time(a)/time(d).  Targets: (a) >= 10x faster than (b) (X >= 10); (a) at most 1.2x the time of
+(c) (Y <= 1.2); two workers >= 1.7x one worker (Z >= 1.7).
+
+Usage::
+
+    python benchmarks/throughput.py            # full benchmark, (a) takes roughly 10-20 s
+    python benchmarks/throughput.py --quick    # a few seconds in all
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import platform
+import time
+
+import numpy as np
+from threadpoolctl import threadpool_info
+
+import fedbandits
+from fedbandits.core.ucb import ConfidenceRadius
+from fedbandits.sim.runner import run_experiment
+from fedbandits.sim.seeding import env_rngs
+
+DIM = 10
+ARMS = 100
+AGENTS = 100
+BATCH = 25
+REG = 1.0
+ALPHA = 0.01
+NOISE_SD = 0.5
+SEED = 2024
+HALF_SQRT2 = math.sqrt(0.5)
+
+FULL = {"runs": 4, "horizon": 2500, "reference_horizon": 500}
+QUICK = {"runs": 2, "horizon": 100, "reference_horizon": 25}
+
+
+def make_config(runs: int, horizon: int) -> fedbandits.Config:
+    return fedbandits.config_from_dict(
+        {
+            "experiment": {"seed": SEED, "runs": runs, "horizon": horizon, "runs_per_task": 1, "name": "throughput"},
+            "environment": {"name": "gaussian-sphere", "agents": AGENTS, "arms": ARMS, "dim": DIM},
+            "algorithms": [
+                {"name": "fedlinucb", "batch": BATCH, "protocol": "none", "reg": REG, "alpha": ALPHA},
+            ],
+        }
+    )
+
+
+def time_fedbandits(runs: int, horizon: int, workers: int) -> tuple[float, fedbandits.Results]:
+    """(a) and (d): wall time of run_experiment, including (for workers > 1) the pool start-up."""
+    config = make_config(runs, horizon)
+    start = time.perf_counter()
+    results = run_experiment(config, workers=workers)
+    return time.perf_counter() - start, results
+
+
+def theory_beta(n: int, dim: int) -> float:
+    """Lemma C.4 of Zhou & Chowdhury (2023) with sigma = S = L = 1, as fedbandits' theory radius."""
+    return math.sqrt(2.0 * math.log(2.0 / ALPHA) + dim * math.log1p(n / (dim * REG))) + math.sqrt(REG)
+
+
+def reference_run(run: int, horizon: int) -> np.ndarray:
+    """(b) one run of non-private FedLinUCB, agent by agent; returns each agent's cumulative pseudo-regret."""
+    m, k, d = AGENTS, ARMS, DIM
+    run_rng = np.random.default_rng([SEED, run])
+    g = run_rng.standard_normal(d - 1)
+    theta_star = np.append(HALF_SQRT2 * g / np.linalg.norm(g), HALF_SQRT2)
+    rngs = [np.random.default_rng([SEED, run, i]) for i in range(m)]
+
+    eye = REG * np.eye(d)
+    w_syn = np.zeros((d, d))  # synced sum of x x^T over all agents
+    u_syn = np.zeros(d)  # synced sum of x y
+    a_mat = np.tile(eye, (m, 1, 1))  # A_i = I + W_syn + W_i
+    b_vec = np.zeros((m, d))  # b_i = U_syn + U_i
+    w_loc = np.zeros((m, d, d))  # W_i: agent i's statistics since the last sync
+    u_loc = np.zeros((m, d))
+    regret = np.zeros(m)
+    x_all = np.empty((k, d))
+    x_all[:, -1] = HALF_SQRT2
+    for t in range(1, horizon + 1):
+        beta = theory_beta(m * (t - 1), d)  # n = M t samples held before round t's choices
+        for i in range(m):
+            raw = rngs[i].standard_normal((k, d - 1))
+            x_all[:, :-1] = HALF_SQRT2 * raw / np.linalg.norm(raw, axis=1, keepdims=True)
+            a_inv = np.linalg.inv(a_mat[i])
+            theta = a_inv @ b_vec[i]
+            ucb = x_all @ theta + beta * np.sqrt(np.sum((x_all @ a_inv) * x_all, axis=1))
+            arm = int(np.argmax(ucb))
+            means = x_all @ theta_star
+            regret[i] += means.max() - means[arm]
+            x = x_all[arm]
+            y = means[arm] + NOISE_SD * rngs[i].standard_normal()
+            xx = np.outer(x, x)
+            a_mat[i] += xx
+            b_vec[i] += y * x
+            w_loc[i] += xx
+            u_loc[i] += y * x
+        if t % BATCH == 0:
+            w_syn += w_loc.sum(axis=0)
+            u_syn += u_loc.sum(axis=0)
+            a_mat[:] = eye + w_syn
+            b_vec[:] = u_syn
+            w_loc[:] = 0.0
+            u_loc[:] = 0.0
+    return regret
+
+
+def time_reference(runs: int, horizon: int) -> tuple[float, np.ndarray]:
+    start = time.perf_counter()
+    regret = np.stack([reference_run(r, horizon) for r in range(runs)])
+    return time.perf_counter() - start, regret
+
+
+def time_floor(runs: int, horizon: int) -> float:
+    """(c) only the environment's random numbers, with numpy's default Generator in float64."""
+    rngs = [np.random.default_rng([SEED, r]) for r in range(runs)]
+    start = time.perf_counter()
+    for rng in rngs:
+        for _ in range(horizon):
+            rng.standard_normal((AGENTS, ARMS, DIM - 1))
+            rng.standard_normal(AGENTS)
+    return time.perf_counter() - start
+
+
+def blas_setting() -> str:
+    parts = [
+        f"{info.get('internal_api', info.get('user_api'))} {info.get('version')} num_threads={info.get('num_threads')}"
+        for info in threadpool_info()
+        if info.get("user_api") == "blas"
+    ]
+    env = [
+        f"{v}={os.environ[v]}"
+        for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+        if v in os.environ
+    ]
+    return "; ".join(parts or ["no BLAS found by threadpoolctl"]) + (f" ({', '.join(env)})" if env else "")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes: the whole script runs in a few seconds")
+    parser.add_argument("--runs", type=int, help="runs R for (a), (c), (d); even, >= 2 (default 4, quick 2)")
+    parser.add_argument("--horizon", type=int, help="rounds T for (a), (c), (d) (default 2500, quick 100)")
+    parser.add_argument(
+        "--reference-horizon", type=int, help="rounds of the single reference run (b) (default 500, quick 25)"
+    )
+    args = parser.parse_args(argv)
+    sizes = dict(QUICK if args.quick else FULL)
+    for key in sizes:
+        if getattr(args, key) is not None:
+            sizes[key] = getattr(args, key)
+    runs, horizon, ref_horizon = sizes["runs"], sizes["horizon"], sizes["reference_horizon"]
+    if runs < 2 or runs % 2:
+        parser.error(f"--runs must be even and >= 2 so both workers get equal work, got {runs}")
+    if horizon < 1 or ref_horizon < 1:
+        parser.error("--horizon and --reference-horizon must be >= 1")
+    ref_runs = 1
+
+    # the reference's radius must be fedbandits' theory radius (same exploration, same work)
+    radius: ConfidenceRadius = make_config(2, 1).algorithms[0].params.confidence_radius()
+    for n in (0, AGENTS, AGENTS * horizon):
+        assert math.isclose(theory_beta(n, DIM), radius(float(n), DIM, REG), rel_tol=1e-12), n
+
+    steps = runs * AGENTS * horizon
+    ref_steps = ref_runs * AGENTS * ref_horizon
+    print(f"fedbandits {fedbandits.__version__}, numpy {np.__version__}, python {platform.python_version()}")
+    print(f"CPUs: {os.cpu_count()}; BLAS: {blas_setting()}")
+    print(
+        f"bit generators: fedbandits env {type(env_rngs(SEED, [0])[0].bit_generator).__name__} (float32 normals); "
+        f"reference and floor np.random.default_rng = {type(np.random.default_rng().bit_generator).__name__} (float64)"
+    )
+    print(f"instance: gaussian-sphere d={DIM} K={ARMS} M={AGENTS}, fedlinucb protocol=none B={BATCH}")
+    print(f"(a), (c), (d): R={runs} runs x T={horizon} rounds x M={AGENTS} agents = {steps:,} agent-steps")
+    print(
+        f"(b): R={ref_runs} run x T={ref_horizon} rounds x M={AGENTS} agents = {ref_steps:,} agent-steps "
+        "(fewer than (a): it is slow; converted to a per-agent-step rate)"
+    )
+    print()
+
+    # warm-up (imports, first-call allocations), not timed
+    time_fedbandits(1, BATCH, workers=1)
+    reference_run(0, 2)
+
+    t_a, res_a = time_fedbandits(runs, horizon, workers=1)
+    rate_a = steps / t_a
+    alg = res_a.algorithms["fedlinucb"]
+    print(
+        f"(a) fedbandits, 1 process:    {t_a:8.2f} s  {rate_a:12,.0f} agent-steps/s  "
+        f"(inside: environment {res_a.env_seconds:.2f} s, policy {alg.seconds:.2f} s)"
+    )
+
+    t_b, ref_regret = time_reference(ref_runs, ref_horizon)
+    rate_b = ref_steps / t_b
+    print(
+        f"(b) reference per-agent loop: {t_b:8.2f} s  {rate_b:12,.0f} agent-steps/s  "
+        f"(on {ref_steps:,} agent-steps; {steps / rate_b:.1f} s projected for (a)'s work)"
+    )
+
+    t_c = time_floor(runs, horizon)
+    rate_c = steps / t_c
+    print(f"(c) floor, RNG draws only:    {t_c:8.2f} s  {rate_c:12,.0f} agent-steps/s")
+
+    t_d, res_d = time_fedbandits(runs, horizon, workers=2)
+    rate_d = steps / t_d
+    print(f"(d) fedbandits, 2 workers:    {t_d:8.2f} s  {rate_d:12,.0f} agent-steps/s  (spawn pool start-up included)")
+
+    same = np.array_equal(alg.curves, res_d.algorithms["fedlinucb"].curves)
+    print()
+    print(f"check: 1-worker and 2-worker results identical: {same}")
+    if ref_horizon <= horizon:
+        fb_regret = np.interp(ref_horizon, res_a.grid, alg.curves.mean(axis=0)) / AGENTS
+        print(
+            f"check: mean per-agent pseudo-regret after {ref_horizon} rounds: reference {ref_regret.mean():.2f}, "
+            f"fedbandits {fb_regret:.2f} (same algorithm, different random numbers)"
+        )
+
+    vs_reference = rate_a / rate_b  # time(b)/time(a) per agent-step
+    vs_floor = rate_c / rate_a  # time(a)/time(c) per agent-step
+    two_workers = rate_d / rate_a  # time(1 worker)/time(2 workers) per agent-step
+    print(
+        f"targets: vs_reference >= 10 [{'met' if vs_reference >= 10 else 'NOT met'}], "
+        f"vs_floor <= 1.2 [{'met' if vs_floor <= 1.2 else 'NOT met'}], "
+        f"two_workers >= 1.7 [{'met' if two_workers >= 1.7 else 'NOT met'}]"
+    )
+    print(f"ratios: vs_reference={vs_reference:.2f} vs_floor={vs_floor:.2f} two_workers={two_workers:.2f}")
+
+
+if __name__ == "__main__":
+    main()
