@@ -248,6 +248,10 @@ def main(argv: list[str] | None = None) -> None:
     vs_floor = rate_c / rate_a  # time(a)/time(c) per agent-step
     two_workers = rate_d / rate_a  # time(1 worker)/time(2 workers) per agent-step
     print(
+        f"note: (b) also draws the floor's random numbers, so no simulator drawing them can beat (b) by more than "
+        f"time(b)/time(c) = {rate_c / rate_b:.2f}x per agent-step here"
+    )
+    print(
         f"targets: vs_reference >= 10 [{'met' if vs_reference >= 10 else 'NOT met'}], "
         f"vs_floor <= 1.2 [{'met' if vs_floor <= 1.2 else 'NOT met'}], "
         f"two_workers >= 1.7 [{'met' if two_workers >= 1.7 else 'NOT met'}]"

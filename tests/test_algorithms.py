@@ -24,7 +24,8 @@ def test_linucb_picks_max_ucb_arm():
         theta = policy.state.theta()
         beta = policy.radius(policy.t, 5, 1.0)
         ucb = np.einsum("rmkd,rmd->rmk", x, theta) + beta * np.sqrt(
-            np.einsum("rmkd,rmde,rmke->rmk", x, policy.state.inv, x))
+            np.einsum("rmkd,rmde,rmke->rmk", x, policy.state.inv, x)
+        )
         actions = policy.step(rnd, env)
         picked = np.take_along_axis(ucb, actions[..., None], -1)[..., 0]
         # the chosen arm's UCB is the maximum (up to float32 scoring precision)
@@ -38,11 +39,13 @@ def test_linucb_regret_is_sublinear():
     the log factor (log 4000 / log 250 ~ 1.5): about 0.38.  0.5 leaves margin for noise over
     8 runs, while a linear-regret learner would give ~1.0.
     """
-    config = config_from_dict({
-        "experiment": {"seed": 7, "runs": 8, "horizon": 4000, "grid_points": 4000},
-        "environment": {"name": "gaussian-sphere", "agents": 1},
-        "algorithms": [{"name": "linucb-independent"}],
-    })
+    config = config_from_dict(
+        {
+            "experiment": {"seed": 7, "runs": 8, "horizon": 4000, "grid_points": 4000},
+            "environment": {"name": "gaussian-sphere", "agents": 1},
+            "algorithms": [{"name": "linucb-independent"}],
+        }
+    )
     res = run_experiment(config).algorithms["linucb-independent"]
     mean_curve = res.curves.mean(axis=0)
     early, late = mean_curve[249] / 250, mean_curve[3999] / 4000
@@ -68,13 +71,15 @@ def test_fedlinucb_synced_statistics_equal_exact_sums():
             np.testing.assert_allclose(policy.synced_cov, cov, rtol=1e-12, atol=1e-12)
             np.testing.assert_allclose(policy.synced_bias, bias, rtol=1e-12, atol=1e-12)
             # every agent now acts on lambda I + W_syn, with the local statistics reset
-            np.testing.assert_allclose(policy.state.gram, np.broadcast_to(np.eye(dim) + cov[:, None],
-                                                                          policy.state.gram.shape), rtol=1e-12)
+            np.testing.assert_allclose(
+                policy.state.gram, np.broadcast_to(np.eye(dim) + cov[:, None], policy.state.gram.shape), rtol=1e-12
+            )
             assert not policy.local_cov.any() and not policy.local_bias.any()
         else:
             # between syncs: V_i = lambda I + W_syn + W_i
-            np.testing.assert_allclose(policy.state.gram, np.eye(dim) + policy.synced_cov[:, None] + policy.local_cov,
-                                       rtol=1e-12, atol=1e-12)
+            np.testing.assert_allclose(
+                policy.state.gram, np.eye(dim) + policy.synced_cov[:, None] + policy.local_cov, rtol=1e-12, atol=1e-12
+            )
     assert (policy.sync_rounds == 10).all()
     # payload: upper triangle + bias, float64, up and down for every agent
     assert (policy.bytes_sent == 10 * 2 * agents * 8 * (dim * (dim + 1) // 2 + dim)).all()
@@ -95,17 +100,19 @@ def test_super_agent_sees_every_sample_in_order():
 
 @pytest.fixture(scope="module")
 def ordering_results():
-    config = config_from_dict({
-        "experiment": {"seed": 11, "runs": 6, "horizon": 1500},
-        "environment": {"name": "gaussian-sphere", "agents": 10, "arms": 50},
-        "algorithms": [
-            {"name": "linucb-super", "label": "super"},
-            {"name": "fedlinucb", "label": "B=5", "batch": 5},
-            {"name": "fedlinucb", "label": "B=50", "batch": 50},
-            {"name": "fedlinucb", "label": "B=300", "batch": 300},
-            {"name": "linucb-independent", "label": "independent"},
-        ],
-    })
+    config = config_from_dict(
+        {
+            "experiment": {"seed": 11, "runs": 6, "horizon": 1500},
+            "environment": {"name": "gaussian-sphere", "agents": 10, "arms": 50},
+            "algorithms": [
+                {"name": "linucb-super", "label": "super"},
+                {"name": "fedlinucb", "label": "B=5", "batch": 5},
+                {"name": "fedlinucb", "label": "B=50", "batch": 50},
+                {"name": "fedlinucb", "label": "B=300", "batch": 300},
+                {"name": "linucb-independent", "label": "independent"},
+            ],
+        }
+    )
     res = run_experiment(config)
     return {lab: r.final_regret.mean() for lab, r in res.algorithms.items()}
 

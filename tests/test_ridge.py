@@ -33,8 +33,9 @@ def test_sherman_morrison_matches_direct_inverse(dim, n_updates, reg, seed, scal
     direct = np.linalg.inv(gram)
     cond = np.linalg.cond(gram).max()
     np.testing.assert_allclose(state.inv, direct, rtol=0, atol=1e-11 * cond * np.abs(direct).max())
-    np.testing.assert_allclose(state.theta(), np.linalg.solve(gram, bias[..., None])[..., 0],
-                               atol=1e-10 * cond * max(1.0, np.abs(bias).max()))
+    np.testing.assert_allclose(
+        state.theta(), np.linalg.solve(gram, bias[..., None])[..., 0], atol=1e-10 * cond * max(1.0, np.abs(bias).max())
+    )
 
 
 def test_set_refreshes_inverse_and_broadcasts(rng):
@@ -72,8 +73,9 @@ def test_clip_norm_counts_and_bounds(rng):
     inside = norms <= 1.5
     np.testing.assert_array_equal(clipped[inside], x[inside])  # untouched when within the bound
     # clipping keeps the direction
-    np.testing.assert_allclose(clipped[~inside] / np.linalg.norm(clipped[~inside], axis=1, keepdims=True),
-                               x[~inside] / norms[~inside, None])
+    np.testing.assert_allclose(
+        clipped[~inside] / np.linalg.norm(clipped[~inside], axis=1, keepdims=True), x[~inside] / norms[~inside, None]
+    )
 
 
 def test_clip_rewards_counts():

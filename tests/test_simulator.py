@@ -10,14 +10,16 @@ from fedbandits.sim.runner import run_experiment, task_chunks, time_grid
 
 def _config(**experiment):
     exp = {"seed": 3, "runs": 4, "horizon": 120, "runs_per_task": 1, **experiment}
-    return config_from_dict({
-        "experiment": exp,
-        "environment": {"name": "gaussian-sphere", "agents": 5, "arms": 10, "dim": 4},
-        "algorithms": [
-            {"name": "fedlinucb", "label": "fed", "batch": 10},
-            {"name": "linucb-independent", "label": "ind"},
-        ],
-    })
+    return config_from_dict(
+        {
+            "experiment": exp,
+            "environment": {"name": "gaussian-sphere", "agents": 5, "arms": 10, "dim": 4},
+            "algorithms": [
+                {"name": "fedlinucb", "label": "fed", "batch": 10},
+                {"name": "linucb-independent", "label": "ind"},
+            ],
+        }
+    )
 
 
 def _assert_identical(a, b):
@@ -48,7 +50,9 @@ def test_runs_do_not_depend_on_task_grouping():
 def test_common_random_numbers_across_algorithm_sets():
     """An algorithm's results do not change when other algorithms share the pass."""
     both = run_experiment(_config())
-    alone_cfg = config_from_dict({**_config().to_dict(), "algorithms": [{"name": "linucb-independent", "label": "ind"}]})
+    alone_cfg = config_from_dict(
+        {**_config().to_dict(), "algorithms": [{"name": "linucb-independent", "label": "ind"}]}
+    )
     alone = run_experiment(alone_cfg)
     np.testing.assert_array_equal(both.algorithms["ind"].curves, alone.algorithms["ind"].curves)
 

@@ -64,13 +64,19 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--seed", type=_nonnegative_int, help="override [experiment] seed")
         p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
-    p_run = sub.add_parser("run", help="run an experiment from a TOML config",
-                           description="Run an experiment, print a summary table and save results and plots.")
+    p_run = sub.add_parser(
+        "run",
+        help="run an experiment from a TOML config",
+        description="Run an experiment, print a summary table and save results and plots.",
+    )
     p_run.add_argument("config", type=Path, metavar="CONFIG.toml", help="experiment configuration")
     run_options(p_run)
 
-    p_quick = sub.add_parser("quickstart", help="run the embedded default experiment (about 20 s)",
-                             description="Run the embedded default experiment (GaussianSphere, 20 agents).")
+    p_quick = sub.add_parser(
+        "quickstart",
+        help="run the embedded default experiment (about 20 s)",
+        description="Run the embedded default experiment (GaussianSphere, 20 agents).",
+    )
     run_options(p_quick)
 
     p_plot = sub.add_parser("plot", help="draw the figures of a results folder")
@@ -92,8 +98,10 @@ def _run(config: Config, args: argparse.Namespace) -> int:
     results.save(out)
     figures = plot_results(results, out)
     exp = config.experiment
-    print(f"{exp.name}: {config.environment.name}, M={config.environment.params.agents}, "
-          f"T={exp.horizon}, {exp.runs} run(s), {results.wall_seconds:.1f} s")
+    print(
+        f"{exp.name}: {config.environment.name}, M={config.environment.params.agents}, "
+        f"T={exp.horizon}, {exp.runs} run(s), {results.wall_seconds:.1f} s"
+    )
     print(results.table())
     print(f"results: {out}/ (summary.json, regret_curves.csv, {', '.join(f.name for f in figures)})")
     return 0

@@ -31,7 +31,9 @@ class ExperimentConfig:
     seed: int = field(default=0, metadata={"help": "master seed; run r uses SeedSequence(seed, spawn_key=(r,...))"})
     runs: int = field(default=1, metadata={"help": "independent runs R >= 1"})
     horizon: int = field(default=1000, metadata={"help": "rounds T >= 1"})
-    noise_seed: int | None = field(default=None, metadata={"help": "seed of the privacy noise only (default: from seed)"})
+    noise_seed: int | None = field(
+        default=None, metadata={"help": "seed of the privacy noise only (default: from seed)"}
+    )
     runs_per_task: int | None = field(
         default=None, metadata={"help": "runs simulated together in one task (default: max(1, 128 // agents))"}
     )
@@ -146,7 +148,9 @@ def _as_table(where: str, value: Any) -> dict[str, Any]:
     return dict(value)
 
 
-def _build_component(where: str, table: dict[str, Any], registry: dict[str, Entry], *, allow_label: bool) -> ComponentConfig:
+def _build_component(
+    where: str, table: dict[str, Any], registry: dict[str, Entry], *, allow_label: bool
+) -> ComponentConfig:
     name = table.pop("name", None)
     if name not in registry:
         raise ConfigError(f"{where}.name must be one of {', '.join(map(repr, registry))}, got {name!r}")

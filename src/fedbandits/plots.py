@@ -33,8 +33,14 @@ def plot_results(results: Results, out: str | Path) -> list[Path]:
         ax_cum.fill_between(grid, mean - std, mean + std, color=line.get_color(), alpha=0.2, linewidth=0)
         avg = res.curves / grid
         ax_avg.plot(grid, avg.mean(axis=0), color=line.get_color(), label=lab)
-        ax_avg.fill_between(grid, avg.mean(axis=0) - avg.std(axis=0), avg.mean(axis=0) + avg.std(axis=0),
-                            color=line.get_color(), alpha=0.2, linewidth=0)
+        ax_avg.fill_between(
+            grid,
+            avg.mean(axis=0) - avg.std(axis=0),
+            avg.mean(axis=0) + avg.std(axis=0),
+            color=line.get_color(),
+            alpha=0.2,
+            linewidth=0,
+        )
     runs = results.config.experiment.runs
     ax_cum.set(xlabel="round t", ylabel="cumulative group pseudo-regret", title=f"mean ± 1 std over {runs} run(s)")
     ax_avg.set(xlabel="round t", ylabel="time-averaged regret Reg(t)/t", title="time-averaged group regret")
@@ -42,8 +48,10 @@ def plot_results(results: Results, out: str | Path) -> list[Path]:
     for ax in (ax_cum, ax_avg):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle(f"{results.config.experiment.name}: {results.config.environment.name}, "
-                 f"M={results.config.environment.params.agents}")
+    fig.suptitle(
+        f"{results.config.experiment.name}: {results.config.environment.name}, "
+        f"M={results.config.environment.params.agents}"
+    )
     fig.tight_layout()
     paths = [out / "regret.png"]
     fig.savefig(paths[0], dpi=120)
@@ -51,8 +59,14 @@ def plot_results(results: Results, out: str | Path) -> list[Path]:
 
     fig, ax = plt.subplots(figsize=(5.5, 4.2))
     for lab, res in results.algorithms.items():
-        ax.errorbar(np.mean(res.bytes_sent) / 1e6, res.final_regret.mean(), yerr=res.final_regret.std(),
-                    fmt="o", capsize=3, label=lab)
+        ax.errorbar(
+            np.mean(res.bytes_sent) / 1e6,
+            res.final_regret.mean(),
+            yerr=res.final_regret.std(),
+            fmt="o",
+            capsize=3,
+            label=lab,
+        )
     ax.set(xlabel="MB sent (uplink + downlink, per run)", ylabel="final group regret", title="communication vs regret")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)

@@ -99,9 +99,7 @@ class Policy(ABC):
         )
 
     def check_features(self, features: np.ndarray) -> np.ndarray:
-        return check_array(
-            "features", features, (self.n_runs, self.n_agents, self.n_arms, self.dim), dtype=np.float32
-        )
+        return check_array("features", features, (self.n_runs, self.n_agents, self.n_arms, self.dim), dtype=np.float32)
 
     def report(self) -> dict[str, object]:
         """Extra per-algorithm fields for the summary (privacy, schedule, ...)."""

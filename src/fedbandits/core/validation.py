@@ -34,7 +34,9 @@ def check_float(
 ) -> float:
     """Return ``value`` as ``float`` if it is a finite real in the given interval."""
     if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(float(value)):
-        raise ValueError(f"{name} must be a finite number{_interval_text(low, high, low_open, high_open)}, got {value!r}")
+        raise ValueError(
+            f"{name} must be a finite number{_interval_text(low, high, low_open, high_open)}, got {value!r}"
+        )
     fvalue = float(value)
     too_low = low is not None and (fvalue <= low if low_open else fvalue < low)
     too_high = high is not None and (fvalue >= high if high_open else fvalue > high)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from dataclasses import dataclass, field
-
+from fedbandits.core.random import fill_standard_normal
 from fedbandits.core.validation import check_float, check_int
 from fedbandits.envs.base import Environment, Round
 
@@ -38,7 +38,8 @@ class GaussianSphere(Environment):
     (variance 0.25) by default.  theta* is drawn once per run.
 
     Features and theta* are float32: the instance is *defined* in float32, and expected
-    rewards are computed from exactly those numbers, so pseudo-regret is exact for it.
+    rewards are computed from exactly those numbers, so pseudo-regret is exact for it.  The
+    context normals come from the vectorised ziggurat of :mod:`fedbandits.core.random`.
     """
 
     name = "gaussian-sphere"
@@ -48,7 +49,7 @@ class GaussianSphere(Environment):
         super().__init__(rngs, params.agents, params.arms, params.dim)
         self.noise_sd = params.noise_sd
         shape = (self.n_runs, self.n_agents, self.n_arms, self.dim)
-        self._raw = np.empty(shape[:-1] + (self.dim - 1,), dtype=np.float32)
+        self._raw = np.empty((*shape[:-1], self.dim - 1), dtype=np.float32)
         self._features = np.empty(shape, dtype=np.float32)
         self._features[..., -1] = _HALF_SQRT2
         self._sqnorm = np.empty(shape[:-1], dtype=np.float32)
@@ -64,7 +65,7 @@ class GaussianSphere(Environment):
     def next_round(self) -> Round:
         raw = self._raw
         for r, rng in enumerate(self.rngs):
-            rng.standard_normal(out=raw[r], dtype=np.float32)
+            fill_standard_normal(rng, raw[r])
             rng.standard_normal(out=self._noise[r])
         np.einsum("...i,...i->...", raw, raw, out=self._sqnorm)
         np.sqrt(self._sqnorm, out=self._sqnorm)

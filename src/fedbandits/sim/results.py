@@ -87,17 +87,21 @@ class Results:
         head = ("algorithm", "regret(T) mean", "std", "per-agent", "syncs", "MB sent", "seconds")
         rows = [head]
         for s in self.summary()["algorithms"]:
-            rows.append((
-                s["label"],
-                f"{s['final_regret_mean']:.2f}",
-                f"{s['final_regret_std']:.2f}",
-                f"{s['per_agent_regret_mean']:.2f}",
-                f"{s['sync_rounds']:.0f}",
-                f"{s['bytes_sent'] / 1e6:.3f}",
-                f"{s['wall_seconds']:.2f}",
-            ))
+            rows.append(
+                (
+                    s["label"],
+                    f"{s['final_regret_mean']:.2f}",
+                    f"{s['final_regret_std']:.2f}",
+                    f"{s['per_agent_regret_mean']:.2f}",
+                    f"{s['sync_rounds']:.0f}",
+                    f"{s['bytes_sent'] / 1e6:.3f}",
+                    f"{s['wall_seconds']:.2f}",
+                )
+            )
         widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-        lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
+        lines = [
+            "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))) for r in rows
+        ]
         lines.insert(1, "  ".join("-" * w for w in widths))
         return "\n".join(lines)
 
@@ -114,7 +118,7 @@ class Results:
             w.writerow(["algorithm", "run", "t", "cumulative_regret"])
             for lab, res in self.algorithms.items():
                 for r, curve in enumerate(res.curves):
-                    w.writerows((lab, r, int(t), repr(float(v))) for t, v in zip(self.grid, curve))
+                    w.writerows((lab, r, int(t), repr(float(v))) for t, v in zip(self.grid, curve, strict=True))
         with open(out / "per_agent_regret.csv", "w", newline="", encoding="utf-8") as fh:
             w = csv.writer(fh)
             w.writerow(["algorithm", "run", "agent", "cumulative_regret"])
@@ -126,8 +130,16 @@ class Results:
             w.writerow(["algorithm", "run", "final_regret", "sync_rounds", "messages", "bytes_sent"])
             for lab, res in self.algorithms.items():
                 for r in range(res.final_regret.size):
-                    w.writerow([lab, r, repr(float(res.final_regret[r])), int(res.sync_rounds[r]),
-                                int(res.messages[r]), int(res.bytes_sent[r])])
+                    w.writerow(
+                        [
+                            lab,
+                            r,
+                            repr(float(res.final_regret[r])),
+                            int(res.sync_rounds[r]),
+                            int(res.messages[r]),
+                            int(res.bytes_sent[r]),
+                        ]
+                    )
         return out
 
     @classmethod
@@ -179,10 +191,20 @@ class Results:
                 report=report,
             )
         assert grid is not None
-        return cls(config=config, grid=grid, algorithms=algorithms, wall_seconds=float(summary.get("wall_seconds", math.nan)))
+        return cls(
+            config=config, grid=grid, algorithms=algorithms, wall_seconds=float(summary.get("wall_seconds", math.nan))
+        )
 
 
 _SUMMARY_KEYS = {
-    "label", "algorithm", "runs", "final_regret_mean", "final_regret_std", "per_agent_regret_mean",
-    "sync_rounds", "messages", "bytes_sent", "wall_seconds",
+    "label",
+    "algorithm",
+    "runs",
+    "final_regret_mean",
+    "final_regret_std",
+    "per_agent_regret_mean",
+    "sync_rounds",
+    "messages",
+    "bytes_sent",
+    "wall_seconds",
 }

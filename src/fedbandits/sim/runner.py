@@ -44,9 +44,7 @@ class ChunkResult:
     env_seconds: float
 
 
-def simulate_runs(
-    config: Config, runs: Sequence[int], on_step: Callable[[int], None] | None = None
-) -> ChunkResult:
+def simulate_runs(config: Config, runs: Sequence[int], on_step: Callable[[int], None] | None = None) -> ChunkResult:
     """Simulate the runs ``runs`` of ``config`` together, batched over runs and agents."""
     runs = list(runs)
     exp = config.experiment
@@ -122,7 +120,9 @@ def run_experiment(config: Config, workers: int = 1, progress: bool = False) -> 
                 results.append(simulate_runs(config, chunk, on_step=(lambda _t: bar.update(1)) if bar else None))
         else:
             ctx = get_context("spawn")
-            with ProcessPoolExecutor(min(workers, len(chunks)), mp_context=ctx, initializer=_single_thread_worker) as pool:
+            with ProcessPoolExecutor(
+                min(workers, len(chunks)), mp_context=ctx, initializer=_single_thread_worker
+            ) as pool:
                 futures = [pool.submit(simulate_runs, config, chunk) for chunk in chunks]
                 for fut in as_completed(futures):
                     results.append(fut.result())
