@@ -33,7 +33,7 @@ def valid_config(environment: dict | None = None, second: dict | None = None) ->
     return {
         "experiment": {"seed": 3, "runs": 2, "horizon": 10},
         "environment": dict(environment or SPHERE),
-        "algorithms": [{"name": "linucb-independent"}, dict(second or {"name": "fedlinucb", "batch": 5})],
+        "algorithms": [{"name": "linucb-independent", "label": "baseline"}, dict(second or {"name": "fedlinucb", "batch": 5})],
     }
 
 
@@ -58,7 +58,7 @@ def test_base_configs_are_valid(environment):
     config = config_from_dict(valid_config(environment))
     assert config.environment.name == environment["name"]
     assert config.experiment.horizon == 10
-    assert [a.label for a in config.algorithms] == ["linucb-independent", "fedlinucb"]
+    assert [a.label for a in config.algorithms] == ["baseline", "fedlinucb"]
     assert config.algorithms[1].params.batch == 5
 
 
@@ -292,7 +292,7 @@ STRUCTURE_CASES = {
         r"^algorithms: labels must be unique, repeated: \['same'\]",
     ),
     "label equal to another's default": (
-        _with(lambda d: d["algorithms"][1].update(label="linucb-independent")),
+        _with(lambda d: (d["algorithms"][0].pop("label"), d["algorithms"][1].update(label="linucb-independent"))),
         r"^algorithms: labels must be unique, repeated: \['linucb-independent'\]",
     ),
     "empty label": (
@@ -343,7 +343,6 @@ name = "linucb-independent"
 
 [[algorithms]]
 name = "fedlinucb"
-batch = 5
 """
 
 MALFORMED_TOML = {
@@ -357,7 +356,9 @@ MALFORMED_TOML = {
 
 
 def test_valid_toml_loads():
-    assert loads_config(VALID_TOML) == config_from_dict(valid_config() | {"experiment": {"horizon": 10}})
+    expected = valid_config(second={"name": "fedlinucb"}) | {"experiment": {"horizon": 10}}
+    expected["algorithms"][0].pop("label")
+    assert loads_config(VALID_TOML) == config_from_dict(expected)
 
 
 @pytest.mark.parametrize("text", MALFORMED_TOML.values(), ids=MALFORMED_TOML.keys())
@@ -381,7 +382,7 @@ def test_malformed_toml_names_its_source():
         ("reg = nan", where("algorithms[2] (fedlinucb)", r"reg must be a finite number > 0\.0, got nan")),
         ("alpha = 1.01", where("algorithms[2] (fedlinucb)", r"alpha must be in \(0\.0, 1\.0\], got 1\.01")),
         ("radius = 'ucb'", where("algorithms[2] (fedlinucb)", r"radius must be one of 'theory', 'constant'")),
-        ("protocol = 'shuffle'", where("algorithms[2] (fedlinucb)", rf"protocol must be one of {PROTOCOL_NAMES}, got 'shuffle'")),
+        ("protocol = 'mix'", where("algorithms[2] (fedlinucb)", rf"protocol must be one of {PROTOCOL_NAMES}, got 'mix'")),
     ],
 )
 def test_bad_values_through_toml(line, pattern):

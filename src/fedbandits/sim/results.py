@@ -100,7 +100,8 @@ class Results:
             )
         widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
         lines = [
-            "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))) for r in rows
+            "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+            for r in rows
         ]
         lines.insert(1, "  ".join("-" * w for w in widths))
         return "\n".join(lines)
