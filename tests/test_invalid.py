@@ -33,7 +33,10 @@ def valid_config(environment: dict | None = None, second: dict | None = None) ->
     return {
         "experiment": {"seed": 3, "runs": 2, "horizon": 10},
         "environment": dict(environment or SPHERE),
-        "algorithms": [{"name": "linucb-independent", "label": "baseline"}, dict(second or {"name": "fedlinucb", "batch": 5})],
+        "algorithms": [
+            {"name": "linucb-independent", "label": "baseline"},
+            dict(second or {"name": "fedlinucb", "batch": 5}),
+        ],
     }
 
 
@@ -372,17 +375,20 @@ def test_malformed_toml_names_its_source():
         loads_config("[experiment", source="my-experiment.toml")
 
 
+FED = "algorithms[2] (fedlinucb)"
+
+
 @pytest.mark.parametrize(
     ("line", "pattern"),
     [
-        ("batch = 0", where("algorithms[2] (fedlinucb)", r"batch must be an integer >= 1, got 0")),
-        ("batch = 2.5", where("algorithms[2] (fedlinucb)", r"batch must be an integer >= 1, got 2\.5")),
-        ("batch = true", where("algorithms[2] (fedlinucb)", r"batch must be an integer >= 1, got True")),
-        ("reg = -1.0", where("algorithms[2] (fedlinucb)", r"reg must be > 0\.0, got -1\.0")),
-        ("reg = nan", where("algorithms[2] (fedlinucb)", r"reg must be a finite number > 0\.0, got nan")),
-        ("alpha = 1.01", where("algorithms[2] (fedlinucb)", r"alpha must be in \(0\.0, 1\.0\], got 1\.01")),
-        ("radius = 'ucb'", where("algorithms[2] (fedlinucb)", r"radius must be one of 'theory', 'constant'")),
-        ("protocol = 'mix'", where("algorithms[2] (fedlinucb)", rf"protocol must be one of {PROTOCOL_NAMES}, got 'mix'")),
+        ("batch = 0", where(FED, r"batch must be an integer >= 1, got 0")),
+        ("batch = 2.5", where(FED, r"batch must be an integer >= 1, got 2\.5")),
+        ("batch = true", where(FED, r"batch must be an integer >= 1, got True")),
+        ("reg = -1.0", where(FED, r"reg must be > 0\.0, got -1\.0")),
+        ("reg = nan", where(FED, r"reg must be a finite number > 0\.0, got nan")),
+        ("alpha = 1.01", where(FED, r"alpha must be in \(0\.0, 1\.0\], got 1\.01")),
+        ("radius = 'ucb'", where(FED, r"radius must be one of 'theory', 'constant'")),
+        ("protocol = 'mix'", where(FED, rf"protocol must be one of {PROTOCOL_NAMES}, got 'mix'")),
     ],
 )
 def test_bad_values_through_toml(line, pattern):

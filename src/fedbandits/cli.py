@@ -94,6 +94,8 @@ def _run(config: Config, args: argparse.Namespace) -> int:
     if overrides:
         config = config.with_experiment(**overrides)
     out = args.out if args.out is not None else Path("results") / config.experiment.name
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} exists and is not a folder")
     results = run_experiment(config, workers=args.workers, progress=not args.no_progress)
     results.save(out)
     figures = plot_results(results, out)

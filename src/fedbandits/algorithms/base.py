@@ -29,6 +29,8 @@ class LinUCBParams:
 
     def __post_init__(self) -> None:
         check_float("reg", self.reg, low=0.0, low_open=True)
+        check_float("beta", self.beta, low=0.0)
+        check_float("beta_scale", self.beta_scale, low=0.0)
         self.confidence_radius()  # validates the radius fields
 
     def confidence_radius(self) -> ConfidenceRadius:

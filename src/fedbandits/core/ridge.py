@@ -69,14 +69,20 @@ class RidgeState:
         gram = np.asarray(gram, dtype=np.float64)
         bias = np.asarray(bias, dtype=np.float64)
         try:
-            np.broadcast_shapes(gram.shape, self.gram.shape)
-            np.broadcast_shapes(bias.shape, self.bias.shape)
+            fits = (
+                np.broadcast_shapes(gram.shape, self.gram.shape) == self.gram.shape
+                and np.broadcast_shapes(bias.shape, self.bias.shape) == self.bias.shape
+            )
         except ValueError:
+            fits = False
+        if not fits:
             raise ValueError(
                 f"gram {gram.shape} and bias {bias.shape} must broadcast to {self.gram.shape} and {self.bias.shape}"
-            ) from None
+            )
         if not (np.isfinite(gram).all() and np.isfinite(bias).all()):
             raise ValueError("gram and bias must be finite")
+        if np.abs(gram - np.swapaxes(gram, -1, -2)).max(initial=0.0) > 1e-10 * np.abs(gram).max(initial=1.0):
+            raise ValueError("gram is not symmetric positive definite; cannot refresh the ridge inverse")
         # invert before broadcasting: learners sharing one matrix share one factorisation
         inv = spd_inverse(gram)
         self.gram[...] = gram

@@ -17,13 +17,14 @@ from __future__ import annotations
 import csv
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from fedbandits.config import Config, load_config
+from fedbandits.config import Config, ConfigError, load_config
 
 
 @dataclass
@@ -145,56 +146,92 @@ class Results:
 
     @classmethod
     def load(cls, folder: str | Path) -> Results:
-        """Read a results folder written by :meth:`save`."""
+        """Read a results folder written by :meth:`save`.
+
+        Raises ``FileNotFoundError`` for a missing file and ``ValueError`` naming the folder and
+        the file for a damaged one.
+        """
         folder = Path(folder)
         for name in ("config.toml", "summary.json", "regret_curves.csv", "per_agent_regret.csv", "runs.csv"):
             if not (folder / name).is_file():
                 raise FileNotFoundError(f"{folder} is not a results folder: {name} is missing")
-        config = load_config(folder / "config.toml")
-        summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
-        by_label = {s["label"]: s for s in summary["algorithms"]}
+
+        def damaged(name: str, why: object) -> ValueError:
+            return ValueError(f"{folder} is not a valid results folder: {name}: {why}")
+
+        try:
+            config = load_config(folder / "config.toml")
+        except ConfigError as exc:
+            raise damaged("config.toml", exc) from None
+        try:
+            summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+            by_label = {s["label"]: s for s in summary["algorithms"]}
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise damaged("summary.json", exc) from None
+
         curves: dict[str, dict[int, list[tuple[int, float]]]] = {}
-        with open(folder / "regret_curves.csv", encoding="utf-8") as fh:
-            for row in csv.DictReader(fh):
-                curves.setdefault(row["algorithm"], {}).setdefault(int(row["run"]), []).append(
-                    (int(row["t"]), float(row["cumulative_regret"]))
-                )
+        for row in _csv_rows(folder, "regret_curves.csv", damaged):
+            curves.setdefault(row["algorithm"], {}).setdefault(int(row["run"]), []).append(
+                (int(row["t"]), float(row["cumulative_regret"]))
+            )
         agents: dict[str, dict[int, list[float]]] = {}
-        with open(folder / "per_agent_regret.csv", encoding="utf-8") as fh:
-            for row in csv.DictReader(fh):
-                agents.setdefault(row["algorithm"], {}).setdefault(int(row["run"]), []).append(
-                    float(row["cumulative_regret"])
-                )
+        for row in _csv_rows(folder, "per_agent_regret.csv", damaged):
+            agents.setdefault(row["algorithm"], {}).setdefault(int(row["run"]), []).append(
+                float(row["cumulative_regret"])
+            )
         comm: dict[str, list[tuple[int, int, int]]] = {}
-        with open(folder / "runs.csv", encoding="utf-8") as fh:
-            for row in csv.DictReader(fh):
-                comm.setdefault(row["algorithm"], []).append(
-                    (int(row["sync_rounds"]), int(row["messages"]), int(row["bytes_sent"]))
-                )
-        grid = None
+        for row in _csv_rows(folder, "runs.csv", damaged):
+            comm.setdefault(row["algorithm"], []).append(
+                (int(row["sync_rounds"]), int(row["messages"]), int(row["bytes_sent"]))
+            )
+
         algorithms = {}
+        grid = np.zeros(0, dtype=np.int64)
         for alg in config.algorithms:
             lab = alg.label
+            for name, table in (("regret_curves.csv", curves), ("per_agent_regret.csv", agents), ("runs.csv", comm)):
+                if lab not in table:
+                    raise damaged(name, f"no rows for algorithm {lab!r}")
             runs = curves[lab]
-            grid = np.array([t for t, _ in runs[0]])
+            grid = np.array([t for t, _ in runs[min(runs)]])
             c = np.array(comm[lab])
-            s = dict(by_label.get(lab, {}))
-            report = {k: v for k, v in s.items() if k not in _SUMMARY_KEYS}
+            entry = dict(by_label.get(lab, {}))
+            try:
+                curve_array = np.array([[v for _, v in runs[r]] for r in sorted(runs)], dtype=np.float64)
+                agent_array = np.array([agents[lab][r] for r in sorted(agents[lab])], dtype=np.float64)
+            except ValueError as exc:  # ragged rows
+                raise damaged("regret_curves.csv / per_agent_regret.csv", exc) from None
             algorithms[lab] = AlgorithmResult(
                 name=alg.name,
                 label=lab,
-                curves=np.array([[v for _, v in runs[r]] for r in sorted(runs)]),
-                per_agent=np.array([agents[lab][r] for r in sorted(agents[lab])]),
+                curves=curve_array,
+                per_agent=agent_array,
                 sync_rounds=c[:, 0],
                 messages=c[:, 1],
                 bytes_sent=c[:, 2],
-                seconds=float(s.get("wall_seconds", math.nan)),
-                report=report,
+                seconds=float(entry.get("wall_seconds", math.nan)),
+                report={k: v for k, v in entry.items() if k not in _SUMMARY_KEYS},
             )
-        assert grid is not None
         return cls(
-            config=config, grid=grid, algorithms=algorithms, wall_seconds=float(summary.get("wall_seconds", math.nan))
+            config=config,
+            grid=grid,
+            algorithms=algorithms,
+            wall_seconds=float(summary.get("wall_seconds", math.nan)),
         )
+
+
+def _csv_rows(folder: Path, name: str, damaged: Callable[[str, object], ValueError]) -> list[dict[str, str]]:
+    """All rows of a results CSV; a malformed file raises the ``damaged`` error."""
+    try:
+        with open(folder / name, encoding="utf-8", newline="") as fh:
+            rows = list(csv.DictReader(fh))
+        for row in rows:  # convert once here so bad values are reported with the file name
+            for key, value in row.items():
+                if key != "algorithm":
+                    float(value)
+        return rows
+    except (csv.Error, ValueError, TypeError) as exc:
+        raise damaged(name, exc) from None
 
 
 _SUMMARY_KEYS = {
