@@ -43,11 +43,54 @@ _WIDTH, _ACCEPT, _DENSITY = _tables()
 _SIGN_SHIFT = np.uint32(23)  # moves bit 8 of the word to bit 31, the float32 sign
 
 
+class NormalSampler:
+    """Fills float32 arrays of a fixed size with N(0, 1) draws, reusing its work buffers.
+
+    Keeping the buffers between calls matters: allocating several hundred kB of temporaries
+    per call makes the allocator return and re-fault pages every round.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._layer = np.empty(size, dtype=np.intp)
+        self._mantissa = np.empty(size, dtype=np.uint32)
+        self._gather_u32 = np.empty(size, dtype=np.uint32)
+        self._gather_f32 = np.empty(size, dtype=np.float32)
+        self._slow = np.empty(size, dtype=bool)
+
+    def fill(self, rng: np.random.Generator, out: np.ndarray) -> None:
+        """Fill the C-contiguous float32 array ``out`` (of ``size`` entries) with N(0, 1) draws."""
+        if out.dtype != np.float32 or not out.flags.c_contiguous:
+            raise ValueError("out must be a C-contiguous float32 array")
+        if out.size != self.size:
+            raise ValueError(f"out must have {self.size} entries, got {out.size}")
+        if self.size:
+            self._fill(rng, out.reshape(-1))
+
+    def _fill(self, rng: np.random.Generator, out: np.ndarray) -> None:
+        n = self.size
+        words = rng.bit_generator.random_raw((n + 1) // 2).view(np.uint32)[:n]
+        layer, mantissa, g_u32, g_f32 = self._layer, self._mantissa, self._gather_u32, self._gather_f32
+        np.bitwise_and(words, np.uint32(0xFF), out=g_u32)
+        layer[...] = g_u32
+        np.right_shift(words, np.uint32(9), out=mantissa)
+        out[...] = mantissa
+        np.take(_WIDTH, layer, out=g_f32)
+        out *= g_f32
+        np.take(_ACCEPT, layer, out=g_u32)
+        np.greater_equal(mantissa, g_u32, out=self._slow)
+        # sign: xor bit 8 of the word into the float's sign bit
+        np.bitwise_and(words, np.uint32(0x100), out=g_u32)
+        np.left_shift(g_u32, _SIGN_SHIFT, out=g_u32)
+        np.bitwise_xor(out.view(np.uint32), g_u32, out=out.view(np.uint32))
+        slow = np.flatnonzero(self._slow)
+        if slow.size:
+            _slow_path(rng, out, slow, layer[slow])
+
+
 def fill_standard_normal(rng: np.random.Generator, out: np.ndarray) -> None:
     """Fill the C-contiguous float32 array ``out`` with independent N(0, 1) draws from ``rng``."""
-    if out.dtype != np.float32 or not out.flags.c_contiguous:
-        raise ValueError("out must be a C-contiguous float32 array")
-    _ziggurat(rng, out.reshape(-1))
+    NormalSampler(out.size).fill(rng, out)
 
 
 def standard_normal(rng: np.random.Generator, size: int | tuple[int, ...]) -> np.ndarray:
@@ -55,22 +98,6 @@ def standard_normal(rng: np.random.Generator, size: int | tuple[int, ...]) -> np
     out = np.empty(size, dtype=np.float32)
     fill_standard_normal(rng, out)
     return out
-
-
-def _ziggurat(rng: np.random.Generator, out: np.ndarray) -> None:
-    n = out.size
-    if n == 0:
-        return
-    words = rng.bit_generator.random_raw((n + 1) // 2).view(np.uint32)[:n]
-    layer = (words & np.uint32(0xFF)).astype(np.intp)
-    mantissa = words >> np.uint32(9)
-    out[...] = mantissa
-    out *= _WIDTH.take(layer)
-    slow = np.flatnonzero(mantissa >= _ACCEPT.take(layer))
-    # sign: xor bit 8 of the word into the float's sign bit
-    out.view(np.uint32)[...] ^= (words & np.uint32(0x100)) << _SIGN_SHIFT
-    if slow.size:
-        _slow_path(rng, out, slow, layer[slow])
 
 
 def _slow_path(rng: np.random.Generator, out: np.ndarray, idx: np.ndarray, layer: np.ndarray) -> None:
@@ -86,9 +113,7 @@ def _slow_path(rng: np.random.Generator, out: np.ndarray, idx: np.ndarray, layer
         low, high = _DENSITY[w_layer], _DENSITY[w_layer + 1]
         reject = low + rng.random(w_idx.size) * (high - low) >= np.exp(-0.5 * xabs * xabs)
         if reject.any():
-            redo = np.empty(int(reject.sum()), dtype=np.float32)
-            _ziggurat(rng, redo)
-            out[w_idx[reject]] = redo
+            out[w_idx[reject]] = standard_normal(rng, int(reject.sum()))
 
 
 def _tail_excess(rng: np.random.Generator, count: int) -> np.ndarray:

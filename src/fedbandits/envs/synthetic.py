@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedbandits.core.random import fill_standard_normal
+from fedbandits.core.random import NormalSampler
 from fedbandits.core.validation import check_float, check_int
 from fedbandits.envs.base import Environment, Round
 
@@ -52,6 +52,9 @@ class GaussianSphere(Environment):
         self._raw = np.empty((*shape[:-1], self.dim - 1), dtype=np.float32)
         self._features = np.empty(shape, dtype=np.float32)
         self._features[..., -1] = _HALF_SQRT2
+        self._sampler = NormalSampler(self._raw[0].size)
+        self._square = np.empty_like(self._raw)
+        self._ones = np.ones(self.dim - 1, dtype=np.float32)
         self._sqnorm = np.empty(shape[:-1], dtype=np.float32)
         self._means = np.empty(shape[:-1], dtype=np.float32)
         self._noise = np.empty((self.n_runs, self.n_agents))
@@ -65,9 +68,12 @@ class GaussianSphere(Environment):
     def next_round(self) -> Round:
         raw = self._raw
         for r, rng in enumerate(self.rngs):
-            fill_standard_normal(rng, raw[r])
+            self._sampler.fill(rng, raw[r])
             rng.standard_normal(out=self._noise[r])
-        np.einsum("...i,...i->...", raw, raw, out=self._sqnorm)
+        # squared norms as an elementwise square and a matrix-vector product: twice as fast as
+        # einsum over a last axis of length d-1
+        np.multiply(raw, raw, out=self._square)
+        np.matmul(self._square, self._ones, out=self._sqnorm)
         np.sqrt(self._sqnorm, out=self._sqnorm)
         np.divide(np.float32(_HALF_SQRT2), self._sqnorm, out=self._sqnorm)
         np.multiply(raw, self._sqnorm[..., None], out=self._features[..., :-1])
