@@ -212,8 +212,9 @@ def test_csv_files_are_consistent(tiny_run):
             assert ts[-1] == HORIZON and ts == sorted(set(ts))
             assert all(b >= a for a, b in itertools.pairwise(values))  # cumulative regret never decreases
             assert values[-1] == finals[label][run]
-            agents = [float(r["cumulative_regret"]) for r in per_agent
-                      if r["algorithm"] == label and int(r["run"]) == run]
+            agents = [
+                float(r["cumulative_regret"]) for r in per_agent if r["algorithm"] == label and int(r["run"]) == run
+            ]
             assert len(agents) == AGENTS
             assert sum(agents) == pytest.approx(values[-1], rel=1e-12)
     for row in read_csv(out / "runs.csv"):
@@ -350,7 +351,9 @@ BAD_PLOTS = {
     "a file": (lambda tmp, _: _write(tmp, TINY), ["is not a results folder", "config.toml is missing"]),
     # every file present but one of them is not what `run` writes
     "runs.csv with only its header": (
-        _damaged("runs.csv", "algorithm,run,final_regret,sync_rounds,messages,bytes_sent\n"), ["runs.csv"]),
+        _damaged("runs.csv", "algorithm,run,final_regret,sync_rounds,messages,bytes_sent\n"),
+        ["runs.csv"],
+    ),
     "summary.json not JSON": (_damaged("summary.json", "{not json"), ["summary.json"]),
     "config.toml empty": (_damaged("config.toml", ""), ["config.toml"]),
 }
@@ -369,8 +372,14 @@ def test_plot_rejects_a_folder_that_is_not_results(tmp_path, tiny_run, make, wor
 # as a subprocess: the real interpreter, exit status and streams
 # --------------------------------------------------------------------------------------------
 def _subprocess(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "fedbandits.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "fedbandits.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_subprocess_run_matches_in_process_run(tmp_path, tiny_config, tiny_run):

@@ -63,6 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--runs", type=_positive_int, help="override [experiment] runs")
         p.add_argument("--seed", type=_nonnegative_int, help="override [experiment] seed")
         p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+        p.add_argument(
+            "--transcript",
+            action="store_true",
+            help="save every message each silo released (private protocols) under DIR/transcript/",
+        )
 
     p_run = sub.add_parser(
         "run",
@@ -96,7 +101,9 @@ def _run(config: Config, args: argparse.Namespace) -> int:
     out = args.out if args.out is not None else Path("results") / config.experiment.name
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} exists and is not a folder")
-    results = run_experiment(config, workers=args.workers, progress=not args.no_progress)
+    results = run_experiment(
+        config, workers=args.workers, progress=not args.no_progress, record_transcript=args.transcript
+    )
     results.save(out)
     figures = plot_results(results, out)
     exp = config.experiment

@@ -127,6 +127,13 @@ def config_from_dict(data: dict[str, Any]) -> Config:
         _build_component(f"algorithms[{i + 1}]", _as_table(f"algorithms[{i + 1}]", t), ALGORITHMS, allow_label=True)
         for i, t in enumerate(algs)
     )
+    for i, alg in enumerate(algorithms):
+        check = getattr(alg.params, "check_compatible", None)
+        if check is not None:
+            try:
+                check(horizon=experiment.horizon, agents=environment.params.agents, dim=environment.params.dim)
+            except ValueError as exc:
+                raise ConfigError(f"algorithms[{i + 1}] ({alg.name}): {exc}") from None
     labels = [a.label for a in algorithms]
     duplicates = sorted({lab for lab in labels if labels.count(lab) > 1})
     if duplicates:

@@ -7,6 +7,7 @@ factory.  The CLI's ``list`` command, config validation and the simulator all re
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import MISSING, dataclass, fields
 from typing import Any
@@ -14,12 +15,19 @@ from typing import Any
 import numpy as np
 
 from fedbandits.algorithms.base import LinUCBParams, Policy
-from fedbandits.algorithms.fedlinucb import FedLinUCB, FedLinUCBParams
+from fedbandits.algorithms.fedlinucb import FedLinUCB, FedLinUCBParams, theory_regularizer
 from fedbandits.algorithms.linucb import IndependentLinUCB, SuperAgentLinUCB
 from fedbandits.envs.base import Environment
 from fedbandits.envs.synthetic import GapInstance, GapInstanceParams, GaussianSphere, GaussianSphereParams
+from fedbandits.privacy.calibration import GAUSSIAN_PROTOCOLS, NoiseCalibration, calibrate
 from fedbandits.protocols.base import Protocol
+from fedbandits.protocols.gaussian_tree import (
+    GaussianPrefixProtocol,
+    GaussianTreeProtocol,
+    ShuffledGaussianTreeProtocol,
+)
 from fedbandits.protocols.passthrough import NonPrivate
+from fedbandits.protocols.vector_sum import VectorSumCalibration, VectorSumTreeProtocol, calibrate_vector_sum
 
 
 @dataclass(frozen=True)
@@ -49,6 +57,8 @@ class PolicyContext:
     horizon: int
     #: one Generator per run for the policy's own randomness (privacy noise)
     noise_rngs: Sequence[np.random.Generator]
+    #: keep every message the silos release (``fedbandits run --transcript``)
+    record_transcript: bool = False
 
 
 @dataclass(frozen=True)
@@ -63,9 +73,32 @@ def _linucb_factory(cls: type[Policy]) -> Callable[[LinUCBParams, PolicyContext]
     return build
 
 
+def calibrate_protocol(
+    params: FedLinUCBParams, *, horizon: int, agents: int, dim: int
+) -> NoiseCalibration | VectorSumCalibration:
+    """The noise calibration of a private FedLinUCB configuration (raises ValueError if impossible)."""
+    if params.protocol in GAUSSIAN_PROTOCOLS:
+        return calibrate(params.privacy_spec(), agents=agents, horizon=horizon, batch=params.batch)
+    if params.protocol == VectorSumTreeProtocol.name:
+        return calibrate_vector_sum(params.privacy_spec(), agents=agents, horizon=horizon, batch=params.batch, dim=dim)
+    raise ValueError(f"protocol {params.protocol!r} is not private")
+
+
 def _fedlinucb_factory(params: FedLinUCBParams, ctx: PolicyContext) -> Policy:
-    protocol = PROTOCOLS[params.protocol].factory(NoParams(), ctx)
-    return FedLinUCB(ctx.n_runs, ctx.n_agents, ctx.n_arms, ctx.dim, ctx.horizon, params, params.batch, protocol)
+    reg = params.reg
+    protocol: Protocol
+    if not params.private:
+        protocol = NonPrivate(ctx.n_runs, ctx.n_agents, ctx.dim)
+    else:
+        cal = calibrate_protocol(params, horizon=ctx.horizon, agents=ctx.n_agents, dim=ctx.dim)
+        protocol = PROTOCOLS[params.protocol].factory(cal, ctx)
+        if params.regularizer == "theory":
+            # noise std of one synced covariance entry per silo and p-sum
+            sigma = cal.sigma_cov if isinstance(cal, NoiseCalibration) else cal.noise_std() / math.sqrt(ctx.n_agents)
+            reg = theory_regularizer(sigma, ctx.n_agents, cal.nodes, ctx.dim, ctx.horizon, params.batch, params.alpha)
+    return FedLinUCB(
+        ctx.n_runs, ctx.n_agents, ctx.n_arms, ctx.dim, ctx.horizon, params, params.batch, protocol, reg=reg
+    )
 
 
 def _env_factory(cls: type[Environment]) -> Callable[[Any, Sequence[np.random.Generator]], Environment]:
@@ -75,9 +108,9 @@ def _env_factory(cls: type[Environment]) -> Callable[[Any, Sequence[np.random.Ge
     return build
 
 
-def _protocol_factory(cls: type[Protocol]) -> Callable[[Any, PolicyContext], Protocol]:
-    def build(params: Any, ctx: PolicyContext) -> Protocol:
-        return cls(ctx.n_runs, ctx.n_agents, ctx.dim)
+def _gaussian_protocol(cls: type[GaussianTreeProtocol]) -> Callable[[NoiseCalibration, PolicyContext], Protocol]:
+    def build(cal: NoiseCalibration, ctx: PolicyContext) -> Protocol:
+        return cls(ctx.n_runs, ctx.n_agents, ctx.dim, cal, ctx.noise_rngs, record=ctx.record_transcript)
 
     return build
 
@@ -98,5 +131,17 @@ ALGORITHMS: dict[str, Entry] = {
 }
 
 PROTOCOLS: dict[str, Entry] = {
-    NonPrivate.name: Entry(NonPrivate.name, NonPrivate.description, NoParams, _protocol_factory(NonPrivate)),
+    NonPrivate.name: Entry(NonPrivate.name, NonPrivate.description, NoParams, lambda cal, ctx: None),
+    **{
+        cls.name: Entry(cls.name, cls.description, NoParams, _gaussian_protocol(cls))
+        for cls in (GaussianTreeProtocol, GaussianPrefixProtocol, ShuffledGaussianTreeProtocol)
+    },
+    VectorSumTreeProtocol.name: Entry(
+        VectorSumTreeProtocol.name,
+        VectorSumTreeProtocol.description,
+        NoParams,
+        lambda cal, ctx: VectorSumTreeProtocol(
+            ctx.n_runs, ctx.n_agents, ctx.dim, cal, ctx.noise_rngs, record=ctx.record_transcript
+        ),
+    ),
 }

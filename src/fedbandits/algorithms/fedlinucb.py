@@ -1,21 +1,35 @@
-"""FedLinUCB with a fixed batch schedule: Algorithm 1 of Zhou & Chowdhury (2023)."""
+"""FedLinUCB with a fixed batch schedule: Algorithm 1 of Zhou & Chowdhury (2023), private or not."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from fedbandits.algorithms.base import LinUCBParams
 from fedbandits.algorithms.linucb import IndependentLinUCB
-from fedbandits.core.validation import check_int
+from fedbandits.core.clipping import clip_norm, clip_rewards
+from fedbandits.core.validation import check_choice, check_float, check_int
 from fedbandits.protocols.base import Protocol
+
+REGULARIZERS = ("fixed", "theory")
 
 
 @dataclass(frozen=True)
 class FedLinUCBParams(LinUCBParams):
     batch: int = field(default=25, metadata={"help": "rounds between synchronisations B >= 1"})
     protocol: str = field(default="none", metadata={"help": "synchronisation protocol (see the protocol list)"})
+    epsilon: float = field(default=1.0, metadata={"help": "privacy budget epsilon > 0 (private protocols)"})
+    delta: float = field(default=1e-4, metadata={"help": "privacy budget delta in (0, 1) (private protocols)"})
+    calibration: str = field(default="tight", metadata={"help": "'paper' closed form or 'tight' accountant"})
+    feature_bound: float = field(default=1.0, metadata={"help": "L: features clipped to ||x|| <= L (private)"})
+    reward_bound: float = field(default=1.0, metadata={"help": "B: rewards clipped to [-B, B] (private)"})
+    adjacency: str = field(default="replace", metadata={"help": "'replace' one user (paper) or 'add-remove'"})
+    lazy: bool = field(default=False, metadata={"help": "act on private statistics only (Algorithm 8)"})
+    regularizer: str = field(
+        default="fixed", metadata={"help": "'fixed' (reg) or 'theory' (lambda of Lemma C.4 from the noise)"}
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -24,6 +38,41 @@ class FedLinUCBParams(LinUCBParams):
 
         if self.protocol not in PROTOCOLS:
             raise ValueError(f"protocol must be one of {', '.join(map(repr, PROTOCOLS))}, got {self.protocol!r}")
+        if not isinstance(self.lazy, bool):
+            raise ValueError(f"lazy must be true or false, got {self.lazy!r}")
+        check_choice("regularizer", self.regularizer, REGULARIZERS)
+        if self.private:
+            self.privacy_spec()  # validates epsilon, delta, calibration, bounds, adjacency
+        else:
+            # still reject nonsense so a later switch of protocol cannot surprise
+            check_float("epsilon", self.epsilon, low=0.0, low_open=True)
+            check_float("delta", self.delta, low=0.0, high=1.0, low_open=True, high_open=True)
+
+    @property
+    def private(self) -> bool:
+        return self.protocol != "none"
+
+    def privacy_spec(self):  # type: ignore[no-untyped-def]
+        from fedbandits.privacy.calibration import PrivacySpec
+
+        return PrivacySpec(
+            protocol=self.protocol,
+            epsilon=self.epsilon,
+            delta=self.delta,
+            calibration=self.calibration,
+            feature_bound=self.feature_bound,
+            reward_bound=self.reward_bound,
+            adjacency=self.adjacency,
+        )
+
+    def check_compatible(self, horizon: int, agents: int, dim: int) -> None:
+        """Checks that need the experiment: B <= T, and the privacy request can be met."""
+        if self.batch > horizon:
+            raise ValueError(f"batch must be an integer in [1, horizon = {horizon}], got {self.batch}")
+        if self.private:
+            from fedbandits.registry import calibrate_protocol
+
+            calibrate_protocol(self, horizon=horizon, agents=agents, dim=dim)
 
 
 class FedLinUCB(IndependentLinUCB):
@@ -34,6 +83,12 @@ class FedLinUCB(IndependentLinUCB):
     data-independent schedule, line 9) hands them to the protocol, receives the synchronised
     (W_syn, U_syn) and resets W_i, U_i (lines 10-17).  With the ``none`` protocol this is the
     non-private FedLinUCB baseline.  The radius uses n = M t samples (Lemma C.4).
+
+    With a private protocol every feature is clipped to ||x|| <= L and every reward to [-B, B]
+    *before* it enters W_i, U_i (the released statistics) and the agent's own state; the clipped
+    counts are reported.  The noisy synced Gram matrix may be indefinite: lambda I + W_syn is then
+    repaired by raising its eigenvalues to at least lambda/10 (post-processing; counted).
+    ``lazy`` is Algorithm 8: agents act on lambda I + W_syn only, never on unreleased local data.
     """
 
     name = "fedlinucb"
@@ -46,26 +101,45 @@ class FedLinUCB(IndependentLinUCB):
         n_arms: int,
         dim: int,
         horizon: int,
-        params: LinUCBParams,
+        params: FedLinUCBParams,
         batch: int,
         protocol: Protocol,
+        reg: float | None = None,
     ) -> None:
-        super().__init__(n_runs, n_agents, n_arms, dim, horizon, params)
+        self.reg_value = params.reg if reg is None else reg
+        super().__init__(n_runs, n_agents, n_arms, dim, horizon, _with_reg(params, self.reg_value))
         self.batch = check_int("batch", batch, low=1)
         self.protocol = protocol
+        self.private = params.private
+        self.lazy = params.lazy
+        self.feature_bound = params.feature_bound
+        self.reward_bound = params.reward_bound
         self.local_cov = np.zeros((n_runs, n_agents, dim, dim))  # W_i  (R, M, d, d)
         self.local_bias = np.zeros((n_runs, n_agents, dim))  # U_i  (R, M, d)
         self.synced_cov = np.zeros((n_runs, dim, dim))  # W_syn (R, d, d)
         self.synced_bias = np.zeros((n_runs, dim))  # U_syn (R, d)
+        self._needs_points = getattr(protocol, "needs_points", False)
+        self.clipped_features = 0
+        self.clipped_rewards = 0
+        self.psd_repairs = 0
+        self.last_sync_t = 0
 
     def radius_samples(self) -> int:
-        """Lemma C.4 uses n = M t: the samples of all agents up to round t."""
-        return self.n_agents * self.t
+        """Lemma C.4 uses n = M t: the samples of all agents up to round t (up to the last sync if lazy)."""
+        return self.n_agents * (self.last_sync_t if self.lazy else self.t)
 
     def _observe(self, x: np.ndarray, y: np.ndarray) -> None:
-        self.state._update_unchecked(x, y)
+        if self.private:
+            x, n_x = clip_norm(x, self.feature_bound)
+            y, n_y = clip_rewards(y, -self.reward_bound, self.reward_bound)
+            self.clipped_features += n_x
+            self.clipped_rewards += n_y
+        if not self.lazy:
+            self.state._update_unchecked(x, y)
         self.local_cov += x[..., :, None] * x[..., None, :]
         self.local_bias += x * y[..., None]
+        if self._needs_points:
+            self.protocol.observe_points(x, y)  # type: ignore[attr-defined]
 
     def end_round(self) -> None:
         super().end_round()
@@ -75,14 +149,61 @@ class FedLinUCB(IndependentLinUCB):
     def sync(self) -> None:
         """Lines 10-17: exchange batch statistics through the protocol, adopt the synced ones."""
         cov, bias = self.protocol.sync(self.local_cov, self.local_bias)
-        gram = self.params.reg * np.eye(self.dim) + cov
+        gram = self.reg_value * np.eye(self.dim) + cov
+        if self.private:
+            gram = self._repair(gram)
         self.state.set(gram[:, None], bias[:, None])
         self.synced_cov, self.synced_bias = cov, bias
         self.local_cov[...] = 0.0
         self.local_bias[...] = 0.0
+        self.last_sync_t = self.t
         self.sync_rounds += 1
         self.messages[:] = self.protocol.messages
         self.bytes_sent[:] = self.protocol.bytes_sent
 
+    def _repair(self, gram: np.ndarray) -> np.ndarray:
+        """Raise eigenvalues of the (noisy) Gram matrices below lambda/10 to lambda/10."""
+        floor = 0.1 * self.reg_value
+        eigval, eigvec = np.linalg.eigh(gram)
+        bad = eigval.min(axis=-1) < floor
+        if not bad.any():
+            return gram
+        self.psd_repairs += int(bad.sum())
+        fixed = (eigvec[bad] * np.maximum(eigval[bad], floor)[:, None, :]) @ np.swapaxes(eigvec[bad], -1, -2)
+        gram = gram.copy()
+        gram[bad] = 0.5 * (fixed + np.swapaxes(fixed, -1, -2))
+        return gram
+
     def report(self) -> dict[str, object]:
-        return {"batch": self.batch, **self.protocol.privacy_report()}
+        out: dict[str, object] = {"batch": self.batch, "reg": self.reg_value, **self.protocol.privacy_report()}
+        if self.private:
+            out.update(
+                {
+                    "lazy": self.lazy,
+                    "clipped": self.clipped_features + self.clipped_rewards,
+                    "clipped_features": self.clipped_features,
+                    "clipped_rewards": self.clipped_rewards,
+                    "psd_repairs": self.psd_repairs,
+                }
+            )
+        return out
+
+
+def _with_reg(params: FedLinUCBParams, reg: float) -> FedLinUCBParams:
+    if reg == params.reg:
+        return params
+    from dataclasses import replace
+
+    return replace(params, reg=reg)
+
+
+def theory_regularizer(
+    sigma_cov: float, agents: int, nodes: int, dim: int, horizon: int, batch: int, alpha: float
+) -> float:
+    """lambda of Lemma C.4 with constant 1: max(1, sigma_total (sqrt(d) + sqrt(log(T / (B alpha))))).
+
+    sigma_total = sqrt(M * nodes) * sigma_cov bounds the std of one entry of the synced noise
+    (M silos, at most ``nodes`` p-sums in a prefix).
+    """
+    sigma_total = math.sqrt(agents * nodes) * sigma_cov
+    return max(1.0, sigma_total * (math.sqrt(dim) + math.sqrt(max(0.0, math.log(horizon / (batch * alpha))))))

@@ -38,6 +38,8 @@ class AlgorithmResult:
     bytes_sent: np.ndarray  # (R,)
     seconds: float = math.nan
     report: dict[str, Any] = field(default_factory=dict)
+    #: (run index, {"sync": (K,), "messages": (K, M, P), "sigma": (P,)}) when recorded
+    transcripts: list[tuple[int, dict[str, np.ndarray]]] = field(default_factory=list)
 
     @property
     def final_regret(self) -> np.ndarray:
@@ -85,9 +87,28 @@ class Results:
 
     def table(self) -> str:
         """The summary as an aligned text table (what the CLI prints)."""
-        head = ("algorithm", "regret(T) mean", "std", "per-agent", "syncs", "MB sent", "seconds")
+        head = (
+            "algorithm",
+            "regret(T) mean",
+            "std",
+            "per-agent",
+            "syncs",
+            "MB sent",
+            "privacy",
+            "eps spent",
+            "seconds",
+        )
         rows = [head]
         for s in self.summary()["algorithms"]:
+            protocol = s.get("protocol", "-")
+            spent = s.get("epsilon_spent")
+            if protocol in ("-", "none"):
+                spent_text = "-"
+            elif spent is None:
+                spent_text = "no formal guarantee"
+            else:
+                spent_text = f"{spent:.4g} (target {s.get('epsilon', float('nan')):.4g})"
+            privacy = protocol if protocol in ("-", "none") else f"{protocol}/{s.get('calibration', '?')}"
             rows.append(
                 (
                     s["label"],
@@ -96,6 +117,8 @@ class Results:
                     f"{s['per_agent_regret_mean']:.2f}",
                     f"{s['sync_rounds']:.0f}",
                     f"{s['bytes_sent'] / 1e6:.3f}",
+                    privacy,
+                    spent_text,
                     f"{s['wall_seconds']:.2f}",
                 )
             )
@@ -127,6 +150,7 @@ class Results:
             for lab, res in self.algorithms.items():
                 for r, row in enumerate(res.per_agent):
                     w.writerows((lab, r, i, repr(float(v))) for i, v in enumerate(row))
+        self._save_transcripts(out)
         with open(out / "runs.csv", "w", newline="", encoding="utf-8") as fh:
             w = csv.writer(fh)
             w.writerow(["algorithm", "run", "final_regret", "sync_rounds", "messages", "bytes_sent"])
@@ -143,6 +167,22 @@ class Results:
                         ]
                     )
         return out
+
+    def _save_transcripts(self, out: Path) -> None:
+        """``transcript/<algorithm>/run_<r>.npz`` for every algorithm whose messages were recorded.
+
+        Each file holds ``sync (K,)`` (release index k), ``messages (K, M, P)`` (what silo i
+        released at sync k, before any shuffling: the packed upper triangle of its covariance
+        p-sum -- or prefix sum for ``ldp-prefix`` -- followed by its bias p-sum, noise included)
+        and ``sigma (P,)`` (the noise standard deviation of every packed entry).
+        """
+        for index, res in enumerate(self.algorithms.values()):
+            if not res.transcripts:
+                continue
+            folder = out / "transcript" / f"{index + 1:02d}-{_slug(res.label)}"
+            folder.mkdir(parents=True, exist_ok=True)
+            for run, data in res.transcripts:
+                np.savez_compressed(folder / f"run_{run:04d}.npz", **data)
 
     @classmethod
     def load(cls, folder: str | Path) -> Results:
@@ -246,3 +286,7 @@ _SUMMARY_KEYS = {
     "bytes_sent",
     "wall_seconds",
 }
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in text).strip("-") or "algorithm"

@@ -13,7 +13,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing import get_context
 
 import numpy as np
@@ -42,17 +42,35 @@ class ChunkResult:
     seconds: dict[str, float]
     reports: dict[str, dict[str, object]]
     env_seconds: float
+    #: per algorithm label: the released messages, if recorded (see :mod:`fedbandits.sim.results`)
+    transcripts: dict[str, list[dict[str, object]]] = field(default_factory=dict)
 
 
-def simulate_runs(config: Config, runs: Sequence[int], on_step: Callable[[int], None] | None = None) -> ChunkResult:
-    """Simulate the runs ``runs`` of ``config`` together, batched over runs and agents."""
+def simulate_runs(
+    config: Config,
+    runs: Sequence[int],
+    on_step: Callable[[int], None] | None = None,
+    record_transcript: bool = False,
+) -> ChunkResult:
+    """Simulate the runs ``runs`` of ``config`` together, batched over runs and agents.
+
+    ``record_transcript`` keeps every message each silo's protocol released (private protocols).
+    """
     runs = list(runs)
     exp = config.experiment
     env = ENVIRONMENTS[config.environment.name].factory(config.environment.params, env_rngs(exp.seed, runs))
     noise_seed = exp.seed if exp.noise_seed is None else exp.noise_seed
     policies = []
     for a, alg in enumerate(config.algorithms):
-        ctx = PolicyContext(len(runs), env.n_agents, env.n_arms, env.dim, exp.horizon, noise_rngs(noise_seed, runs, a))
+        ctx = PolicyContext(
+            len(runs),
+            env.n_agents,
+            env.n_arms,
+            env.dim,
+            exp.horizon,
+            noise_rngs(noise_seed, runs, a),
+            record_transcript=record_transcript,
+        )
         policies.append(ALGORITHMS[alg.name].factory(alg.params, ctx))
 
     grid = time_grid(exp.horizon, exp.grid_points)
@@ -89,6 +107,11 @@ def simulate_runs(config: Config, runs: Sequence[int], on_step: Callable[[int], 
         seconds=seconds,
         reports={lab: p.report() for lab, p in zip(labels, policies, strict=True)},
         env_seconds=env_seconds,
+        transcripts={
+            lab: t
+            for lab, p in zip(labels, policies, strict=True)
+            if (t := getattr(getattr(p, "protocol", None), "transcript", None)) is not None
+        },
     )
 
 
@@ -106,7 +129,9 @@ def _single_thread_worker() -> None:
     threadpool_limits(1)
 
 
-def run_experiment(config: Config, workers: int = 1, progress: bool = False) -> Results:
+def run_experiment(
+    config: Config, workers: int = 1, progress: bool = False, record_transcript: bool = False
+) -> Results:
     """Run every run of ``config`` (in ``workers`` processes) and gather the results."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
@@ -117,13 +142,14 @@ def run_experiment(config: Config, workers: int = 1, progress: bool = False) -> 
     try:
         if workers == 1 or len(chunks) == 1:
             for chunk in chunks:
-                results.append(simulate_runs(config, chunk, on_step=(lambda _t: bar.update(1)) if bar else None))
+                on_step = (lambda _t: bar.update(1)) if bar else None
+                results.append(simulate_runs(config, chunk, on_step=on_step, record_transcript=record_transcript))
         else:
             ctx = get_context("spawn")
             with ProcessPoolExecutor(
                 min(workers, len(chunks)), mp_context=ctx, initializer=_single_thread_worker
             ) as pool:
-                futures = [pool.submit(simulate_runs, config, chunk) for chunk in chunks]
+                futures = [pool.submit(simulate_runs, config, chunk, None, record_transcript) for chunk in chunks]
                 for fut in as_completed(futures):
                     results.append(fut.result())
                     if bar:
@@ -157,7 +183,8 @@ def _merge(config: Config, chunks: list[ChunkResult], wall: float) -> Results:
             messages=np.concatenate([c.messages[lab] for c in chunks]),
             bytes_sent=np.concatenate([c.bytes_sent[lab] for c in chunks]),
             seconds=float(sum(c.seconds[lab] for c in chunks)),
-            report=chunks[0].reports[lab],
+            report=_merge_reports([c.reports[lab] for c in chunks]),
+            transcripts=[(run, t) for c in chunks for run, t in _split_transcript(c, lab)],
         )
     return Results(
         config=config,
@@ -167,3 +194,23 @@ def _merge(config: Config, chunks: list[ChunkResult], wall: float) -> Results:
         env_seconds=float(sum(c.env_seconds for c in chunks)),
         workers_cpu=os.cpu_count() or 1,
     )
+
+
+def _merge_reports(reports: list[dict[str, object]]) -> dict[str, object]:
+    """Counts (clipped values, repairs) add up over tasks; everything else is per-config."""
+    merged = dict(reports[0])
+    for key in merged:
+        if key.startswith("clipped") or key == "psd_repairs":
+            merged[key] = sum(int(r[key]) for r in reports)  # type: ignore[call-overload]
+    return merged
+
+
+def _split_transcript(chunk: ChunkResult, label: str) -> list[tuple[int, dict[str, np.ndarray]]]:
+    """One transcript per run: sync index (K,), messages (K, M, P), noise std sigma (P,)."""
+    records = chunk.transcripts.get(label)
+    if not records:
+        return []
+    syncs = np.array([rec["sync"] for rec in records])
+    messages = np.stack([rec["messages"] for rec in records])  # (K, r, M, P)
+    sigma = np.asarray(records[0]["sigma"])
+    return [(run, {"sync": syncs, "messages": messages[:, i], "sigma": sigma}) for i, run in enumerate(chunk.runs)]

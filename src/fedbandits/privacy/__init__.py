@@ -1,0 +1,1 @@
+"""Privacy mechanisms and accounting: tree aggregation, Gaussian and shuffle protocols."""

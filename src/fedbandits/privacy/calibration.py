@@ -1,0 +1,155 @@
+"""Noise calibration of every private protocol, and the privacy it actually spends.
+
+Two modes (``calibration`` in the config):
+
+* ``"paper"`` reproduces each paper's closed form exactly (needed to reproduce its figures);
+* ``"tight"`` finds the smallest noise meeting (epsilon, delta) for the *exact* release pattern:
+  one user lies in ``nodes = floor(log2 K) + 1`` released p-sums of each of the two streams
+  (covariance and bias), each a Gaussian mechanism; their composition is exactly a Gaussian
+  mechanism (mu-GDP), calibrated with dp-accounting.
+
+Either way the report gives ``epsilon_spent``: the exact epsilon at the target delta of what is
+actually released, with the sensitivities derived from the clipping bounds and the adjacency
+(:mod:`fedbandits.privacy.sensitivity`).  For the paper's closed forms this can exceed the
+target: the papers count kappa = 1 + ln K nodes instead of floor(log2 K) + 1 and use sensitivity
+1 for replace-one adjacency; the report shows it rather than hiding it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+from fedbandits.core.validation import check_choice, check_float, check_int
+from fedbandits.privacy import accounting
+from fedbandits.privacy.sensitivity import ADJACENCIES, Sensitivity, stream_sensitivity
+from fedbandits.privacy.tree import max_nodes_per_datum
+
+CALIBRATIONS = ("paper", "tight")
+GAUSSIAN_PROTOCOLS = ("ldp", "ldp-prefix", "sdp-amplification")
+
+
+@dataclass(frozen=True)
+class PrivacySpec:
+    """What the user asked for; validated here, calibrated by :func:`calibrate`."""
+
+    protocol: str
+    epsilon: float
+    delta: float
+    calibration: str = "tight"
+    feature_bound: float = 1.0
+    reward_bound: float = 1.0
+    adjacency: str = "replace"
+
+    def __post_init__(self) -> None:
+        check_float("epsilon", self.epsilon, low=0.0, low_open=True)
+        check_float("delta", self.delta, low=0.0, high=1.0, low_open=True, high_open=True)
+        check_choice("calibration", self.calibration, CALIBRATIONS)
+        check_float("feature_bound", self.feature_bound, low=0.0, low_open=True)
+        check_float("reward_bound", self.reward_bound, low=0.0, low_open=True)
+        check_choice("adjacency", self.adjacency, ADJACENCIES)
+
+    def sensitivity(self) -> Sensitivity:
+        return stream_sensitivity(self.feature_bound, self.reward_bound, self.adjacency)
+
+
+@dataclass(frozen=True)
+class NoiseCalibration:
+    """The calibrated noise of a Gaussian tree protocol and what it guarantees."""
+
+    protocol: str
+    calibration: str
+    epsilon: float
+    delta: float
+    releases: int
+    nodes: int  # released p-sums one user lies in, per stream
+    sigma_cov: float  # noise std per packed covariance entry, per released p-sum, per silo
+    sigma_bias: float  # ... per bias entry
+    epsilon_spent: float | None  # None when the protocol has no formal guarantee
+    guarantee: str  # "formal" or "no formal guarantee"
+    epsilon_silo: float  # each silo's own (silo-level LDP) guarantee, shuffling ignored
+    details: dict[str, object] = field(default_factory=dict)
+
+    def report(self) -> dict[str, object]:
+        out = asdict(self)
+        details = out.pop("details")
+        out.update({f"privacy_{k}": v for k, v in details.items()})
+        out["noise_std"] = self.sigma_cov
+        return out
+
+
+def gaussian_tree_mu(sigma_cov: float, sigma_bias: float, sens: Sensitivity, nodes: int) -> float:
+    """mu of the GDP guarantee of one silo's releases: ``nodes`` p-sums of each stream."""
+    return math.sqrt(nodes * ((sens.cov / sigma_cov) ** 2 + (sens.bias / sigma_bias) ** 2))
+
+
+def calibrate(spec: PrivacySpec, *, agents: int, horizon: int, batch: int) -> NoiseCalibration:
+    """Calibrate a Gaussian tree protocol (``ldp``, ``ldp-prefix``, ``sdp-amplification``).
+
+    Raises ``ValueError`` (an :class:`accounting.AmplificationError` for the shuffle lemma)
+    naming the failing condition when the request cannot be met.
+    """
+    check_choice("protocol", spec.protocol, GAUSSIAN_PROTOCOLS)
+    check_int("agents", agents, low=1)
+    check_int("horizon", horizon, low=1)
+    check_int("batch", batch, low=1, high=horizon)
+    releases = horizon // batch
+    nodes = max_nodes_per_datum(releases)
+    sens = spec.sensitivity()
+    details: dict[str, object] = {
+        "adjacency": spec.adjacency,
+        "sensitivity_cov": sens.cov,
+        "sensitivity_bias": sens.bias,
+    }
+    guarantee = "formal"
+    epsilon_spent: float | None
+    if spec.protocol in ("ldp", "ldp-prefix"):
+        if spec.calibration == "paper":
+            # Theorem 5.1 is stated for sensitivity 1 per stream (L = 1); scale by the paper's
+            # per-user norms L^2 and L B so that L = B = 1 gives the paper's sigma_0 exactly.
+            sigma0 = accounting.ldp_sigma_paper(spec.epsilon, spec.delta, releases)
+            sigma_cov = sigma0 * spec.feature_bound**2
+            sigma_bias = sigma0 * spec.feature_bound * spec.reward_bound
+            details["sigma0_paper"] = sigma0
+        else:
+            z = accounting.tight_noise_multiplier(spec.epsilon, spec.delta, 2 * nodes)
+            sigma_cov, sigma_bias = z * sens.cov, z * sens.bias
+            details["noise_multiplier"] = z
+        mu = gaussian_tree_mu(sigma_cov, sigma_bias, sens, nodes)
+        epsilon_spent = accounting.gaussian_epsilon(mu, spec.delta)
+        epsilon_silo = epsilon_spent
+    else:  # sdp-amplification
+        n_points = batch * (1 << (nodes - 1))  # the most data points one p-sum may hold
+        details["points_per_psum"] = n_points
+        if spec.calibration == "paper":
+            sigma0 = accounting.sdp_amplification_sigma_heuristic(spec.epsilon, spec.delta, releases, horizon, agents)
+            sigma_cov = sigma0 * spec.feature_bound**2
+            sigma_bias = sigma0 * spec.feature_bound * spec.reward_bound
+            details["sigma0_paper"] = sigma0
+            z_equiv = min(sigma_cov / sens.cov, sigma_bias / sens.bias)
+            try:
+                epsilon_spent = accounting.amplification_epsilon(z_equiv, n_points, agents, nodes, spec.delta)
+            except accounting.AmplificationError as exc:
+                epsilon_spent = None
+                guarantee = "no formal guarantee"
+                details["amplification_refused"] = str(exc)
+        else:
+            z = accounting.amplification_noise_multiplier(spec.epsilon, spec.delta, n_points, agents, nodes)
+            sigma_cov, sigma_bias = z * sens.cov, z * sens.bias
+            details["noise_multiplier"] = z
+            epsilon_spent = accounting.amplification_epsilon(z, n_points, agents, nodes, spec.delta)
+        epsilon_silo = accounting.gaussian_epsilon(gaussian_tree_mu(sigma_cov, sigma_bias, sens, nodes), spec.delta)
+    return NoiseCalibration(
+        protocol=spec.protocol,
+        calibration=spec.calibration,
+        epsilon=spec.epsilon,
+        delta=spec.delta,
+        releases=releases,
+        nodes=nodes,
+        sigma_cov=sigma_cov,
+        sigma_bias=sigma_bias,
+        epsilon_spent=epsilon_spent,
+        guarantee=guarantee,
+        epsilon_silo=epsilon_silo,
+        details=details,
+    )

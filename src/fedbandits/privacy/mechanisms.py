@@ -1,0 +1,126 @@
+"""The binary-tree mechanism split into a per-silo randomizer and a server analyzer.
+
+Zhou & Chowdhury (2023), Algorithm 2: at release k every silo's local randomizer R forms the
+p-sum of level i_k (its lower-level p-sums plus the new batch gamma_k, line 6) and releases it
+with Gaussian noise (line 7); the analyzer A adds the M silos' noisy p-sums (line 13) and
+releases the prefix sum as the sum of the synchronised p-sums at the one bits of k (line 14).
+Algorithm 4 (``prefix``) instead releases each silo's own noisy prefix sum.
+
+Statistics travel as *packed* vectors: the upper triangle (diagonal included) of the symmetric
+d x d covariance, row by row, followed by the d-dimensional bias -- d(d+1)/2 + d numbers.
+Noise is i.i.d. N(0, sigma_j^2) on every packed entry, so the unpacked covariance noise is a
+symmetric matrix whose upper-triangle entries (diagonal included) are independent and whose
+lower triangle mirrors them.
+
+Every noisy p-sum is drawn exactly once, when created, and kept until the tree no longer
+needs it: noise once released is never redrawn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from fedbandits.privacy.tree import lowest_set_bit, max_nodes_per_datum, prefix_levels
+
+
+def packed_width(dim: int) -> int:
+    return dim * (dim + 1) // 2 + dim
+
+
+def pack(cov: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """``cov (..., d, d)``, ``bias (..., d)`` -> packed ``(..., d(d+1)/2 + d)``."""
+    rows, cols = np.triu_indices(cov.shape[-1])
+    return np.concatenate([cov[..., rows, cols], bias], axis=-1)
+
+
+def unpack(packed: np.ndarray, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """Inverse of :func:`pack`: a symmetric covariance and the bias."""
+    rows, cols = np.triu_indices(dim)
+    n_tri = rows.size
+    cov = np.zeros((*packed.shape[:-1], dim, dim))
+    cov[..., rows, cols] = packed[..., :n_tri]
+    cov[..., cols, rows] = packed[..., :n_tri]
+    return cov, packed[..., n_tri:].copy()
+
+
+class TreeRandomizer:
+    """Local randomizer R of every silo, for R runs x M silos (Algorithm 2 lines 1-8).
+
+    ``sigma (P,)`` is the noise standard deviation of every packed entry; ``rngs`` holds one
+    Generator per run (the privacy-noise stream).  ``releases`` is the planned number of
+    releases K (it fixes the tree depth floor(log2 K) + 1).
+    """
+
+    def __init__(
+        self,
+        n_runs: int,
+        n_silos: int,
+        sigma: np.ndarray,
+        rngs: Sequence[np.random.Generator],
+        releases: int,
+    ) -> None:
+        self.sigma = np.asarray(sigma, dtype=np.float64)
+        if self.sigma.ndim != 1 or not (self.sigma >= 0).all():
+            raise ValueError("sigma must be a vector of non-negative standard deviations")
+        if len(rngs) != n_runs:
+            raise ValueError(f"need one Generator per run ({n_runs}), got {len(rngs)}")
+        self.rngs = list(rngs)
+        self.releases = releases
+        self.levels = max_nodes_per_datum(releases)
+        shape = (self.levels, n_runs, n_silos, self.sigma.size)
+        self.exact = np.zeros(shape)  # exact p-sums alpha_j
+        self.noisy = np.zeros(shape)  # released noisy p-sums alpha-hat_j
+        self.k = 0
+
+    def release(self, gamma: np.ndarray) -> np.ndarray:
+        """Release k = k + 1: the noisy p-sum of level i_k, shape ``(R, M, P)`` (a copy)."""
+        if self.k >= self.releases:
+            raise ValueError(f"the tree was planned for {self.releases} releases; release {self.k + 1} exceeds it")
+        k = self.k + 1
+        level = lowest_set_bit(k)
+        node = gamma + self.exact[:level].sum(axis=0)
+        noise = np.stack([rng.standard_normal(node.shape[1:]) for rng in self.rngs]) * self.sigma
+        self.exact[level] = node
+        self.noisy[level] = node + noise
+        # the lower levels are absorbed into this node and never used again
+        self.exact[:level] = 0.0
+        self.noisy[:level] = 0.0
+        self.k = k
+        return self.noisy[level].copy()
+
+    def prefix(self) -> np.ndarray:
+        """Algorithm 4: each silo's noisy prefix sum after release k, ``(R, M, P)``."""
+        return self.noisy[prefix_levels(self.k)].sum(axis=0)
+
+
+class TreeAnalyzer:
+    """The server's analyzer A (Algorithm 2 lines 9-15) for R runs."""
+
+    def __init__(self, n_runs: int, width: int, releases: int) -> None:
+        self.releases = releases
+        self.levels = max_nodes_per_datum(releases)
+        self.synced = np.zeros((self.levels, n_runs, width))
+        self.k = 0
+
+    def release(self, messages: np.ndarray) -> np.ndarray:
+        """Add the M (possibly shuffled) noisy p-sums ``(R, M, P)``; return the prefix ``(R, P)``."""
+        return self.release_sum(messages.sum(axis=1))
+
+    def release_sum(self, synced_psum: np.ndarray) -> np.ndarray:
+        """As :meth:`release` when the M messages were already summed (e.g. by a shuffle protocol)."""
+        k = self.k + 1
+        level = lowest_set_bit(k)
+        self.synced[level] = synced_psum
+        self.synced[:level] = 0.0
+        self.k = k
+        return self.synced[prefix_levels(k)].sum(axis=0)
+
+
+def shuffle_messages(messages: np.ndarray, rngs: Sequence[np.random.Generator]) -> np.ndarray:
+    """The shuffler S: a uniformly random permutation of the M messages of every run.
+
+    ``messages (R, M, P)``; the output carries no sender identity, only the order the shuffler chose.
+    """
+    return np.stack([messages[r, rng.permutation(messages.shape[1])] for r, rng in enumerate(rngs)])
