@@ -104,8 +104,8 @@ class Results:
             spent = s.get("epsilon_spent")
             if protocol in ("-", "none"):
                 spent_text = "-"
-            elif spent is None:
-                spent_text = "no formal guarantee"
+            elif s.get("guarantee") == "no formal guarantee":
+                spent_text = f"{spent:.4g} > target {s.get('epsilon', float('nan')):.4g}: NO FORMAL GUARANTEE"
             else:
                 spent_text = f"{spent:.4g} (target {s.get('epsilon', float('nan')):.4g})"
             privacy = protocol if protocol in ("-", "none") else f"{protocol}/{s.get('calibration', '?')}"
