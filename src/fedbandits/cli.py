@@ -156,6 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("fedbandits: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into e.g. `head`, which stopped reading
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

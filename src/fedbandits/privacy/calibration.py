@@ -17,6 +17,7 @@ target: the papers count kappa = 1 + ln K nodes instead of floor(log2 K) + 1 and
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass, field
 
@@ -83,11 +84,13 @@ def gaussian_tree_mu(sigma_cov: float, sigma_bias: float, sens: Sensitivity, nod
     return math.sqrt(nodes * ((sens.cov / sigma_cov) ** 2 + (sens.bias / sigma_bias) ** 2))
 
 
+@functools.lru_cache(maxsize=256)
 def calibrate(spec: PrivacySpec, *, agents: int, horizon: int, batch: int) -> NoiseCalibration:
     """Calibrate a Gaussian tree protocol (``ldp``, ``ldp-prefix``, ``sdp-amplification``).
 
     Raises ``ValueError`` (an :class:`accounting.AmplificationError` for the shuffle lemma)
-    naming the failing condition when the request cannot be met.
+    naming the failing condition when the request cannot be met.  Results are cached: the
+    numeric searches (about a second for Lemma F.2) run once per process and setting.
     """
     check_choice("protocol", spec.protocol, GAUSSIAN_PROTOCOLS)
     check_int("agents", agents, low=1)
@@ -133,10 +136,26 @@ def calibrate(spec: PrivacySpec, *, agents: int, horizon: int, batch: int) -> No
                 epsilon_amp = math.inf
                 details["amplification_refused"] = str(exc)
         else:
-            z = accounting.amplification_noise_multiplier(spec.epsilon, spec.delta, n_points, agents, nodes)
+            # the shuffled release is also silo-level LDP (which implies SDP): the smaller of the
+            # amplification multiplier and the plain-composition one is certified
+            z_ldp = accounting.tight_noise_multiplier(spec.epsilon, spec.delta, 2 * nodes)
+            try:
+                z_amp = accounting.amplification_noise_multiplier(spec.epsilon, spec.delta, n_points, agents, nodes)
+            except accounting.AmplificationError as exc:
+                raise accounting.AmplificationError(
+                    f"{exc}; (silo-level LDP, protocol = 'ldp', meets ({spec.epsilon}, {spec.delta}) with noise "
+                    f"multiplier {z_ldp:.4g})"
+                ) from None
+            z = min(z_amp, z_ldp)
             sigma_cov, sigma_bias = z * sens.cov, z * sens.bias
             details["noise_multiplier"] = z
-            epsilon_amp = accounting.amplification_epsilon(z, n_points, agents, nodes, spec.delta)
+            details["noise_multiplier_amplification"] = z_amp
+            details["noise_multiplier_composition"] = z_ldp
+            details["certified_by"] = "amplification (Lemma F.2)" if z_amp < z_ldp else "plain composition"
+            try:
+                epsilon_amp = accounting.amplification_epsilon(z, n_points, agents, nodes, spec.delta)
+            except accounting.AmplificationError:
+                epsilon_amp = math.inf  # z = z_ldp is below what the lemma can certify
         epsilon_silo = accounting.gaussian_epsilon(gaussian_tree_mu(sigma_cov, sigma_bias, sens, nodes), spec.delta)
         # both are theorems about the same release: Lemma F.2 + composition, or plain Gaussian
         # composition (silo-level LDP, which implies SDP); report the better one

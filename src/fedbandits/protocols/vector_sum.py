@@ -19,6 +19,7 @@ Communication is counted as the protocol sends it: n * D * (g + b) one-bit messa
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -80,6 +81,7 @@ class VectorSumCalibration:
         }
 
 
+@functools.lru_cache(maxsize=256)
 def calibrate_vector_sum(spec: PrivacySpec, *, agents: int, horizon: int, batch: int, dim: int) -> VectorSumCalibration:
     """Per-run budget and parameters of the vector-sum protocol (raises ValueError if out of range)."""
     check_int("agents", agents, low=1)
