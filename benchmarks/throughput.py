@@ -1,4 +1,4 @@
-"""Throughput of fedbandits' simulator on the GaussianSphere instance, against a reference and a floor.
+"""Throughput of fedbandits' simulator on the GaussianSphere instance: reference, floor, private protocols.
 
 Instance: environment ``gaussian-sphere`` with d = 10, K = 100 fresh arms per agent and round, M = 100
 agents; algorithm non-private FedLinUCB (``fedlinucb``, protocol ``none``, batch B = 25, theory radius
@@ -22,15 +22,24 @@ R * M * T / seconds (one agent-step = one agent choosing one arm in one round).
     for the contexts and ``standard_normal(M)`` for the reward noise, nothing else.
 (d) (a) with ``workers=2``: a spawn process pool of two workers (one BLAS thread each) running the
     same R runs; pool start-up is included in the time.  R must be even so both get equal work.
+(e) LDP-FedLinUCB: (a) with ``protocol = "ldp"``, epsilon = 1, delta = 1e-4, calibration ``tight``
+    (same instance, B, radius, R and T; clipping, calibration and the release noise all in the time).
+(f) SDP-FedLinUCB by the vector-sum protocol: (a) with ``protocol = "sdp-vector-sum"``, epsilon = 1,
+    delta = 0.1 (the fast form of the protocol, as the simulator always uses).
+(a), (e) and (f) are timed interleaved, a, e, f, a, e, f, ... (``--repeat`` rounds), keeping the best
+of each, so that slow phases of a noisy machine hit all three alike.  If fedbandits refuses (e) or (f)
+with a ValueError, its line says FAILED with the error, it is not retried, and its ratios print as nan.
 
 Printed ratios (per agent-step), on the last line:
-``ratios: vs_reference=X vs_floor=Y two_workers=Z`` with X = time(b)/time(a), Y = time(a)/time(c),
-Z = time(a)/time(d).  Targets: (a) >= 10x faster than (b) (X >= 10); (a) at most 1.2x the time of
-(c) (Y <= 1.2); two workers >= 1.7x one worker (Z >= 1.7).
+``ratios: vs_reference=X vs_floor=Y two_workers=Z ldp_vs_nonprivate=U vecsum_vs_ldp=V`` with
+X = time(b)/time(a), Y = time(a)/time(c), Z = time(a)/time(d), U = time(e)/time(a),
+V = time(f)/time(e).  Targets: (a) >= 10x faster than (b) (X >= 10); (a) at most 1.2x the time of
+(c) (Y <= 1.2); two workers >= 1.7x one worker (Z >= 1.7); LDP at most 1.15x the time of the
+non-private run (U <= 1.15); vector-sum at most 1.5x the time of LDP (V <= 1.5).
 
 Usage::
 
-    python benchmarks/throughput.py            # full benchmark, (a) takes roughly 10-20 s
+    python benchmarks/throughput.py            # full benchmark, (a), (e), (f) take roughly 10-20 s each
     python benchmarks/throughput.py --quick    # a few seconds in all
     python benchmarks/throughput.py --repeat 3 # best of 3 timings of each measurement (on a busy machine)
 """
@@ -44,6 +53,7 @@ import platform
 import subprocess
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
@@ -68,22 +78,29 @@ HALF_SQRT2 = math.sqrt(0.5)
 FULL = {"runs": 4, "horizon": 2000, "reference_horizon": 500}
 QUICK = {"runs": 2, "horizon": 100, "reference_horizon": 25}
 
+# protocol settings of fedlinucb per measurement: (a) and (d) non-private, (e) LDP, (f) SDP by vector sum
+NONPRIVATE: dict[str, object] = {"protocol": "none"}
+LDP: dict[str, object] = {"protocol": "ldp", "epsilon": 1.0, "delta": 1e-4, "calibration": "tight"}
+VECSUM: dict[str, object] = {"protocol": "sdp-vector-sum", "epsilon": 1.0, "delta": 0.1}
 
-def make_config(runs: int, horizon: int) -> fedbandits.Config:
+
+def make_config(runs: int, horizon: int, privacy: dict[str, object] = NONPRIVATE) -> fedbandits.Config:
     return fedbandits.config_from_dict(
         {
             "experiment": {"seed": SEED, "runs": runs, "horizon": horizon, "runs_per_task": 1, "name": "throughput"},
             "environment": {"name": "gaussian-sphere", "agents": AGENTS, "arms": ARMS, "dim": DIM},
             "algorithms": [
-                {"name": "fedlinucb", "batch": BATCH, "protocol": "none", "reg": REG, "alpha": ALPHA},
+                {"name": "fedlinucb", "batch": BATCH, "reg": REG, "alpha": ALPHA, **privacy},
             ],
         }
     )
 
 
-def time_fedbandits(runs: int, horizon: int, workers: int) -> tuple[float, fedbandits.Results]:
-    """(a) and (d): wall time of run_experiment, including (for workers > 1) the pool start-up."""
-    config = make_config(runs, horizon)
+def time_fedbandits(
+    runs: int, horizon: int, workers: int, privacy: dict[str, object] = NONPRIVATE
+) -> tuple[float, fedbandits.Results]:
+    """(a), (d), (e), (f): wall time of run_experiment, including (for workers > 1) the pool start-up."""
+    config = make_config(runs, horizon, privacy)
     start = time.perf_counter()
     results = run_experiment(config, workers=workers)
     return time.perf_counter() - start, results
@@ -165,6 +182,57 @@ def best_of(repeat: int, measure: Callable[[], tuple[float, _T]]) -> tuple[float
     return min((measure() for _ in range(repeat)), key=lambda timed: timed[0])
 
 
+@dataclass(frozen=True)
+class Refused:
+    """A measurement that fedbandits refused with a ValueError after ``seconds`` (not retried)."""
+
+    error: ValueError
+    seconds: float
+
+
+def best_of_interleaved(
+    repeat: int, measures: list[Callable[[], tuple[float, _T]]]
+) -> list[tuple[float, _T] | Refused]:
+    """The fastest of ``repeat`` timings of each measurement, timed in turn (m1, m2, ..., m1, m2, ...).
+
+    A measurement that raises ValueError (a request the library cannot serve) is returned as
+    :class:`Refused` and left out of the later repeats; the others go on.
+    """
+    timings: list[list[tuple[float, _T]]] = [[] for _ in measures]
+    refused: list[Refused | None] = [None for _ in measures]
+    for _ in range(repeat):
+        for i, measure in enumerate(measures):
+            if refused[i] is not None:
+                continue
+            start = time.perf_counter()
+            try:
+                timings[i].append(measure())
+            except ValueError as exc:
+                refused[i] = Refused(exc, time.perf_counter() - start)
+    return [r if r is not None else min(timed, key=lambda t: t[0]) for r, timed in zip(refused, timings, strict=True)]
+
+
+def report_private(label: str, outcome: tuple[float, fedbandits.Results] | Refused, steps: int) -> float:
+    """Prints (e) or (f); returns its time, nan if fedbandits refused the run."""
+    if isinstance(outcome, Refused):
+        print(
+            f"{label} FAILED after {outcome.seconds:.2f} s: {type(outcome.error).__name__}: {outcome.error} "
+            "(a refusal of fedbandits on this instance; not timed)"
+        )
+        return math.nan
+    seconds, results = outcome
+    alg = results.algorithms["fedlinucb"]
+    print(
+        f"{label}{seconds:8.2f} s  {steps / seconds:12,.0f} agent-steps/s  "
+        f"(inside: environment {results.env_seconds:.2f} s, policy {alg.seconds:.2f} s)"
+    )
+    return seconds
+
+
+def target(value: float, ok: bool) -> str:
+    return "not measured" if math.isnan(value) else ("met" if ok else "NOT met")
+
+
 def source_version() -> str:
     """Git commit of the fedbandits sources measured (and whether they differ from it)."""
     src = Path(fedbandits.__file__).resolve().parent
@@ -195,8 +263,8 @@ def blas_setting() -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes: the whole script runs in a few seconds")
-    parser.add_argument("--runs", type=int, help="runs R for (a), (c), (d); even, >= 2 (default 4, quick 2)")
-    parser.add_argument("--horizon", type=int, help="rounds T for (a), (c), (d) (default 2000, quick 100)")
+    parser.add_argument("--runs", type=int, help="runs R for (a), (c)-(f); even, >= 2 (default 4, quick 2)")
+    parser.add_argument("--horizon", type=int, help="rounds T >= 25 for (a), (c)-(f) (default 2000, quick 100)")
     parser.add_argument(
         "--reference-horizon", type=int, help="rounds of the single reference run (b) (default 500, quick 25)"
     )
@@ -209,13 +277,15 @@ def main(argv: list[str] | None = None) -> None:
     runs, horizon, ref_horizon = sizes["runs"], sizes["horizon"], sizes["reference_horizon"]
     if runs < 2 or runs % 2:
         parser.error(f"--runs must be even and >= 2 so both workers get equal work, got {runs}")
-    if horizon < 1 or ref_horizon < 1 or args.repeat < 1:
-        parser.error("--horizon, --reference-horizon and --repeat must be >= 1")
+    if horizon < BATCH:
+        parser.error(f"--horizon must be >= the batch B = {BATCH}, got {horizon}")
+    if ref_horizon < 1 or args.repeat < 1:
+        parser.error("--reference-horizon and --repeat must be >= 1")
     repeat = args.repeat
     ref_runs = 1
 
     # the reference's radius must be fedbandits' theory radius (same exploration, same work)
-    radius: ConfidenceRadius = make_config(2, 1).algorithms[0].params.confidence_radius()
+    radius: ConfidenceRadius = make_config(2, BATCH).algorithms[0].params.confidence_radius()
     for n in (0, AGENTS, AGENTS * horizon):
         assert math.isclose(theory_beta(n, DIM), radius(float(n), DIM, REG), rel_tol=1e-12), n
 
@@ -231,18 +301,34 @@ def main(argv: list[str] | None = None) -> None:
         f"reference and floor np.random.default_rng = {type(np.random.default_rng().bit_generator).__name__} (float64)"
     )
     print(f"instance: gaussian-sphere d={DIM} K={ARMS} M={AGENTS}, fedlinucb protocol=none B={BATCH}")
-    print(f"(a), (c), (d): R={runs} runs x T={horizon} rounds x M={AGENTS} agents = {steps:,} agent-steps")
+    print(
+        "(e): protocol=ldp epsilon=1 delta=1e-4 calibration=tight; (f): protocol=sdp-vector-sum epsilon=1 delta=0.1; "
+        "(a), (e), (f) timed interleaved"
+    )
+    print(f"(a), (c)-(f): R={runs} runs x T={horizon} rounds x M={AGENTS} agents = {steps:,} agent-steps")
     print(
         f"(b): R={ref_runs} run x T={ref_horizon} rounds x M={AGENTS} agents = {ref_steps:,} agent-steps "
         "(fewer than (a): it is slow; converted to a per-agent-step rate)"
     )
     print()
 
-    # warm-up (imports, first-call allocations), not timed
-    time_fedbandits(1, BATCH, workers=1)
+    # warm-up (imports, first-call allocations, privacy accounting libraries), not timed
+    for privacy in (NONPRIVATE, LDP, VECSUM):
+        time_fedbandits(1, BATCH, workers=1, privacy=privacy)
     reference_run(0, 2)
 
-    t_a, res_a = best_of(repeat, lambda: time_fedbandits(runs, horizon, workers=1))
+    # (a), (e), (f) interleaved within each repeat: a, e, f, a, e, f, ...
+    out_a, out_e, out_f = best_of_interleaved(
+        repeat,
+        [
+            lambda: time_fedbandits(runs, horizon, workers=1),
+            lambda: time_fedbandits(runs, horizon, workers=1, privacy=LDP),
+            lambda: time_fedbandits(runs, horizon, workers=1, privacy=VECSUM),
+        ],
+    )
+    if isinstance(out_a, Refused):
+        raise out_a.error
+    t_a, res_a = out_a
     rate_a = steps / t_a
     alg = res_a.algorithms["fedlinucb"]
     print(
@@ -264,6 +350,8 @@ def main(argv: list[str] | None = None) -> None:
     t_d, res_d = best_of(repeat, lambda: time_fedbandits(runs, horizon, workers=2))
     rate_d = steps / t_d
     print(f"(d) fedbandits, 2 workers:    {t_d:8.2f} s  {rate_d:12,.0f} agent-steps/s  (spawn pool start-up included)")
+    t_e = report_private("(e) LDP-FedLinUCB, 1 process: ", out_e, steps)
+    t_f = report_private("(f) SDP vector-sum, 1 process:", out_f, steps)
 
     same = np.array_equal(alg.curves, res_d.algorithms["fedlinucb"].curves)
     print()
@@ -279,6 +367,8 @@ def main(argv: list[str] | None = None) -> None:
     vs_reference = rate_a / rate_b  # time(b)/time(a) per agent-step
     vs_floor = rate_c / rate_a  # time(a)/time(c) per agent-step
     two_workers = rate_d / rate_a  # time(1 worker)/time(2 workers) per agent-step
+    ldp_vs_nonprivate = t_e / t_a  # same work: time(e)/time(a); nan if (e) was refused
+    vecsum_vs_ldp = t_f / t_e  # same work: time(f)/time(e); nan if (e) or (f) was refused
     print(
         f"note: vs_reference * vs_floor = time(b)/time(c) = {rate_c / rate_b:.2f} (fixed by numpy and the reference), "
         f"so vs_reference >= 10 needs vs_floor <= {rate_c / rate_b / 10:.2f} here"
@@ -286,9 +376,14 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"targets: vs_reference >= 10 [{'met' if vs_reference >= 10 else 'NOT met'}], "
         f"vs_floor <= 1.2 [{'met' if vs_floor <= 1.2 else 'NOT met'}], "
-        f"two_workers >= 1.7 [{'met' if two_workers >= 1.7 else 'NOT met'}]"
+        f"two_workers >= 1.7 [{'met' if two_workers >= 1.7 else 'NOT met'}], "
+        f"ldp_vs_nonprivate <= 1.15 [{target(ldp_vs_nonprivate, ldp_vs_nonprivate <= 1.15)}], "
+        f"vecsum_vs_ldp <= 1.5 [{target(vecsum_vs_ldp, vecsum_vs_ldp <= 1.5)}]"
     )
-    print(f"ratios: vs_reference={vs_reference:.2f} vs_floor={vs_floor:.2f} two_workers={two_workers:.2f}")
+    print(
+        f"ratios: vs_reference={vs_reference:.2f} vs_floor={vs_floor:.2f} two_workers={two_workers:.2f} "
+        f"ldp_vs_nonprivate={ldp_vs_nonprivate:.2f} vecsum_vs_ldp={vecsum_vs_ldp:.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -65,6 +65,7 @@ an eighth of the random bits of one float64 uniform per entry.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -84,6 +85,7 @@ __all__ = [
 
 _MAX_G = 2**31  # 256 g + 255 stays an exact float64 integer with lots of room
 _MAX_BITS = 2**53  # n (g + b): ones per coordinate must be exact in float64 and int64
+_MAX_NOISE_TRIALS = 2**62  # n b: binomial trials of the fast form, in int64
 _CHUNK_ELEMENTS = 1 << 15  # entries per rounding block: 256 kB per float64 buffer, stays in L2
 _TIE = 255.0 / 256.0
 
@@ -396,10 +398,18 @@ def vector_sum_fast(points: object, g: int, b: int, p: float, bound: float, rng:
     x = _check_points(points, bf)
     rng = _check_rng(rng)
     n, dim = x.shape
-    _check_size(n, gi, bi)
+    if n * gi > _MAX_BITS:
+        raise ValueError(f"g must keep n * g <= 2**53 so that rounding counts are exact, got n={n}, g={gi}")
+    if n * bi > _MAX_NOISE_TRIALS:
+        raise ValueError(f"b must keep n * b <= 2**62 (binomial trials in int64), got n={n}, b={bi}")
     totals = _stochastic_round(x, gi, bf, rng)
-    totals += rng.binomial(n * bi, pf, size=dim)
-    return _decode(totals, n, gi, bi, pf, bf)
+    # the noise count Bin(n b, p) can exceed 2**53; centre it in exact integer arithmetic first
+    # so that only a number of the order of its standard deviation is converted to float
+    trials = n * bi
+    mean = trials * pf
+    base = math.floor(mean)
+    noise = (rng.binomial(trials, pf, size=dim) - np.int64(base)).astype(np.float64) - (mean - base)
+    return (2.0 * bf / gi) * (totals + noise) - n * bf  # A_vec: (range/g)(T - p b n) - n L
 
 
 def vector_sum_variance(
