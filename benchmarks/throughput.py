@@ -20,7 +20,8 @@ R * M * T / seconds (one agent-step = one agent choosing one arm in one round).
 (c) floor: only the environment's random numbers, drawn with numpy's default Generator
     (``np.random.default_rng``, PCG64, float64): per run and round ``standard_normal((M, K, d-1))``
     for the contexts and ``standard_normal(M)`` for the reward noise, nothing else.
-(d) (a) with ``workers=2``: a spawn process pool of two workers (one BLAS thread each) running the
+(d) (a) with ``workers=2``: a process pool of two workers (one BLAS thread each, forked from a fork
+    server that has imported fedbandits; the server starts once per process, about 0.7 s) running the
     same R runs; pool start-up is included in the time.  R must be even so both get equal work.
 (e) LDP-FedLinUCB: (a) with ``protocol = "ldp"``, epsilon = 1, delta = 1e-4, calibration ``tight``
     (same instance, B, radius, R and T; clipping, calibration and the release noise all in the time).
@@ -349,7 +350,9 @@ def main(argv: list[str] | None = None) -> None:
 
     t_d, res_d = best_of(repeat, lambda: time_fedbandits(runs, horizon, workers=2))
     rate_d = steps / t_d
-    print(f"(d) fedbandits, 2 workers:    {t_d:8.2f} s  {rate_d:12,.0f} agent-steps/s  (spawn pool start-up included)")
+    print(
+        f"(d) fedbandits, 2 workers:    {t_d:8.2f} s  {rate_d:12,.0f} agent-steps/s  (pool start-up included; best of --repeat)"
+    )
     t_e = report_private("(e) LDP-FedLinUCB, 1 process: ", out_e, steps)
     t_f = report_private("(f) SDP vector-sum, 1 process:", out_f, steps)
 
