@@ -351,7 +351,8 @@ def main(argv: list[str] | None = None) -> None:
     t_d, res_d = best_of(repeat, lambda: time_fedbandits(runs, horizon, workers=2))
     rate_d = steps / t_d
     print(
-        f"(d) fedbandits, 2 workers:    {t_d:8.2f} s  {rate_d:12,.0f} agent-steps/s  (pool start-up included; best of --repeat)"
+        f"(d) fedbandits, 2 workers:    {t_d:8.2f} s  {rate_d:12,.0f} agent-steps/s"
+        "  (pool start-up included; best of --repeat)"
     )
     t_e = report_private("(e) LDP-FedLinUCB, 1 process: ", out_e, steps)
     t_f = report_private("(f) SDP vector-sum, 1 process:", out_f, steps)
