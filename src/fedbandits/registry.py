@@ -86,16 +86,12 @@ def calibrate_protocol(
 
 def _fedlinucb_factory(params: FedLinUCBParams, ctx: PolicyContext) -> Policy:
     reg = params.reg
-    protocol: Protocol
-    if not params.private:
-        protocol = NonPrivate(ctx.n_runs, ctx.n_agents, ctx.dim)
-    else:
-        cal = calibrate_protocol(params, horizon=ctx.horizon, agents=ctx.n_agents, dim=ctx.dim)
-        protocol = PROTOCOLS[params.protocol].factory(cal, ctx)
-        if params.regularizer == "theory":
-            # noise std of one synced covariance entry per silo and p-sum
-            sigma = cal.sigma_cov if isinstance(cal, NoiseCalibration) else cal.noise_std() / math.sqrt(ctx.n_agents)
-            reg = theory_regularizer(sigma, ctx.n_agents, cal.nodes, ctx.dim, ctx.horizon, params.batch, params.alpha)
+    cal = calibrate_protocol(params, horizon=ctx.horizon, agents=ctx.n_agents, dim=ctx.dim) if params.private else None
+    protocol: Protocol = PROTOCOLS[params.protocol].factory(cal, ctx)
+    if cal is not None and params.regularizer == "theory":
+        # noise std of one synced covariance entry per silo and p-sum
+        sigma = cal.sigma_cov if isinstance(cal, NoiseCalibration) else cal.noise_std() / math.sqrt(ctx.n_agents)
+        reg = theory_regularizer(sigma, ctx.n_agents, cal.nodes, ctx.dim, ctx.horizon, params.batch, params.alpha)
     return FedLinUCB(
         ctx.n_runs, ctx.n_agents, ctx.n_arms, ctx.dim, ctx.horizon, params, params.batch, protocol, reg=reg
     )
@@ -131,7 +127,12 @@ ALGORITHMS: dict[str, Entry] = {
 }
 
 PROTOCOLS: dict[str, Entry] = {
-    NonPrivate.name: Entry(NonPrivate.name, NonPrivate.description, NoParams, lambda cal, ctx: None),
+    NonPrivate.name: Entry(
+        NonPrivate.name,
+        NonPrivate.description,
+        NoParams,
+        lambda cal, ctx: NonPrivate(ctx.n_runs, ctx.n_agents, ctx.dim),
+    ),
     **{
         cls.name: Entry(cls.name, cls.description, NoParams, _gaussian_protocol(cls))
         for cls in (GaussianTreeProtocol, GaussianPrefixProtocol, ShuffledGaussianTreeProtocol)
