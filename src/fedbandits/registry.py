@@ -18,6 +18,12 @@ from fedbandits.algorithms.base import LinUCBParams, Policy
 from fedbandits.algorithms.fedlinucb import FedLinUCB, FedLinUCBParams, theory_regularizer
 from fedbandits.algorithms.linucb import IndependentLinUCB, SuperAgentLinUCB
 from fedbandits.envs.base import Environment
+from fedbandits.envs.movielens import (
+    MovieLensClusters,
+    MovieLensClustersParams,
+    MovieLensLinear,
+    MovieLensLinearParams,
+)
 from fedbandits.envs.synthetic import GapInstance, GapInstanceParams, GaussianSphere, GaussianSphereParams
 from fedbandits.privacy.calibration import GAUSSIAN_PROTOCOLS, NoiseCalibration, calibrate
 from fedbandits.protocols.base import Protocol
@@ -113,7 +119,12 @@ def _gaussian_protocol(cls: type[GaussianTreeProtocol]) -> Callable[[NoiseCalibr
 
 ENVIRONMENTS: dict[str, Entry] = {
     cls.name: Entry(cls.name, (cls.__doc__ or "").strip().splitlines()[0], params, _env_factory(cls))
-    for cls, params in ((GaussianSphere, GaussianSphereParams), (GapInstance, GapInstanceParams))
+    for cls, params in (
+        (GaussianSphere, GaussianSphereParams),
+        (GapInstance, GapInstanceParams),
+        (MovieLensLinear, MovieLensLinearParams),
+        (MovieLensClusters, MovieLensClustersParams),
+    )
 }
 
 ALGORITHMS: dict[str, Entry] = {
