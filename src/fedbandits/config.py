@@ -131,7 +131,9 @@ def config_from_dict(data: dict[str, Any]) -> Config:
         check = getattr(alg.params, "check_compatible", None)
         if check is not None:
             try:
-                check(horizon=experiment.horizon, agents=environment.params.agents, dim=environment.params.dim)
+                # data-driven environments only know their dimension once the data is read
+                dim = getattr(environment.params, "dim", None)
+                check(horizon=experiment.horizon, agents=environment.params.agents, dim=dim)
             except ValueError as exc:
                 raise ConfigError(f"algorithms[{i + 1}] ({alg.name}): {exc}") from None
     labels = [a.label for a in algorithms]

@@ -18,6 +18,7 @@ from fedbandits.algorithms.base import LinUCBParams, Policy
 from fedbandits.algorithms.fedlinucb import FedLinUCB, FedLinUCBParams, theory_regularizer
 from fedbandits.algorithms.linucb import IndependentLinUCB, SuperAgentLinUCB
 from fedbandits.envs.base import Environment
+from fedbandits.envs.ltr import LearningToRank, LearningToRankParams
 from fedbandits.envs.movielens import (
     MovieLensClusters,
     MovieLensClustersParams,
@@ -124,6 +125,7 @@ ENVIRONMENTS: dict[str, Entry] = {
         (GapInstance, GapInstanceParams),
         (MovieLensLinear, MovieLensLinearParams),
         (MovieLensClusters, MovieLensClustersParams),
+        (LearningToRank, LearningToRankParams),
     )
 }
 

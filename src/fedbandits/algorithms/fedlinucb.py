@@ -65,14 +65,25 @@ class FedLinUCBParams(LinUCBParams):
             adjacency=self.adjacency,
         )
 
-    def check_compatible(self, horizon: int, agents: int, dim: int) -> None:
-        """Checks that need the experiment: B <= T, and the privacy request can be met."""
+    def check_compatible(self, horizon: int, agents: int, dim: int | None) -> None:
+        """Checks that need the experiment: B <= T, and the privacy request can be met.
+
+        ``dim`` is None when the environment learns its dimension from data; the checks that
+        need it (the vector-sum parameters) then run when the environment is built.
+        """
         if self.batch > horizon:
             raise ValueError(f"batch must be an integer in [1, horizon = {horizon}], got {self.batch}")
-        if self.private:
-            from fedbandits.registry import calibrate_protocol
+        if not self.private:
+            return
+        if dim is None and self.protocol == "sdp-vector-sum":
+            from fedbandits.privacy.accounting import vector_sum_round_budget
+            from fedbandits.privacy.tree import max_nodes_per_datum
 
-            calibrate_protocol(self, horizon=horizon, agents=agents, dim=dim)
+            vector_sum_round_budget(self.epsilon, self.delta, max_nodes_per_datum(horizon // self.batch))
+            return
+        from fedbandits.registry import calibrate_protocol
+
+        calibrate_protocol(self, horizon=horizon, agents=agents, dim=dim or 1)
 
 
 class FedLinUCB(IndependentLinUCB):

@@ -1,4 +1,4 @@
-"""Bandit environments: synthetic instances of the papers (real data arrives later)."""
+"""Bandit environments: synthetic instances of the papers, MovieLens and learning-to-rank data."""
 
 from fedbandits.envs.base import Environment, Round
 from fedbandits.envs.synthetic import GapInstance, GapInstanceParams, GaussianSphere, GaussianSphereParams
