@@ -141,10 +141,10 @@ from typing import Any
 import numpy as np
 
 from fedbandits.core.validation import check_choice, check_float, check_int
-from fedbandits.envs.base import Environment, Round
+from fedbandits.envs.base import SHARED_DATA, Environment, Round
 
 #: the shared MSLR-WEB10K Fold 1 sample (``../shared/data`` relative to the project root)
-DEFAULT_PATH = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "mslr-web-fold1-5k"
+DEFAULT_PATH = SHARED_DATA / "mslr-web-fold1-5k"
 DEFAULT_CACHE_DIR = "~/.cache/fedbandits"
 COLUMN_PRESETS = ("auto", "title", "body", "all")
 TRUNCATION_RULES = ("auto", "drop", "keep")

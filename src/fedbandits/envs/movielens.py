@@ -63,10 +63,10 @@ from pathlib import Path
 import numpy as np
 
 from fedbandits.core.validation import check_float, check_int
-from fedbandits.envs.base import Environment, Round
+from fedbandits.envs.base import SHARED_DATA, Environment, Round
 
 #: the shared copy of ml-latest-small (``../shared/data`` relative to the project root)
-DEFAULT_PATH = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "movielens-latest-small"
+DEFAULT_PATH = SHARED_DATA / "movielens-latest-small"
 RATINGS_FILES = ("ratings.csv", "ratings.dat")
 CSV_HEADER = ("userid", "movieid", "rating", "timestamp")
 RATING_RANGE = (0.5, 5.0)
