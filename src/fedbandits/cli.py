@@ -4,6 +4,7 @@
     fedbandits run CONFIG.toml [--out DIR] [--workers N] [--runs N] [--seed S]
     fedbandits plot DIR                   (re)draw the figures of a results folder
     fedbandits list                       every environment, algorithm and protocol name
+    fedbandits reproduce NAME|all [--scale quick|paper] [--runs N] [--out DIR] [--workers N]
 
 Any invalid input prints one line ``fedbandits: error: ...`` and exits with status 2.
 """
@@ -88,7 +89,35 @@ def build_parser() -> argparse.ArgumentParser:
     p_plot.add_argument("folder", type=Path, metavar="DIR", help="a folder written by `fedbandits run`")
 
     sub.add_parser("list", help="list environments, algorithms and protocols with their parameters")
+
+    p_rep = sub.add_parser(
+        "reproduce",
+        help="reproduce a published figure (or all) and write a report",
+        description="Run a registered reproduction, draw its figure, check the paper's claims and write DIR/report.md.",
+    )
+    p_rep.add_argument("name", metavar="NAME|all", help="a registered experiment (e.g. zhou-fig2a) or `all`")
+    p_rep.add_argument(
+        "--scale", default="quick", help="quick (shrunk, about a minute), paper (published settings) or tiny"
+    )
+    p_rep.add_argument("--runs", type=_positive_int, help="override the number of runs")
+    p_rep.add_argument("--out", type=Path, default=Path("results/reproduce"), help="output folder")
+    p_rep.add_argument("--workers", type=_positive_int, default=1, help="worker processes (default 1)")
+    p_rep.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     return parser
+
+
+def _reproduce(args: argparse.Namespace) -> int:
+    from fedbandits.experiments.reproduce import reproduce, resolve
+
+    resolve(args.name, args.scale, args.runs)  # unknown name / scale: one-line error before any run
+    outcomes = reproduce(
+        args.name, args.scale, runs=args.runs, out=args.out, workers=args.workers, progress=not args.no_progress
+    )
+    for o in outcomes:
+        statuses = ", ".join(r.status for r in o.claims)
+        print(f"{o.experiment.name} ({o.experiment.figure}): {o.results.wall_seconds:.1f} s; claims: {statuses}")
+    print(f"report: {args.out / 'report.md'}")
+    return 0
 
 
 def _run(config: Config, args: argparse.Namespace) -> int:
@@ -148,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "list":
             return _list()
+        if args.command == "reproduce":
+            return _reproduce(args)
         parser.print_help()
         return EXIT_USAGE
     except (ConfigError, ValueError, FileNotFoundError) as exc:

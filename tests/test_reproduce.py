@@ -1,0 +1,171 @@
+"""Reproductions of published figures: the registry, the claim checks, the runner and the CLI."""
+
+from __future__ import annotations
+
+import math
+from contextlib import redirect_stderr, redirect_stdout
+from io import StringIO
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedbandits.cli import main
+from fedbandits.config import config_from_dict
+from fedbandits.experiments import EXPERIMENTS, get_experiment, reproduce
+from fedbandits.experiments.claims import (
+    INCONCLUSIVE,
+    NOT_APPLICABLE,
+    NOT_REPRODUCED,
+    REPRODUCED,
+    check,
+    critical_t,
+    decreasing,
+    lower_than,
+    paired_t,
+)
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+BASE = np.array([100.0, 120.0, 90.0, 110.0, 105.0, 95.0, 115.0, 85.0])
+NOISE = np.array([1.0, -2.0, 0.5, 1.5, -1.0, 2.0, -0.5, -1.5])
+
+
+# -- claim checks ----------------------------------------------------------------------------
+def test_lower_than_holds_fails_and_inconclusive() -> None:
+    table = {"a": BASE - 10 + NOISE, "b": BASE, "same": BASE + NOISE}
+    held = lower_than(table, "a", "b")
+    assert held.status == REPRODUCED and held.numbers["t"] > held.numbers["threshold"] > 0
+    assert held.numbers["runs"] == 8 and math.isclose(held.numbers["mean difference (b - a)"], 10 - NOISE.mean())
+    failed = lower_than(table, "b", "a")
+    assert failed.status == NOT_REPRODUCED and "opposite" in failed.explanation
+    assert lower_than(table, "same", "b").status == INCONCLUSIVE
+
+
+def test_pairing_matters() -> None:
+    # b - a is a constant 1 per run: significant although the spread over runs is large
+    table = {"a": BASE, "b": BASE + 1.0 + 0.01 * NOISE}
+    assert lower_than(table, "a", "b").status == REPRODUCED
+
+
+def test_edge_cases() -> None:
+    assert lower_than({"a": [1.0], "b": [2.0]}, "a", "b").status == INCONCLUSIVE
+    assert paired_t(np.array([1.0, 1.0]), np.array([2.0, 2.0])) == math.inf
+    assert paired_t(np.array([1.0, 1.0]), np.array([1.0, 1.0])) == 0.0
+    assert critical_t(8) == pytest.approx(1.8946, abs=1e-3)
+    with pytest.raises(ValueError, match="paired"):
+        lower_than({"a": [1.0, 2.0], "b": [1.0]}, "a", "b")
+    assert check("lower_than", {"a": [1.0]}, ("a", "zzz")).status == NOT_APPLICABLE
+
+
+def test_decreasing() -> None:
+    down = {"e1": BASE + 40, "e2": BASE + 20 + NOISE, "e3": BASE - NOISE}
+    assert decreasing(down, ["e1", "e2", "e3"]).status == REPRODUCED
+    up = {"e1": BASE, "e2": BASE + 20 + NOISE, "e3": BASE + 40}
+    res = decreasing(up, ["e1", "e2", "e3"])
+    assert res.status == NOT_REPRODUCED and len(res.numbers["step t"]) == 2
+    flat = {"e1": BASE + 20, "e2": BASE + 20 + NOISE, "e3": BASE}
+    assert decreasing(flat, ["e1", "e2", "e3"]).status == INCONCLUSIVE
+
+
+# -- registry -------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", list(EXPERIMENTS))
+@pytest.mark.parametrize("scale", ["quick", "paper", "tiny"])
+def test_registry_configs_are_valid(name: str, scale: str) -> None:
+    exp = get_experiment(name, scale)
+    config = config_from_dict(exp.config)
+    labels = {a.label for a in config.algorithms}
+    for claim in exp.claims:
+        assert set(claim.args) <= labels
+    assert exp.figure.startswith("Figure 2") and exp.paper.startswith("Zhou & Chowdhury")
+    assert bool(exp.shrunk) == (scale != "paper")
+    if scale == "paper":
+        assert config.experiment.runs == 25
+        assert config.experiment.horizon == (25_000 if name == "zhou-fig2c" else 10_000)
+        assert config.environment.params.agents == (10 if name == "zhou-fig2c" else 100)
+        assert all(a.params.batch == 25 and a.params.alpha == 0.01 for a in config.algorithms)
+    assert get_experiment(name, scale, runs=3).config["experiment"]["runs"] == 3
+
+
+def test_registry_errors() -> None:
+    with pytest.raises(ValueError, match="zhou-fig2a"):
+        get_experiment("nope")
+    with pytest.raises(ValueError, match="scale"):
+        get_experiment("zhou-fig2a", "huge")
+    with pytest.raises(ValueError, match="runs"):
+        get_experiment("zhou-fig2a", "quick", runs=0)
+
+
+# -- end to end -----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny_all(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list]:
+    out = tmp_path_factory.mktemp("reproduce")
+    return out, reproduce("all", "tiny", out=out)
+
+
+def test_every_experiment_runs_end_to_end(tiny_all: tuple[Path, list]) -> None:
+    out, outcomes = tiny_all
+    assert [o.experiment.name for o in outcomes] == list(EXPERIMENTS)
+    report = (out / "report.md").read_text(encoding="utf-8")
+    for o in outcomes:
+        folder = out / o.experiment.name
+        for f in ("figure.png", "regret.png", "summary.json", "config.toml"):
+            assert (folder / f).is_file()
+        assert (folder / "figure.png").read_bytes().startswith(PNG_MAGIC)
+        assert f"## {o.experiment.figure}" in report
+        assert len(o.claims) == len(o.experiment.claims)
+        for claim, result in zip(o.experiment.claims, o.claims, strict=True):
+            assert result.status in (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE)
+            assert claim.text in report
+    assert "eps spent" in report and "sdp-amplification / paper" in report
+
+
+def test_report_shows_failures(tiny_all: tuple[Path, list]) -> None:
+    out, outcomes = tiny_all
+    report = (out / "report.md").read_text(encoding="utf-8")
+    statuses = [r.status for o in outcomes for r in o.claims]
+    for status in set(statuses):
+        assert report.count(f"**{status}**") >= statuses.count(status)
+
+
+# -- CLI ------------------------------------------------------------------------------------
+def _invoke(argv: list[str]) -> tuple[int, str, str]:
+    out, err = StringIO(), StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["reproduce", "nope"], "valid: zhou-fig2a, zhou-fig2b, zhou-fig2c, all"),
+        (["reproduce", "all", "--scale", "huge"], "scale must be one of"),
+        (["reproduce", "all", "--runs", "0"], "--runs"),
+        (["reproduce", "all", "--workers", "x"], "--workers"),
+        (["reproduce"], "NAME|all"),
+    ],
+)
+def test_cli_errors(argv: list[str], needle: str, tmp_path: Path) -> None:
+    code, out, err = _invoke([*argv, "--out", str(tmp_path / "r")] if len(argv) > 1 else argv)
+    assert code == 2 and out == ""
+    assert err.startswith("fedbandits: error: ") and err.count("\n") == 1 and needle in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_cli_out_is_a_file(tmp_path: Path) -> None:
+    target = tmp_path / "file"
+    target.write_text("x")
+    code, _, err = _invoke(["reproduce", "zhou-fig2a", "--scale", "tiny", "--out", str(target), "--no-progress"])
+    assert code == 2 and "not a folder" in err
+
+
+def test_cli_runs(tmp_path: Path) -> None:
+    code, out, err = _invoke(
+        ["reproduce", "zhou-fig2a", "--scale", "tiny", "--runs", "2", "--out", str(tmp_path), "--no-progress"]
+    )
+    assert code == 0, err
+    assert "zhou-fig2a (Figure 2a)" in out and (tmp_path / "report.md").is_file()
+    assert (tmp_path / "zhou-fig2a" / "figure.png").is_file()
