@@ -56,7 +56,7 @@ def test_fedlinucb_synced_statistics_equal_exact_sums():
     runs, agents, dim, batch = 2, 4, 5, 7
     env = _sphere(runs, agents, dim=dim, seed=3)
     params = FedLinUCBParams(batch=batch)
-    policy = FedLinUCB(runs, agents, 20, dim, 70, params, batch, NonPrivate(runs, agents, dim))
+    policy = FedLinUCB(runs, agents, 20, dim, 70, params, NonPrivate(runs, agents, dim))
     cov = np.zeros((runs, dim, dim))
     bias = np.zeros((runs, dim))
     for t in range(1, 71):

@@ -99,9 +99,7 @@ def _fedlinucb_factory(params: FedLinUCBParams, ctx: PolicyContext) -> Policy:
         # noise std of one synced covariance entry per silo and p-sum
         sigma = cal.sigma_cov if isinstance(cal, NoiseCalibration) else cal.noise_std() / math.sqrt(ctx.n_agents)
         reg = theory_regularizer(sigma, ctx.n_agents, cal.nodes, ctx.dim, ctx.horizon, params.batch, params.alpha)
-    return FedLinUCB(
-        ctx.n_runs, ctx.n_agents, ctx.n_arms, ctx.dim, ctx.horizon, params, params.batch, protocol, reg=reg
-    )
+    return FedLinUCB(ctx.n_runs, ctx.n_agents, ctx.n_arms, ctx.dim, ctx.horizon, params, protocol, reg=reg)
 
 
 def _env_factory(cls: type[Environment]) -> Callable[[Any, Sequence[np.random.Generator]], Environment]:

@@ -113,13 +113,12 @@ class FedLinUCB(IndependentLinUCB):
         dim: int,
         horizon: int,
         params: FedLinUCBParams,
-        batch: int,
         protocol: Protocol,
         reg: float | None = None,
     ) -> None:
         self.reg_value = params.reg if reg is None else reg
         super().__init__(n_runs, n_agents, n_arms, dim, horizon, _with_reg(params, self.reg_value))
-        self.batch = check_int("batch", batch, low=1)
+        self.batch = params.batch
         self.protocol = protocol
         self.private = params.private
         self.lazy = params.lazy
