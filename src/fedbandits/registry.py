@@ -16,6 +16,7 @@ import numpy as np
 
 from fedbandits.algorithms.base import LinUCBParams, Policy
 from fedbandits.algorithms.fedlinucb import FedLinUCB, FedLinUCBParams, theory_regularizer
+from fedbandits.algorithms.feducb import FedUCB, FedUCBParams
 from fedbandits.algorithms.linucb import IndependentLinUCB, SuperAgentLinUCB
 from fedbandits.envs.base import Environment
 from fedbandits.envs.ltr import LearningToRank, LearningToRankParams
@@ -66,6 +67,9 @@ class PolicyContext:
     noise_rngs: Sequence[np.random.Generator]
     #: keep every message the silos release (``fedbandits run --transcript``)
     record_transcript: bool = False
+    #: the environment the policy will play (read-only use: user/server structure of
+    #: clustered instances); None when a policy is built without one
+    env: Environment | None = None
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,10 @@ def _fedlinucb_factory(params: FedLinUCBParams, ctx: PolicyContext) -> Policy:
     return FedLinUCB(ctx.n_runs, ctx.n_agents, ctx.n_arms, ctx.dim, ctx.horizon, params, protocol, reg=reg)
 
 
+def _feducb_factory(params: FedUCBParams, ctx: PolicyContext) -> Policy:
+    return FedUCB(ctx.n_runs, ctx.n_agents, ctx.n_arms, ctx.dim, ctx.horizon, params, list(ctx.noise_rngs))
+
+
 def _env_factory(cls: type[Environment]) -> Callable[[Any, Sequence[np.random.Generator]], Environment]:
     def build(params: Any, rngs: Sequence[np.random.Generator]) -> Environment:
         return cls(rngs, params)  # type: ignore[call-arg]
@@ -135,6 +143,7 @@ ALGORITHMS: dict[str, Entry] = {
         SuperAgentLinUCB.name, SuperAgentLinUCB.description, LinUCBParams, _linucb_factory(SuperAgentLinUCB)
     ),
     FedLinUCB.name: Entry(FedLinUCB.name, FedLinUCB.description, FedLinUCBParams, _fedlinucb_factory),
+    FedUCB.name: Entry(FedUCB.name, FedUCB.description, FedUCBParams, _feducb_factory),
 }
 
 PROTOCOLS: dict[str, Entry] = {

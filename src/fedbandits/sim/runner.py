@@ -70,6 +70,7 @@ def simulate_runs(
             exp.horizon,
             noise_rngs(noise_seed, runs, a),
             record_transcript=record_transcript,
+            env=env,
         )
         policies.append(ALGORITHMS[alg.name].factory(alg.params, ctx))
 
