@@ -76,8 +76,14 @@ def test_registry_configs_are_valid(name: str, scale: str) -> None:
     labels = {a.label for a in config.algorithms}
     for claim in exp.claims:
         assert set(claim.args) <= labels
-    assert exp.figure.startswith("Figure 2") and exp.paper.startswith("Zhou & Chowdhury")
     assert bool(exp.shrunk) == (scale != "paper")
+    if name.startswith("dubey"):
+        assert exp.figure.startswith("Figure 1") and exp.paper.startswith("Dubey & Pentland")
+        if scale == "paper":  # the published setting (section 4.4): M = 100, T = 10^7, 100 runs
+            assert (config.experiment.runs, config.experiment.horizon) == (100, 10_000_000)
+            assert config.environment.params.agents == 100 and config.environment.params.dim == 10
+        return
+    assert exp.figure.startswith("Figure 2") and exp.paper.startswith("Zhou & Chowdhury")
     if scale == "paper":
         assert config.experiment.runs == 25
         assert config.experiment.horizon == (25_000 if name == "zhou-fig2c" else 10_000)
@@ -141,7 +147,7 @@ def _invoke(argv: list[str]) -> tuple[int, str, str]:
 @pytest.mark.parametrize(
     ("argv", "needle"),
     [
-        (["reproduce", "nope"], "valid: zhou-fig2a, zhou-fig2b, zhou-fig2c, all"),
+        (["reproduce", "nope"], "valid: zhou-fig2a, zhou-fig2b, zhou-fig2c, dubey-fig1b, all"),
         (["reproduce", "all", "--scale", "huge"], "scale must be one of"),
         (["reproduce", "all", "--runs", "0"], "--runs"),
         (["reproduce", "all", "--workers", "x"], "--workers"),

@@ -116,20 +116,21 @@ def _fmt(x: Any) -> str:
 
 def _privacy_rows(results: Results) -> list[str]:
     rows = [
-        "| algorithm | final regret (mean ± std) | Reg(T)/T | protocol / calibration | target (eps, delta) "
+        "| algorithm | final regret (mean ± std) | Reg(T)/T | syncs | protocol / calibration | target (eps, delta) "
         "| eps spent (our accounting) | guarantee | noise std |",
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     horizon = results.config.experiment.horizon
     for s in results.summary()["algorithms"]:
         protocol = s.get("protocol", "-")
         private = protocol not in ("-", "none")
         rows.append(
-            "| {} | {:.1f} ± {:.1f} | {:.3f} | {} | {} | {} | {} | {} |".format(
+            "| {} | {:.1f} ± {:.1f} | {:.3f} | {:.1f} | {} | {} | {} | {} | {} |".format(
                 s["label"],
                 s["final_regret_mean"],
                 s["final_regret_std"],
                 s["final_regret_mean"] / horizon,
+                s["sync_rounds"],
                 f"{protocol} / {s.get('calibration', '?')}" if private else "none (non-private)",
                 f"({_fmt(s.get('epsilon'))}, {_fmt(s.get('delta'))})" if private else "-",
                 _fmt(s.get("epsilon_spent")) if private else "-",
@@ -163,7 +164,7 @@ def report(outcomes: list[Outcome], scale: str, wall_seconds: float) -> str:
             "",
             f"Paper: {e.paper}, {e.figure}.  ",
             f"Setting: {env.name}, M = {env.params.agents}, T = {exp.horizon}, {exp.runs} run(s), seed {exp.seed}, "
-            f"B = 25, alpha = 0.01; wall time {o.results.wall_seconds:.1f} s.  ",
+            f"{e.setting}wall time {o.results.wall_seconds:.1f} s.  ",
         ]
         if e.shrunk:
             lines.append(f"Shrunk from the paper: {e.shrunk}.  ")
