@@ -17,6 +17,7 @@ import numpy as np
 from fedbandits.algorithms.base import LinUCBParams, Policy
 from fedbandits.algorithms.fedlinucb import FedLinUCB, FedLinUCBParams, theory_regularizer
 from fedbandits.algorithms.feducb import FedUCB, FedUCBParams
+from fedbandits.algorithms.feducb_decentralized import DecentralizedFedUCB, DecentralizedFedUCBParams
 from fedbandits.algorithms.linucb import IndependentLinUCB, SuperAgentLinUCB
 from fedbandits.envs.base import Environment
 from fedbandits.envs.ltr import LearningToRank, LearningToRankParams
@@ -144,6 +145,14 @@ ALGORITHMS: dict[str, Entry] = {
     ),
     FedLinUCB.name: Entry(FedLinUCB.name, FedLinUCB.description, FedLinUCBParams, _fedlinucb_factory),
     FedUCB.name: Entry(FedUCB.name, FedUCB.description, FedUCBParams, _feducb_factory),
+    DecentralizedFedUCB.name: Entry(
+        DecentralizedFedUCB.name,
+        DecentralizedFedUCB.description,
+        DecentralizedFedUCBParams,
+        lambda params, ctx: DecentralizedFedUCB(
+            ctx.n_runs, ctx.n_agents, ctx.n_arms, ctx.dim, ctx.horizon, params, list(ctx.noise_rngs)
+        ),
+    ),
 }
 
 PROTOCOLS: dict[str, Entry] = {
@@ -166,3 +175,4 @@ PROTOCOLS: dict[str, Entry] = {
         ),
     ),
 }
+

@@ -180,16 +180,29 @@ class FedUCBNoise:
         }
 
 
-def calibrate_feducb(params: FedUCBParams, *, horizon: int, agents: int, dim: int) -> FedUCBNoise:
+def calibrate_feducb(
+    params: FedUCBParams,
+    *,
+    horizon: int,
+    agents: int,
+    dim: int,
+    releases: int | None = None,
+    syncs: int | None = None,
+) -> FedUCBNoise:
     """Noise of the message tree (and of the schedule tree for ``schedule = 'private'``).
 
     Every round may sync, so a stream makes at most T releases: the paper's depth is
     m = 1 + ceil(log2 T) and the exact node count floor(log2 T) + 1.
+
+    ``releases`` (default T): the most releases one stream makes (sets m and the node count);
+    ``syncs`` (default T): the n of the union bound in Lambda and kappa (log(2 n M / alpha)).
+    The decentralized algorithm passes ceil(T/gamma) and gamma ceil(T/gamma) (Remark 5).
     """
     sens = stream_sensitivity(params.feature_bound, params.reward_bound, params.adjacency)
-    depth = paper_depth(horizon)
-    nodes = max_nodes_per_datum(horizon)
-    syncs = horizon
+    releases = horizon if releases is None else releases
+    syncs = horizon if syncs is None else syncs
+    depth = paper_depth(releases)
+    nodes = max_nodes_per_datum(releases)
     if params.calibration == "paper":
         sigma = paper_sigma(params.epsilon, params.delta, depth, params.feature_bound)
         shift = paper_shift(params.epsilon, params.delta, depth, dim, syncs, agents, params.alpha, params.feature_bound)
@@ -238,6 +251,51 @@ def calibrate_feducb(params: FedUCBParams, *, horizon: int, agents: int, dim: in
             else "none: the sync schedule reads non-private data (Zhou & Chowdhury 2023, sec. 3)"
         ),
     )
+
+
+def proposition2_radius(
+    params: FedUCBParams,
+    logdet: np.ndarray,
+    dim: int,
+    agents: float | np.ndarray,
+    rho_min: float,
+    rho_max: float,
+    kappa: float,
+) -> np.ndarray:
+    """beta of Proposition 2 (see the module docstring), times ``beta_scale``, for every ``logdet``.
+
+    ``agents``: the M of the formula (a scalar, or an array broadcasting against ``logdet``).
+    """
+    log_floor: float | np.ndarray
+    if isinstance(agents, np.ndarray):
+        log_floor = np.log(agents.astype(np.float64) * rho_min)
+    else:
+        log_floor = math.log(agents * rho_min)  # math.log: bit-identical to the scalar formula
+    inner = 2.0 * math.log(2.0 / params.alpha) + logdet - dim * log_floor
+    beta = (
+        params.noise_scale * np.sqrt(np.maximum(inner, 0.0))
+        + params.theta_bound * np.sqrt(agents * rho_max)
+        + kappa * np.sqrt(agents)
+    )
+    return params.beta_scale * beta
+
+
+def raise_eigenvalues(gram: np.ndarray, floor: float | np.ndarray) -> tuple[np.ndarray, int]:
+    """Raise the eigenvalues of the symmetric matrices ``gram (..., d, d)`` below ``floor`` to it.
+
+    ``floor``: a scalar or one value per matrix (shape ``gram.shape[:-2]``).  Returns the
+    (possibly new) array and the number of matrices changed; ``gram`` itself is not modified.
+    """
+    floor = np.broadcast_to(np.asarray(floor, dtype=np.float64), gram.shape[:-2])
+    eigval, eigvec = np.linalg.eigh(gram)
+    bad = eigval.min(axis=-1) < floor
+    if not bad.any():
+        return gram, 0
+    lifted = np.maximum(eigval[bad], floor[bad][:, None])
+    fixed = (eigvec[bad] * lifted[:, None, :]) @ np.swapaxes(eigvec[bad], -1, -2)
+    gram = gram.copy()
+    gram[bad] = 0.5 * (fixed + np.swapaxes(fixed, -1, -2))
+    return gram, int(bad.sum())
 
 
 def _schedule_mu(sigma: float, nodes: int, cov_sensitivity: float) -> float:
@@ -317,14 +375,10 @@ class FedUCB(Policy):
         """beta_{i,t} per (run, agent), shape (R*M,) or a scalar."""
         M = self.n_agents
         if self.params.radius == "proposition-2":
-            p = self.params
-            inner = 2.0 * math.log(2.0 / p.alpha) + self.logdet_agent - self.dim * math.log(M * self.rho_min)
-            beta = (
-                p.noise_scale * np.sqrt(np.maximum(inner, 0.0))
-                + p.theta_bound * math.sqrt(M * self.rho_max)
-                + self.kappa * math.sqrt(M)
+            beta = proposition2_radius(
+                self.params, self.logdet_agent, self.dim, M, self.rho_min, self.rho_max, self.kappa
             )
-            return (p.beta_scale * beta).reshape(-1)
+            return beta.reshape(-1)
         return np.asarray(self.radius(float(M * self.t), self.dim, self.params.reg))
 
     def _select(self, features: np.ndarray) -> np.ndarray:
@@ -416,15 +470,8 @@ class FedUCB(Policy):
 
     def _repair(self, gram: np.ndarray) -> np.ndarray:
         """Raise eigenvalues below M rho_min / 10 (a noisy S beyond the Lambda bound, prob. <= alpha)."""
-        floor = 0.1 * self.n_agents * self.rho_min
-        eigval, eigvec = np.linalg.eigh(gram)
-        bad = eigval.min(axis=-1) < floor
-        if not bad.any():
-            return gram
-        self.psd_repairs += int(bad.sum())
-        fixed = (eigvec[bad] * np.maximum(eigval[bad], floor)[:, None, :]) @ np.swapaxes(eigvec[bad], -1, -2)
-        gram = gram.copy()
-        gram[bad] = 0.5 * (fixed + np.swapaxes(fixed, -1, -2))
+        gram, repaired = raise_eigenvalues(gram, 0.1 * self.n_agents * self.rho_min)
+        self.psd_repairs += repaired
         return gram
 
     def report(self) -> dict[str, object]:
