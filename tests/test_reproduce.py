@@ -83,11 +83,13 @@ def test_registry_configs_are_valid(name: str, scale: str) -> None:
             assert (config.experiment.runs, config.experiment.horizon) == (100, 10_000_000)
             assert config.environment.params.agents == 100 and config.environment.params.dim == 10
         return
-    assert exp.figure.startswith("Figure 2") and exp.paper.startswith("Zhou & Chowdhury")
+    assert exp.figure.startswith(("Figure 2", "Figure 3")) and exp.paper.startswith("Zhou & Chowdhury")
+    mslr = name in ("zhou-fig2c", "zhou-fig3c", "zhou-fig3d")
+    assert config.environment.name == ("learning-to-rank" if mslr else "gaussian-sphere")
     if scale == "paper":
         assert config.experiment.runs == 25
-        assert config.experiment.horizon == (25_000 if name == "zhou-fig2c" else 10_000)
-        assert config.environment.params.agents == (10 if name == "zhou-fig2c" else 100)
+        assert config.experiment.horizon == (25_000 if mslr else 10_000)
+        assert config.environment.params.agents == (10 if mslr else 100)
         assert all(a.params.batch == 25 and a.params.alpha == 0.01 for a in config.algorithms)
     assert get_experiment(name, scale, runs=3).config["experiment"]["runs"] == 3
 
@@ -147,7 +149,7 @@ def _invoke(argv: list[str]) -> tuple[int, str, str]:
 @pytest.mark.parametrize(
     ("argv", "needle"),
     [
-        (["reproduce", "nope"], "valid: zhou-fig2a, zhou-fig2b, zhou-fig2c, dubey-fig1b, all"),
+        (["reproduce", "nope"], "valid: " + ", ".join(EXPERIMENTS) + ", all"),
         (["reproduce", "all", "--scale", "huge"], "scale must be one of"),
         (["reproduce", "all", "--runs", "0"], "--runs"),
         (["reproduce", "all", "--workers", "x"], "--workers"),
