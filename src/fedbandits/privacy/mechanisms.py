@@ -51,6 +51,11 @@ class TreeRandomizer:
     ``sigma (P,)`` is the noise standard deviation of every packed entry; ``rngs`` holds one
     Generator per run (the privacy-noise stream).  ``releases`` is the planned number of
     releases K (it fixes the tree depth floor(log2 K) + 1).
+
+    Every silo draws its noise from its *own* stream: run r's Generator spawns M children
+    (``rngs[r].spawn(M)``) and silo i's noise comes from child i only, as it would in a real
+    deployment where each silo holds a secret stream (see :func:`silo_noise_rng`, which
+    rebuilds one silo's stream alone, for the deployment's parity with this simulator).
     """
 
     def __init__(
@@ -67,6 +72,8 @@ class TreeRandomizer:
         if len(rngs) != n_runs:
             raise ValueError(f"need one Generator per run ({n_runs}), got {len(rngs)}")
         self.rngs = list(rngs)
+        #: silo_rngs[r][i]: the noise stream of silo i in run r
+        self.silo_rngs = [rng.spawn(n_silos) for rng in self.rngs]
         self.releases = releases
         self.levels = max_nodes_per_datum(releases)
         shape = (self.levels, n_runs, n_silos, self.sigma.size)
@@ -81,7 +88,9 @@ class TreeRandomizer:
         k = self.k + 1
         level = lowest_set_bit(k)
         node = gamma + self.exact[:level].sum(axis=0)
-        noise = np.stack([rng.standard_normal(node.shape[1:]) for rng in self.rngs]) * self.sigma
+        width = node.shape[-1]
+        noise = np.stack([np.stack([rng.standard_normal(width) for rng in silos]) for silos in self.silo_rngs])
+        noise *= self.sigma
         self.exact[level] = node
         self.noisy[level] = node + noise
         # the lower levels are absorbed into this node and never used again
@@ -93,6 +102,17 @@ class TreeRandomizer:
     def prefix(self) -> np.ndarray:
         """Algorithm 4: each silo's noisy prefix sum after release k, ``(R, M, P)``."""
         return self.noisy[prefix_levels(self.k)].sum(axis=0)
+
+
+def silo_noise_rng(run_rng: np.random.Generator, n_silos: int, silo: int) -> np.random.Generator:
+    """Silo ``silo``'s noise stream as :class:`TreeRandomizer` derives it from a fresh run Generator.
+
+    ``run_rng`` must be in the state TreeRandomizer receives it (nothing spawned from it yet);
+    it is consumed (its spawn counter advances) exactly as TreeRandomizer would.
+    """
+    if not 0 <= silo < n_silos:
+        raise ValueError(f"silo must be in [0, {n_silos}), got {silo}")
+    return run_rng.spawn(n_silos)[silo]
 
 
 class TreeAnalyzer:

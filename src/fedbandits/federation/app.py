@@ -1,0 +1,297 @@
+"""The Flower ServerApp and ClientApp that carry Private-FedLinUCB (needs ``fedbandits[deploy]``).
+
+Messages (Flower Message API, one per silo per synchronisation):
+
+* server -> silo ``train``: ConfigRecord ``meta`` {phase "sync", round k, digest, prefix_round
+  k-1, spec (the deployment spec as JSON)}, ArrayRecord ``synced`` {"prefix": the synced
+  prefix after k-1} (absent for k = 1);
+* silo -> server reply: ``meta`` {silo_id, digest, phase, round}, ArrayRecord {"psum": the
+  silo's released noisy p-sum (``ldp``) or exact batch statistics (``none``)};
+* server -> silo ``evaluate`` (phase "finish") with the last prefix; the reply is the silo's
+  trial report (regret curve on the time grid and counts).
+
+Nothing else crosses the network.  Message sizes are measured as the bytes of the objects Flower
+serialises and ships (before TLS framing).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid, ServerApp
+
+from fedbandits.federation.server import Coordinator, Incoming, validate_release
+from fedbandits.federation.silo import Silo, SiloError
+from fedbandits.federation.spec import atomic_write_bytes, spec_from_json
+
+log = logging.getLogger("fedbandits.federation")
+
+server_app = ServerApp()
+client_app = ClientApp()
+
+
+def wire_bytes(obj: Any) -> int:
+    """Bytes of every serialised object Flower ships for a message (its content tree)."""
+    from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
+
+    return sum(len(o.deflate()) for o in get_all_nested_objects(obj).values())
+
+
+def _file_logger(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    root = logging.getLogger("fedbandits")
+    root.setLevel(logging.INFO)
+    if not any(isinstance(h, logging.FileHandler) and h.baseFilename == str(path) for h in root.handlers):
+        handler = logging.FileHandler(path)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        root.addHandler(handler)
+
+
+def _arrays(record: ArrayRecord | None) -> dict[str, np.ndarray] | None:
+    if record is None:
+        return None
+    return {key: arr.numpy() for key, arr in record.items()}
+
+
+def _incoming(msg: Message) -> Incoming:
+    node = int(msg.metadata.src_node_id)
+    if msg.has_error():
+        return Incoming(node, None, None, error=f"{msg.error.code}: {msg.error.reason}")
+    content = msg.content
+    meta = dict(content["meta"]) if "meta" in content.config_records else None
+    arrays: dict[str, np.ndarray] = {}
+    for name in content.array_records:
+        arrays.update(_arrays(content.array_records[name]) or {})
+    return Incoming(node, meta, arrays, wire_bytes=wire_bytes(content))
+
+
+# ================================================================ server ===================
+@server_app.main()
+def server_main(grid: Grid, context: Context) -> None:
+    cfg = context.run_config
+    state_dir = Path(str(cfg["state-dir"]))
+    _file_logger(state_dir / "server.log")
+    try:
+        _serve(grid, cfg, state_dir)
+    except Exception:
+        atomic_write_bytes(state_dir / "error.txt", traceback.format_exc().encode())
+        log.exception("server failed")
+        raise
+
+
+def _serve(grid: Grid, cfg: dict[str, Any], state_dir: Path) -> None:
+    spec_json = Path(str(cfg["spec-file"])).read_text()
+    spec = spec_from_json(spec_json)
+    round_timeout = float(cfg["round-timeout"])
+    join_timeout = float(cfg["join-timeout"])
+    poll = float(cfg.get("poll-interval", 0.2))
+    registry_file = str(cfg.get("registry-file", ""))
+    registry = None
+    if registry_file:
+        registry = {int(node): int(silo) for node, silo in json.loads(Path(registry_file).read_text()).items()}
+    coord = Coordinator(spec, state_dir)
+    started = time.time()
+    log.info("server up: %s, M=%d silos, K=%d synchronisations", spec.label, spec.silos, spec.releases)
+
+    # bounded wait for the silos to connect
+    deadline = time.time() + join_timeout
+    while True:
+        nodes = _targets(grid, registry)
+        if len(nodes) >= spec.silos or time.time() > deadline:
+            break
+        time.sleep(poll)
+    if not nodes:
+        raise RuntimeError(f"no silo connected within {join_timeout:.0f} s")
+    log.info("%d of %d silos connected", len(nodes), spec.silos)
+
+    for k in range(coord.next_round, spec.releases + 1):
+        meta = {"phase": "sync", "round": k, "digest": spec.digest, "prefix_round": k - 1, "spec": spec_json}
+        replies = _exchange(grid, coord, registry, "train", meta, k, round_timeout, poll)
+        accepted: dict[int, np.ndarray] = {}
+        rejected: list[tuple[int, str]] = []
+        seen: set[int] = set()
+        for inc in replies:
+            res = validate_release(spec, inc, phase="sync", round_=k, registry=registry, seen=seen, width=coord.width)
+            if isinstance(res, str):
+                log.warning("round %d: rejected a message from node %d: %s", k, inc.node_id, res)
+                rejected.append((inc.node_id, res))
+                continue
+            seen.add(res[0])
+            accepted[res[0]] = res[1]  # type: ignore[assignment]
+        coord.close_round(k, accepted, rejected)
+        log.info("round %d closed: silos %s accepted, %d rejected", k, sorted(accepted), len(rejected))
+
+    # finish: last prefix down, trial reports up
+    if not coord.state.finished:
+        meta = {
+            "phase": "finish",
+            "round": spec.releases + 1,
+            "digest": spec.digest,
+            "prefix_round": spec.releases,
+            "spec": spec_json,
+        }
+        replies = _exchange(grid, coord, registry, "evaluate", meta, spec.releases + 1, round_timeout, poll)
+        from fedbandits.sim.runner import time_grid
+
+        points = time_grid(spec.horizon, spec.config.experiment.grid_points).size
+        seen = set()
+        for inc in replies:
+            res = validate_release(
+                spec,
+                inc,
+                phase="finish",
+                round_=spec.releases + 1,
+                registry=registry,
+                seen=seen,
+                width=coord.width,
+                curve_points=points,
+            )
+            if isinstance(res, str):
+                log.warning("finish: rejected a report from node %d: %s", inc.node_id, res)
+                coord.state.rejections += 1
+                continue
+            seen.add(res[0])
+            coord.state.reports[res[0]] = res[1]  # type: ignore[assignment]
+        coord.state.finished = True
+        coord.save()
+    from fedbandits.federation.results import deployment_results
+
+    results = deployment_results(spec, coord, time.time() - started)
+    results.save(state_dir / "results")
+    summary = {
+        "table": results.table(),
+        "completed": coord.state.completed,
+        "reports": sorted(coord.state.reports),
+        "rejections": coord.state.rejections,
+        "uplink_messages": coord.state.uplink_messages,
+        "downlink_messages": coord.state.downlink_messages,
+        "uplink_bytes": coord.state.uplink_bytes,
+        "downlink_bytes": coord.state.downlink_bytes,
+        "payload_bytes": coord.state.payload_bytes,
+        "restarts": coord.state.restarts,
+        "missing": {r.round: r.missing for r in coord.state.rounds if r.missing},
+    }
+    atomic_write_bytes(state_dir / "done.json", json.dumps(summary, indent=2).encode())
+    log.info("deployment finished\n%s", results.table())
+
+
+def _targets(grid: Grid, registry: dict[int, int] | None) -> list[int]:
+    nodes = sorted(int(n) for n in grid.get_node_ids())
+    if registry is not None:
+        nodes = [n for n in nodes if n in registry]
+    return nodes
+
+
+def _exchange(
+    grid: Grid,
+    coord: Coordinator,
+    registry: dict[int, int] | None,
+    message_type: str,
+    meta: dict[str, Any],
+    round_: int,
+    timeout: float,
+    poll: float,
+) -> list[Incoming]:
+    """Send one request to every connected silo; collect replies until all arrive or the deadline."""
+    nodes = _targets(grid, registry)
+    content = RecordDict({"meta": ConfigRecord(meta)})
+    prefix = coord.state.prefix
+    if prefix is not None:
+        content["synced"] = ArrayRecord({"prefix": Array(np.ascontiguousarray(prefix))})
+    size = wire_bytes(content)
+    messages = [
+        Message(content, dst_node_id=n, message_type=message_type, group_id=str(round_), ttl=timeout + 10.0)
+        for n in nodes
+    ]
+    ids = set(grid.push_messages(messages))
+    coord.state.downlink_messages += len(messages)
+    coord.state.downlink_bytes += size * len(messages)
+    out: list[Incoming] = []
+    deadline = time.time() + timeout
+    while ids and time.time() < deadline:
+        for msg in grid.pull_messages(ids):
+            ids.discard(msg.metadata.reply_to_message_id)
+            inc = _incoming(msg)
+            coord.state.uplink_messages += 1
+            coord.state.uplink_bytes += inc.wire_bytes
+            out.append(inc)
+        if ids:
+            time.sleep(poll)
+    if ids:
+        log.warning("round %d: %d silo(s) did not answer within %.0f s", round_, len(ids), timeout)
+    return out
+
+
+# ================================================================ silo =====================
+def _silo(context: Context, meta: dict[str, Any]) -> Silo:
+    node = context.node_config
+    state_dir = Path(str(node["state-dir"]))
+    _file_logger(state_dir / "silo.log")
+    spec = spec_from_json(str(meta["spec"]))
+    if spec.digest != meta.get("digest"):
+        raise SiloError("the request's config hash does not match its spec")
+    return Silo(spec, int(node["silo-id"]), state_dir, str(node.get("noise-source", "derived")))
+
+
+def _faults(context: Context) -> dict[int, str]:
+    """Test hook (node config ``inject-fault``, e.g. "nan@2,replay@3"): misbehave in given rounds."""
+    text = str(context.node_config.get("inject-fault", ""))
+    out = {}
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        kind, _, at = item.partition("@")
+        out[int(at)] = kind
+    return out
+
+
+def _reply(msg: Message, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> Message:
+    content = RecordDict({"meta": ConfigRecord(meta)})
+    content["data"] = ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()})
+    return Message(content, reply_to=msg)
+
+
+@client_app.train()
+def silo_sync(msg: Message, context: Context) -> Message:
+    meta = dict(msg.content["meta"])
+    silo = _silo(context, meta)
+    k = int(meta["round"])
+    arrays = _arrays(msg.content.array_records.get("synced")) if "synced" in msg.content.array_records else None
+    prefix = arrays["prefix"] if arrays else None
+    psum = silo.release(k, prefix, int(meta["prefix_round"]))
+    out_meta = {"silo_id": silo.silo_id, "digest": silo.spec.digest, "phase": "sync", "round": k}
+    fault = _faults(context).get(k)
+    if fault == "nan":
+        psum = psum.copy()
+        psum[0] = np.nan
+    elif fault == "shape":
+        psum = psum[:-1].copy()
+    elif fault == "replay" and k > 1:
+        out_meta["round"] = k - 1
+        psum = silo.state.messages[k - 1]
+    if fault:
+        log.warning("silo %d: injecting fault %r in round %d (test hook)", silo.silo_id, fault, k)
+    return _reply(msg, out_meta, {"psum": psum})
+
+
+@client_app.evaluate()
+def silo_finish(msg: Message, context: Context) -> Message:
+    meta = dict(msg.content["meta"])
+    silo = _silo(context, meta)
+    arrays = _arrays(msg.content.array_records.get("synced")) if "synced" in msg.content.array_records else None
+    report = silo.finish(arrays["prefix"] if arrays else None, int(meta["prefix_round"]))
+    curve = report.pop("curve")
+    out_meta = {
+        "silo_id": silo.silo_id,
+        "digest": silo.spec.digest,
+        "phase": "finish",
+        "round": int(meta["round"]),
+        **report,
+    }
+    return _reply(msg, out_meta, {"curve": curve})

@@ -1,0 +1,131 @@
+"""Trial credentials: a private CA, the server's TLS certificate, and each silo's authentication key.
+
+* ``ca.pem`` / ``ca.key``: a self-signed CA (keep ``ca.key`` offline in a real deployment);
+* ``server.pem`` / ``server.key``: the SuperLink's TLS certificate, signed by the CA, valid for the
+  given host names / IP addresses (Subject Alternative Names);
+* ``silo-<i>`` / ``silo-<i>.pub``: silo i's SuperNode authentication key pair (ECDSA P-384,
+  OpenSSH format, as Flower requires).  The server operator registers the ``.pub`` files; the
+  private key never leaves the silo.
+
+Flower's SuperNodes authenticate with these keys (signed requests), not with TLS client
+certificates; TLS authenticates the server to the silos and encrypts every connection.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import os
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+
+def _write(path: Path, data: bytes, private: bool = False) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    if private:
+        os.chmod(path, 0o600)
+
+
+def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+def create_ca(out: str | Path, days: int = 30, name: str = "fedbandits trial CA") -> tuple[Path, Path]:
+    out = Path(out)
+    key = ec.generate_private_key(ec.SECP384R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .sign(key, hashes.SHA384())
+    )
+    _write(out / "ca.pem", cert.public_bytes(serialization.Encoding.PEM))
+    _write(out / "ca.key", _key_pem(key), private=True)
+    return out / "ca.pem", out / "ca.key"
+
+
+def create_server_cert(
+    out: str | Path, hosts: list[str] | None = None, days: int = 30, ca_dir: str | Path | None = None
+) -> tuple[Path, Path]:
+    """``server.pem`` / ``server.key`` for ``hosts`` (default 127.0.0.1, ::1, localhost), signed by the CA in
+    ``ca_dir`` (default ``out``)."""
+    out = Path(out)
+    ca_dir = Path(ca_dir) if ca_dir is not None else out
+    hosts = hosts or ["127.0.0.1", "::1", "localhost"]
+    ca_cert = x509.load_pem_x509_certificate((ca_dir / "ca.pem").read_bytes())
+    ca_key = serialization.load_pem_private_key((ca_dir / "ca.key").read_bytes(), password=None)
+    key = ec.generate_private_key(ec.SECP384R1())
+    sans: list[x509.GeneralName] = []
+    for h in hosts:
+        try:
+            sans.append(x509.IPAddress(ipaddress.ip_address(h)))
+        except ValueError:
+            sans.append(x509.DNSName(h))
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=days))
+        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA384())  # type: ignore[arg-type]
+    )
+    _write(out / "server.pem", cert.public_bytes(serialization.Encoding.PEM))
+    _write(out / "server.key", _key_pem(key), private=True)
+    return out / "server.pem", out / "server.key"
+
+
+def create_silo_key(out: str | Path, silo: int) -> tuple[Path, Path]:
+    """Silo ``silo``'s SuperNode authentication key pair: ``silo-<i>`` (private) and ``silo-<i>.pub``."""
+    out = Path(out)
+    key = ec.generate_private_key(ec.SECP384R1())
+    private = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+    )
+    public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    _write(out / f"silo-{silo}", private, private=True)
+    _write(out / f"silo-{silo}.pub", public + b"\n")
+    return out / f"silo-{silo}", out / f"silo-{silo}.pub"
+
+
+def create_trial_credentials(out: str | Path, silos: int, hosts: list[str] | None = None) -> Path:
+    """CA, server certificate and ``silos`` silo keys in ``out`` (for a trial; see the module doc)."""
+    out = Path(out)
+    create_ca(out)
+    create_server_cert(out, hosts)
+    for i in range(silos):
+        create_silo_key(out, i)
+    return out

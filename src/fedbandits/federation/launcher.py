@@ -1,0 +1,366 @@
+"""Start and stop the Flower processes of a deployment, with bounded waits everywhere.
+
+:class:`LocalDeployment` runs a whole federation on loopback -- one SuperLink (the server), one
+SuperNode per silo, the app submitted with ``flwr run`` -- over TLS with SuperNode
+authentication.  Every process is started in its own session, so that stopping it also stops
+the children Flower spawns (SuperExec, ServerApp, ClientApp processes); :meth:`stop_all` stops
+every process the object started and nothing else.  The same pieces serve the multi-machine
+commands (``fedbandits deploy server`` / ``silo``).
+
+Flower needs an *app* (a folder with ``pyproject.toml``) to run: :func:`write_app` creates a
+minimal one whose components point to :mod:`fedbandits.federation.app`, with the deployment's
+settings as its run config.  Flower ships that folder (a FAB) to the SuperLink and the
+SuperNodes; the fedbandits code itself comes from the installed package.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fedbandits.federation.certs import create_trial_credentials
+from fedbandits.federation.spec import DeploySpec, atomic_write_bytes
+
+CONNECTION = "fedbandits"
+
+
+class DeployError(RuntimeError):
+    """A deployment step failed (with the log file to read)."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def flower_bin(name: str) -> str:
+    """A Flower executable next to this Python (the venv), else on PATH."""
+    here = Path(sys.executable).parent / name
+    if here.exists():
+        return str(here)
+    found = shutil.which(name)
+    if found is None:
+        raise DeployError(f"{name} not found: install the deployment extra, `pip install 'fedbandits[deploy]'`")
+    return found
+
+
+def flower_env(home: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["FLWR_HOME"] = str(home)
+    env["FLWR_TELEMETRY_ENABLED"] = "0"
+    env["FLWR_SUPEREXEC_TASK_POLL_INTERVAL"] = "0.1"
+    env["PYTHONUNBUFFERED"] = "1"
+    home.mkdir(parents=True, exist_ok=True)
+    return env
+
+
+@dataclass
+class Proc:
+    """A started process (and its session)."""
+
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL the whole session at once: a crash, as far as the others can tell."""
+        _signal_group(self.popen.pid, signal.SIGKILL)
+        try:
+            self.popen.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL of a child cannot be ignored
+            pass
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM the session, wait up to ``timeout`` s, then SIGKILL what is left."""
+        if self.popen.poll() is None:
+            _signal_group(self.popen.pid, signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                pass
+        _signal_group(self.popen.pid, signal.SIGKILL)  # children that outlived their parent
+        try:
+            self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:  # pragma: no cover
+            pass
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def start_process(name: str, cmd: list[str], log: Path, env: dict[str, str]) -> Proc:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as fh:
+        popen = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    return Proc(name, popen, log)
+
+
+def wait_https(port: int, ca: Path, timeout: float, proc: Proc | None = None) -> None:
+    """Wait (at most ``timeout`` s) until the SuperLink answers GET /health over verified TLS."""
+    ctx = ssl.create_default_context(cafile=str(ca))
+    deadline = time.time() + timeout
+    last: Exception | None = None
+    while time.time() < deadline:
+        if proc is not None and not proc.alive():
+            raise DeployError(f"{proc.name} exited (status {proc.popen.returncode}); see {proc.log}")
+        try:
+            with urllib.request.urlopen(f"https://127.0.0.1:{port}/health", context=ctx, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except Exception as exc:
+            last = exc
+        time.sleep(0.2)
+    raise DeployError(f"SuperLink on port {port} not ready within {timeout:.0f} s ({last})")
+
+
+def run_cli(args: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(
+            [flower_bin("flwr"), *args], env=env, capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except subprocess.TimeoutExpired:
+        raise DeployError(f"`flwr {' '.join(args)}` did not finish within {timeout:.0f} s") from None
+
+
+def write_connection(home: Path, port: int, ca: Path, host: str = "127.0.0.1") -> None:
+    """The Flower CLI's SuperLink connection (FLWR_HOME/config.toml): TLS, verified with the CA."""
+    home.mkdir(parents=True, exist_ok=True)
+    text = (
+        f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
+        f'address = "{host}:{port}"\nroot-certificates = "{ca}"\n'
+    )
+    (home / "config.toml").write_text(text, encoding="utf-8")
+
+
+def write_app(folder: Path, settings: dict[str, object]) -> Path:
+    """The minimal Flower app folder; ``settings`` become its run config (strings, numbers)."""
+    pkg = folder / "fedbandits_flower"
+    pkg.mkdir(parents=True, exist_ok=True)
+    (pkg / "__init__.py").write_text('"""Flower app shim: the code lives in fedbandits.federation.app."""\n')
+    (pkg / "apps.py").write_text(
+        "from fedbandits.federation.app import client_app as client\n"
+        "from fedbandits.federation.app import server_app as server\n\n"
+        '__all__ = ["client", "server"]\n'
+    )
+    lines = []
+    for key, value in settings.items():
+        lines.append(f"{key} = {json.dumps(value)}")
+    (folder / "pyproject.toml").write_text(
+        "[build-system]\n"
+        'requires = ["hatchling"]\n'
+        'build-backend = "hatchling.build"\n\n'
+        "[project]\n"
+        'name = "fedbandits-flower"\n'
+        'version = "1.0.0"\n'
+        'description = "Private-FedLinUCB on Flower (generated by fedbandits deploy)"\n'
+        'license = "MIT"\n'
+        "dependencies = []\n\n"
+        "[tool.hatch.build.targets.wheel]\n"
+        'packages = ["fedbandits_flower"]\n\n'
+        "[tool.flwr.app]\n"
+        'publisher = "fedbandits"\n\n'
+        "[tool.flwr.app.components]\n"
+        'serverapp = "fedbandits_flower.apps:server"\n'
+        'clientapp = "fedbandits_flower.apps:client"\n\n'
+        "[tool.flwr.app.config]\n" + "\n".join(lines) + "\n"
+    )
+    return folder
+
+
+def supernode_command(
+    superlink: str, ca: Path, key: Path, silo: int, state_dir: Path, runtime_port: int, extra: str = ""
+) -> list[str]:
+    node_config = f'silo-id={silo} state-dir="{state_dir}"' + (f" {extra}" if extra else "")
+    return [
+        flower_bin("flower-supernode"),
+        "--superlink",
+        superlink,
+        "--root-certificates",
+        str(ca),
+        "--auth-supernode-private-key",
+        str(key),
+        "--node-config",
+        node_config,
+        "--port",
+        str(runtime_port),
+        "--max-wait-time",
+        "600",
+    ]
+
+
+@dataclass
+class LocalDeployment:
+    """A whole federation on 127.0.0.1 under ``workdir``: TLS, SuperNode authentication, durable state."""
+
+    workdir: Path
+    spec: DeploySpec
+    round_timeout: float = 60.0
+    join_timeout: float = 60.0
+    start_timeout: float = 60.0
+    #: extra node config per silo (e.g. the test hook ``inject-fault="nan@2"``)
+    node_extra: dict[int, str] = field(default_factory=dict)
+    procs: dict[str, Proc] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.workdir = Path(self.workdir).resolve()
+        self.certs = self.workdir / "certs"
+        self.state = self.workdir / "state"
+        self.logs = self.workdir / "logs"
+        self.cli_home = self.workdir / "home" / "cli"
+        ports_file = self.workdir / "ports.json"
+        if ports_file.exists():  # a restart reuses the ports, so that silos find the server again
+            ports = json.loads(ports_file.read_text())
+        else:
+            ports = {"superlink": free_port(), "silos": [free_port() for _ in range(self.spec.silos)]}
+            self.workdir.mkdir(parents=True, exist_ok=True)
+            atomic_write_bytes(ports_file, json.dumps(ports).encode())
+        self.port = int(ports["superlink"])
+        self.silo_ports = [int(p) for p in ports["silos"]]
+
+    # -- setup -------------------------------------------------------------------------------
+    def prepare(self) -> None:
+        if not (self.certs / "ca.pem").exists():
+            create_trial_credentials(self.certs, self.spec.silos)
+        atomic_write_bytes(self.workdir / "spec.json", self.spec.to_json().encode())
+        write_connection(self.cli_home, self.port, self.certs / "ca.pem")
+        settings = {
+            "spec-file": str(self.workdir / "spec.json"),
+            "state-dir": str(self.state / "server"),
+            "registry-file": str(self.workdir / "registry.json"),
+            "round-timeout": float(self.round_timeout),
+            "join-timeout": float(self.join_timeout),
+            "poll-interval": 0.2,
+        }
+        write_app(self.workdir / "app", settings)
+
+    # -- processes ---------------------------------------------------------------------------
+    def start_superlink(self) -> Proc:
+        cmd = [
+            flower_bin("flower-superlink"),
+            "--ssl-ca-certfile", str(self.certs / "ca.pem"),
+            "--ssl-certfile", str(self.certs / "server.pem"),
+            "--ssl-keyfile", str(self.certs / "server.key"),
+            "--enable-supernode-auth",
+            "--database", str(self.workdir / "superlink.db"),
+            "--port", str(self.port),
+            "--disable-runtime-dependency-installation",
+        ]  # fmt: skip
+        proc = start_process("superlink", cmd, self.logs / "superlink.log", flower_env(self.workdir / "home" / "link"))
+        self.procs["superlink"] = proc
+        wait_https(self.port, self.certs / "ca.pem", self.start_timeout, proc)
+        return proc
+
+    def register_silos(self) -> dict[int, int]:
+        """Register every silo's public key (once; the SuperLink database keeps them across restarts)."""
+        path = self.workdir / "registry.json"
+        registry: dict[str, int] = json.loads(path.read_text()) if path.exists() else {}
+        known = set(registry.values())
+        for i in range(self.spec.silos):
+            if i in known:
+                continue
+            node = self.register_key(self.certs / f"silo-{i}.pub", name=f"silo-{i}")
+            registry[str(node)] = i
+            atomic_write_bytes(path, json.dumps(registry, indent=2).encode())
+        return {int(k): v for k, v in registry.items()}
+
+    def register_key(self, public_key: Path, name: str) -> int:
+        env = flower_env(self.cli_home)
+        res = run_cli(
+            ["supernode", "register", str(public_key), CONNECTION, "--name", name, "--format", "json"], env, 60
+        )
+        try:
+            return int(json.loads(res.stdout)["node-id"])
+        except (ValueError, KeyError, TypeError):
+            raise DeployError(f"registering {public_key} failed: {res.stdout.strip()} {res.stderr.strip()}") from None
+
+    def start_silo(self, i: int) -> Proc:
+        cmd = supernode_command(
+            f"127.0.0.1:{self.port}",
+            self.certs / "ca.pem",
+            self.certs / f"silo-{i}",
+            i,
+            self.state / f"silo-{i}",
+            self.silo_ports[i],
+            self.node_extra.get(i, ""),
+        )
+        proc = start_process(
+            f"silo-{i}", cmd, self.logs / f"silo-{i}.log", flower_env(self.workdir / "home" / f"silo-{i}")
+        )
+        self.procs[f"silo-{i}"] = proc
+        return proc
+
+    def submit(self) -> str:
+        """``flwr run`` the app (a new Flower run; the server resumes from its durable state)."""
+        for f in ("done.json", "error.txt"):
+            (self.state / "server" / f).unlink(missing_ok=True)
+        res = run_cli(
+            ["run", str(self.workdir / "app"), CONNECTION, "--format", "json"], flower_env(self.cli_home), 120
+        )
+        try:
+            return str(json.loads(res.stdout)["run-id"])
+        except (ValueError, KeyError, TypeError):
+            raise DeployError(f"`flwr run` failed: {res.stdout.strip()} {res.stderr.strip()}") from None
+
+    def wait_done(self, timeout: float) -> dict[str, object]:
+        """Wait (at most ``timeout`` s) for the server's summary; raise with the reason if it failed."""
+        deadline = time.time() + timeout
+        done, error = self.state / "server" / "done.json", self.state / "server" / "error.txt"
+        while time.time() < deadline:
+            if done.exists():
+                return json.loads(done.read_text())  # type: ignore[no-any-return]
+            if error.exists():
+                raise DeployError(f"the server failed:\n{error.read_text()}")
+            link = self.procs.get("superlink")
+            if link is not None and not link.alive():
+                raise DeployError(f"the SuperLink exited; see {link.log}")
+            time.sleep(0.3)
+        raise DeployError(f"the deployment did not finish within {timeout:.0f} s; logs in {self.logs}")
+
+    def start(self) -> None:
+        """Everything up to a submitted run: credentials, SuperLink, registration, SuperNodes."""
+        self.prepare()
+        self.start_superlink()
+        self.register_silos()
+        for i in range(self.spec.silos):
+            self.start_silo(i)
+        self.submit()
+
+    def stop(self, name: str) -> None:
+        proc = self.procs.pop(name, None)
+        if proc is not None:
+            proc.stop()
+
+    def stop_all(self) -> None:
+        """Stop every process this object started: silos first, then the server."""
+        for name in sorted(self.procs, key=lambda n: n == "superlink"):
+            self.procs[name].stop()
+        self.procs.clear()
+
+    def __enter__(self) -> LocalDeployment:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_all()

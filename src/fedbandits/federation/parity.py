@@ -1,0 +1,114 @@
+"""The simulator's reference for a deployment, and a transport-free loopback of the protocol.
+
+:func:`reference_run` plays the deployed entry of the config exactly as the simulator does
+(:func:`fedbandits.sim.runner.simulate_runs` builds the same environment and policy from the
+same seeds) and records what the deployment must reproduce: every agent's action, every synced
+prefix, every agent's regret.  :func:`compare` checks a deployment against it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from fedbandits.federation.server import Coordinator, Incoming, validate_release
+from fedbandits.federation.silo import Silo, load_silo_results
+from fedbandits.federation.spec import DeploySpec
+from fedbandits.privacy.mechanisms import pack
+
+#: synced statistics agree to this relative tolerance (they agree exactly in our runs: the
+#: deployment adds the same numbers in the same order; the tolerance only covers BLAS changes)
+PREFIX_RTOL = 1e-9
+
+
+@dataclass
+class Reference:
+    actions: np.ndarray  # (T, M)
+    prefixes: np.ndarray  # (K, P) synced prefix after each synchronisation
+    regret: np.ndarray  # (T, M) per-round pseudo-regret
+
+
+def reference_run(spec: DeploySpec) -> Reference:
+    from fedbandits.registry import ALGORITHMS, PolicyContext
+    from fedbandits.sim.seeding import noise_rngs
+
+    env = spec.build_env()
+    alg = spec.config.algorithms[spec.algorithm_index]
+    ctx = PolicyContext(
+        1,
+        env.n_agents,
+        env.n_arms,
+        env.dim,
+        spec.horizon,
+        noise_rngs(spec.noise_seed, [spec.run], spec.algorithm_index),
+        env=env,
+    )
+    policy = ALGORITHMS[alg.name].factory(alg.params, ctx)
+    T, M = spec.horizon, env.n_agents
+    actions = np.zeros((T, M), dtype=np.int64)
+    regret = np.zeros((T, M))
+    prefixes = []
+    for t in range(T):
+        rnd = env.next_round()
+        a = policy.step(rnd, env)
+        actions[t] = a[0]
+        means = rnd.means[0]
+        regret[t] = means.max(axis=-1) - np.take_along_axis(means, a[0][:, None], axis=-1)[:, 0]
+        if (t + 1) % spec.batch == 0:
+            prefixes.append(pack(policy.synced_cov, policy.synced_bias)[0])
+    return Reference(actions, np.array(prefixes).reshape(len(prefixes), -1), regret)
+
+
+def compare(spec: DeploySpec, ref: Reference, prefixes: np.ndarray, silo_dirs: dict[int, Path]) -> list[str]:
+    """Differences between a deployment (its synced prefixes, each silo's state) and the reference."""
+    problems = []
+    if prefixes.shape != ref.prefixes.shape:
+        problems.append(f"synced prefixes: shape {prefixes.shape}, reference {ref.prefixes.shape}")
+    elif not np.allclose(prefixes, ref.prefixes, rtol=PREFIX_RTOL, atol=1e-12):
+        worst = float(np.abs(prefixes - ref.prefixes).max())
+        problems.append(f"synced prefixes differ from the simulator's (max abs difference {worst:.3g})")
+    for silo, folder in sorted(silo_dirs.items()):
+        state = load_silo_results(folder, silo)
+        mismatch = np.flatnonzero(state.actions != ref.actions[:, silo])
+        if mismatch.size:
+            problems.append(f"silo {silo}: {mismatch.size} action(s) differ, first at round {mismatch[0] + 1}")
+    return problems
+
+
+def run_loopback(spec: DeploySpec, state_dir: str | Path) -> Coordinator:
+    """The whole protocol in one process, messages passed as Python objects: for tests and checks
+    of the logic independent of the network.  The same validation as over the network."""
+    state_dir = Path(state_dir)
+    coord = Coordinator(spec, state_dir / "server")
+    silos = [Silo(spec, i, state_dir / f"silo-{i}") for i in range(spec.silos)]
+    registry = {1000 + i: i for i in range(spec.silos)}
+    width = coord.width
+    for k in range(coord.next_round, spec.releases + 1):
+        prefix = coord.state.prefix
+        accepted, rejected = {}, []
+        seen: set[int] = set()
+        for i, silo in enumerate(silos):
+            msg = silo.release(k, prefix, k - 1)
+            meta = {"silo_id": i, "digest": spec.digest, "phase": "sync", "round": k}
+            res = validate_release(
+                spec,
+                Incoming(1000 + i, meta, {"psum": msg}),
+                phase="sync",
+                round_=k,
+                registry=registry,
+                seen=seen,
+                width=width,
+            )
+            if isinstance(res, str):
+                rejected.append((1000 + i, res))
+            else:
+                seen.add(res[0])
+                accepted[res[0]] = res[1]
+        coord.close_round(k, accepted, rejected)
+    for i, silo in enumerate(silos):
+        coord.state.reports[i] = silo.finish(coord.state.prefix, spec.releases)
+    coord.state.finished = True
+    coord.save()
+    return coord

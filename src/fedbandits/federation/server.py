@@ -1,0 +1,213 @@
+"""The server's side of a deployment: validation of every incoming message, the analyzer, durable state.
+
+The server sees only what silos release.  For each synchronisation k it accepts at most one
+message per silo, each checked before it can touch the state (:func:`validate_release`):
+the sender must be the silo its node is registered as, the message must be for the current
+round and this deployment (config hash), and the payload exactly P finite float64 numbers.  A
+rejected message is logged with its reason and counts as missing.  When the round closes
+(all silos answered, or the deadline passed) the analyzer A of Algorithm 2 adds the accepted
+p-sums -- in silo order, exactly like the simulator -- and releases the synced prefix; the whole
+server state is then written atomically, so a restarted server resumes after the last
+completed round and never loses or redoes one.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedbandits.federation.spec import DeploySpec, load_pickle, save_pickle
+from fedbandits.privacy.mechanisms import TreeAnalyzer
+
+log = logging.getLogger("fedbandits.federation.server")
+
+PHASES = ("setup", "sync", "finish")
+
+
+class ServerStateError(RuntimeError):
+    """The server's durable state does not belong to this deployment."""
+
+
+@dataclass
+class Incoming:
+    """A reply as the transport hands it over, before any validation."""
+
+    node_id: int
+    meta: dict[str, Any] | None  # the reply's ConfigRecord, or None if absent
+    arrays: dict[str, np.ndarray] | None  # the reply's arrays, or None if absent
+    error: str | None = None  # a transport- or silo-side error instead of content
+    wire_bytes: int = 0
+
+
+@dataclass
+class RoundRecord:
+    round: int
+    accepted: list[int]
+    missing: list[int]
+    rejected: list[tuple[int, str]]  # (node id, reason)
+    messages: np.ndarray  # (M, P): accepted releases, NaN rows where missing
+    prefix: np.ndarray  # (P,): the synced prefix released after this round
+
+
+@dataclass
+class ServerState:
+    digest: str
+    silos: int
+    width: int
+    analyzer: TreeAnalyzer | None  # ldp
+    total: np.ndarray | None  # none: exact running sum
+    completed: int = 0  # synchronisations completed (closed and persisted)
+    prefix: np.ndarray | None = None  # the latest synced prefix (after `completed`)
+    rounds: list[RoundRecord] = field(default_factory=list)
+    uplink_messages: int = 0
+    downlink_messages: int = 0
+    uplink_bytes: int = 0
+    downlink_bytes: int = 0
+    payload_bytes: int = 0
+    rejections: int = 0
+    restarts: int = 0
+    finished: bool = False
+    reports: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+
+def validate_release(
+    spec: DeploySpec,
+    incoming: Incoming,
+    *,
+    phase: str,
+    round_: int,
+    registry: dict[int, int] | None,
+    seen: set[int],
+    width: int,
+    curve_points: int | None = None,
+) -> tuple[int, np.ndarray | dict[str, Any]] | str:
+    """Check one reply; return (silo id, payload) or the reason it is rejected.
+
+    ``registry`` maps registered node ids to silo ids (None: silos are identified by their
+    claim only, which a deployment with SuperNode authentication never does); ``seen`` holds
+    the silos already accepted this round.
+    """
+    if incoming.error is not None:
+        return f"error reply from node {incoming.node_id}: {incoming.error}"
+    meta = incoming.meta
+    if meta is None:
+        return "no 'meta' record"
+    silo = meta.get("silo_id")
+    if isinstance(silo, bool) or not isinstance(silo, int) or not 0 <= silo < spec.silos:
+        return f"silo_id must be an integer in [0, {spec.silos}), got {silo!r}"
+    if registry is not None:
+        if incoming.node_id not in registry:
+            return f"node {incoming.node_id} is not a registered silo"
+        if registry[incoming.node_id] != silo:
+            return f"node {incoming.node_id} is registered as silo {registry[incoming.node_id]} but claims silo {silo}"
+    if meta.get("digest") != spec.digest:
+        return f"silo {silo}: config hash {str(meta.get('digest'))[:12]!r} is not this deployment's"
+    if meta.get("phase") != phase:
+        return f"silo {silo}: phase {meta.get('phase')!r}, expected {phase!r}"
+    r = meta.get("round")
+    if isinstance(r, bool) or not isinstance(r, int) or r != round_:
+        return f"silo {silo}: round {r!r} is not the current round {round_} (stale or replayed)"
+    if silo in seen:
+        return f"silo {silo}: a second message in round {round_} (one per silo per round)"
+    arrays = incoming.arrays or {}
+    if phase == "setup":
+        return silo, dict(meta)
+    if phase == "sync":
+        if set(arrays) != {"psum"}:
+            return f"silo {silo}: expected exactly one array 'psum', got {sorted(arrays)}"
+        x = arrays["psum"]
+        if not isinstance(x, np.ndarray) or x.dtype != np.float64:
+            return f"silo {silo}: psum dtype must be float64, got {getattr(x, 'dtype', type(x).__name__)}"
+        if x.shape != (width,):
+            return f"silo {silo}: psum shape must be ({width},), got {x.shape}"
+        if not np.isfinite(x).all():
+            return f"silo {silo}: psum has {int((~np.isfinite(x)).sum())} non-finite entries"
+        return silo, x
+    # finish: the trial report
+    if set(arrays) != {"curve"}:
+        return f"silo {silo}: expected exactly one array 'curve', got {sorted(arrays)}"
+    curve = arrays["curve"]
+    if (
+        not isinstance(curve, np.ndarray)
+        or curve.dtype != np.float64
+        or curve.shape != (curve_points,)
+        or not np.isfinite(curve).all()
+    ):
+        return f"silo {silo}: curve must be {curve_points} finite float64 numbers"
+    counts = {}
+    for key in ("served", "skipped_releases", "clipped_features", "clipped_rewards", "psd_repairs"):
+        v = meta.get(key)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            return f"silo {silo}: report field {key} must be a non-negative integer, got {v!r}"
+        counts[key] = v
+    return silo, {"curve": curve, **counts}
+
+
+class Coordinator:
+    """Server state machine for one deployment; the transport (Flower) calls it round by round."""
+
+    def __init__(self, spec: DeploySpec, state_dir: str | Path) -> None:
+        self.spec = spec
+        self.width = spec.width()
+        self.path = Path(state_dir) / "server.pkl"
+        if self.path.exists():
+            state: ServerState = load_pickle(self.path)
+            if state.digest != spec.digest:
+                raise ServerStateError(
+                    f"server state {self.path} belongs to another deployment (config hash {state.digest[:12]})"
+                )
+            state.restarts += 1
+            self.state = state
+            log.info("resuming from durable state: %d of %d synchronisations completed", state.completed, spec.releases)
+        else:
+            private = spec.private
+            self.state = ServerState(
+                digest=spec.digest,
+                silos=spec.silos,
+                width=self.width,
+                analyzer=TreeAnalyzer(1, self.width, spec.releases) if private else None,
+                total=None if private else np.zeros((1, self.width)),
+            )
+        self.save()
+
+    def save(self) -> None:
+        save_pickle(self.path, self.state)
+
+    @property
+    def next_round(self) -> int:
+        return self.state.completed + 1
+
+    def close_round(self, k: int, accepted: dict[int, np.ndarray], rejected: list[tuple[int, str]]) -> np.ndarray:
+        """Aggregate the accepted releases of synchronisation k; persist; return the synced prefix."""
+        s = self.state
+        if k != s.completed + 1:
+            raise ValueError(f"round {k} cannot close: {s.completed} rounds are completed")
+        M, P = self.spec.silos, self.width
+        rows = np.zeros((1, M, P))
+        record = np.full((M, P), np.nan)
+        for silo, x in accepted.items():
+            rows[0, silo] = x
+            record[silo] = x
+        if s.analyzer is not None:
+            prefix = s.analyzer.release(rows)[0]
+        else:
+            assert s.total is not None
+            s.total += rows.sum(axis=1)
+            prefix = s.total[0].copy()
+        missing = [i for i in range(M) if i not in accepted]
+        s.rounds.append(RoundRecord(k, sorted(accepted), missing, list(rejected), record, prefix.copy()))
+        s.prefix = prefix.copy()
+        s.completed = k
+        s.payload_bytes += len(accepted) * P * 8
+        s.rejections += len(rejected)
+        self.save()
+        if missing:
+            log.warning("round %d closed without silo(s) %s: their p-sums are absent from this node", k, missing)
+        return prefix
+
+    def synced_prefixes(self) -> np.ndarray:
+        return np.stack([r.prefix for r in self.state.rounds]) if self.state.rounds else np.zeros((0, self.width))

@@ -1,0 +1,306 @@
+"""One silo of a deployment: its own users, its own LinUCB decisions, its own local randomizer.
+
+The silo never sends raw statistics.  At synchronisation k it forms its batch statistics
+gamma_k (the packed sum of x x^T and x y over its users of the batch), hands them to its
+local randomizer R (:class:`~fedbandits.privacy.mechanisms.TreeRandomizer` for one silo) and
+releases only the resulting noisy p-sum (``ldp``) -- or, with the non-private ``none`` protocol,
+the exact batch statistics, as that baseline does.  Its decisions use V = lambda I + W_syn +
+W_i exactly as :class:`~fedbandits.algorithms.fedlinucb.FedLinUCB` (the same class, with one
+agent).
+
+Durability: the whole silo (environment stream, LinUCB state, randomizer tree and noise
+stream, released messages) is pickled atomically to ``state_dir`` *before* a message leaves the
+silo.  A restarted silo therefore resends an already released p-sum byte for byte and never
+redraws its noise; a batch whose release was not persisted was never sent, so replaying it is
+not a second release.
+
+Data source: this implementation reads the silo's users from a fedbandits environment built
+from the config with the run's seed and keeps only its own agent's slice (the other slices are
+drawn and discarded so that its users are exactly the simulator's agent ``silo_id``).  A real
+silo would read its own users instead; see docs/deployment.md.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedbandits.algorithms.fedlinucb import FedLinUCB
+from fedbandits.envs.base import Round
+from fedbandits.federation.spec import DeploySpec, load_pickle, save_pickle
+from fedbandits.privacy.mechanisms import TreeRandomizer, pack, silo_noise_rng, unpack
+from fedbandits.privacy.tree import lowest_set_bit
+from fedbandits.protocols.base import Protocol
+from fedbandits.sim.runner import time_grid
+from fedbandits.sim.seeding import noise_rngs
+
+log = logging.getLogger("fedbandits.federation.silo")
+
+#: where a silo's noise comes from: "derived" (from the config's noise seed, for parity with
+#: the simulator; the server could recompute it) or "os" (fresh OS entropy, secret to the silo)
+NOISE_SOURCES = ("derived", "os")
+
+
+class SiloError(RuntimeError):
+    """A request the silo cannot serve (wrong config, impossible round); nothing changed."""
+
+
+class _NoProtocol(Protocol):
+    """Placeholder: a deployed silo's synchronisation is split across a network round trip."""
+
+    name = "deployed"
+
+    def sync(self, cov: np.ndarray, bias: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover
+        raise RuntimeError("a deployed silo synchronises through the server, not through a protocol object")
+
+
+class SiloFedLinUCB(FedLinUCB):
+    """FedLinUCB for one silo (one agent) of an M-silo federation.
+
+    ``sync`` (called by ``end_round`` every B rounds) only *prepares* the batch statistics and
+    resets W_i, U_i; ``adopt`` installs the synchronised statistics the server returns (lines
+    10-17 of Algorithm 1 split around the network round trip; no round is played in between).
+    The radius counts n = M t samples like the simulator's M-agent policy.
+    """
+
+    def __init__(self, spec: DeploySpec, dim: int, n_arms: int, reg: float) -> None:
+        super().__init__(1, 1, n_arms, dim, spec.horizon, spec.params, _NoProtocol(1, 1, dim), reg=reg)
+        self.federation_size = spec.silos
+        self.pending: np.ndarray | None = None
+
+    def radius_samples(self) -> int:
+        return self.federation_size * (self.last_sync_t if self.lazy else self.t)
+
+    def sync(self) -> None:
+        self.pending = pack(self.local_cov, self.local_bias)[0, 0].copy()  # gamma_k, (P,)
+        self.local_cov[...] = 0.0
+        self.local_bias[...] = 0.0
+        self.last_sync_t = self.t
+        self.sync_rounds += 1
+
+    def adopt(self, prefix: np.ndarray) -> None:
+        cov, bias = unpack(prefix[None], self.dim)
+        gram = self.reg_value * np.eye(self.dim) + cov
+        if self.private:
+            gram = self._repair(gram)
+        self.state.set(gram[:, None], bias[:, None])
+        self.synced_cov, self.synced_bias = cov, bias
+
+
+@dataclass
+class SiloState:
+    """Everything a silo must not lose; pickled atomically after every completed step."""
+
+    digest: str
+    silo_id: int
+    noise_source: str
+    env: Any
+    policy: SiloFedLinUCB
+    randomizer: TreeRandomizer | None
+    t: int = 0  # rounds played (or skipped while down)
+    released: int = 0  # releases done (the silo's position in the tree)
+    adopted: int = 0  # index of the synced prefix in force (0: none yet)
+    messages: dict[int, np.ndarray] = field(default_factory=dict)  # release k -> message sent
+    skipped_releases: list[int] = field(default_factory=list)
+    served: np.ndarray | None = None  # (T,) bool: rounds whose user this silo served
+    actions: np.ndarray | None = None  # (T,) chosen arm, -1 if not served
+    regret: np.ndarray | None = None  # (T,) per-round pseudo-regret (0 if not served)
+    finished: bool = False
+
+
+class Silo:
+    """The silo's logic, independent of the transport (Flower calls it from its ClientApp)."""
+
+    def __init__(self, spec: DeploySpec, silo_id: int, state_dir: str | Path, noise_source: str = "derived") -> None:
+        if isinstance(silo_id, bool) or not isinstance(silo_id, int) or not 0 <= silo_id < spec.silos:
+            raise SiloError(f"silo id must be an integer in [0, {spec.silos}), got {silo_id!r}")
+        if noise_source not in NOISE_SOURCES:
+            raise SiloError(f"noise source must be one of {NOISE_SOURCES}, got {noise_source!r}")
+        self.spec = spec
+        self.silo_id = silo_id
+        self.path = Path(state_dir) / f"silo-{silo_id}.pkl"
+        self.noise_source = noise_source
+        self.state = self._load_or_create()
+
+    # -- state -------------------------------------------------------------------------------
+    def _load_or_create(self) -> SiloState:
+        if self.path.exists():
+            state: SiloState = load_pickle(self.path)
+            if state.digest != self.spec.digest or state.silo_id != self.silo_id:
+                raise SiloError(
+                    f"state file {self.path} belongs to another deployment (config hash {state.digest[:12]}, "
+                    f"silo {state.silo_id}); use a fresh state directory"
+                )
+            return state
+        spec = self.spec
+        env = spec.build_env()
+        dim = env.dim
+        policy = SiloFedLinUCB(spec, dim, env.n_arms, spec.regularizer())
+        randomizer = None
+        sigma = spec.sigma()
+        if sigma is not None:
+            randomizer = TreeRandomizer(1, 1, sigma, [np.random.Generator(np.random.SFC64(0))], spec.releases)
+            randomizer.silo_rngs = [[self._noise_stream()]]  # this silo's own stream (see _noise_stream)
+        horizon = spec.horizon
+        state = SiloState(
+            digest=spec.digest,
+            silo_id=self.silo_id,
+            noise_source=self.noise_source,
+            env=env,
+            policy=policy,
+            randomizer=randomizer,
+            served=np.zeros(horizon, dtype=bool),
+            actions=np.full(horizon, -1, dtype=np.int64),
+            regret=np.zeros(horizon),
+        )
+        self._save(state)
+        return state
+
+    def _noise_stream(self) -> np.random.Generator:
+        """``derived``: the stream the simulator gives silo i (parity); ``os``: fresh secret entropy."""
+        if self.noise_source == "os":
+            return np.random.Generator(np.random.SFC64(np.random.SeedSequence()))
+        spec = self.spec
+        run_rng = noise_rngs(spec.noise_seed, [spec.run], spec.algorithm_index)[0]
+        protocol_rng = run_rng.spawn(1)[0]  # GaussianTreeProtocol's noise stream of the run
+        return silo_noise_rng(protocol_rng, spec.silos, self.silo_id)
+
+    def _save(self, state: SiloState | None = None) -> None:
+        save_pickle(self.path, state if state is not None else self.state)
+
+    # -- protocol steps ----------------------------------------------------------------------
+    def status(self) -> dict[str, int]:
+        s = self.state
+        return {"silo_id": self.silo_id, "released": s.released, "adopted": s.adopted, "t": s.t}
+
+    def release(self, k: int, prefix: np.ndarray | None, prefix_round: int) -> np.ndarray:
+        """Serve synchronisation ``k``: adopt the synced prefix ``prefix_round`` (= k - 1), play the
+        batch, release the noisy p-sum (or exact batch statistics for ``none``).  Idempotent: a
+        repeated request for an already released k returns the stored message unchanged."""
+        spec = self.spec
+        s = self.state
+        if not 1 <= k <= spec.releases:
+            raise SiloError(f"synchronisation {k} outside [1, {spec.releases}]")
+        if k in s.messages:
+            log.info("silo %d: release %d was already made; resending the stored message", self.silo_id, k)
+            return s.messages[k]
+        if k <= s.released:
+            raise SiloError(f"release {k} is in the past (released {s.released}) and its message was not kept")
+        if prefix_round != k - 1:
+            raise SiloError(f"request {k} carries synced prefix {prefix_round}, expected {k - 1}")
+        self._adopt(prefix, prefix_round)
+        # releases the silo missed while it was down: time went on without it
+        while s.released < k - 1:
+            self._skip_release(s.released + 1)
+        self._play_until(k * spec.batch)
+        gamma = s.policy.pending
+        assert gamma is not None and s.policy.t == k * spec.batch
+        if s.randomizer is not None:
+            message = s.randomizer.release(gamma[None, None])[0, 0].copy()
+        else:
+            message = gamma.copy()
+        s.policy.pending = None
+        s.released = k
+        s.messages[k] = message
+        self._save()  # durable *before* the message leaves the silo
+        return message
+
+    def finish(self, prefix: np.ndarray | None, prefix_round: int) -> dict[str, Any]:
+        """Adopt the last synced prefix, play the rounds after the last synchronisation, report."""
+        spec = self.spec
+        s = self.state
+        if prefix_round != spec.releases:
+            raise SiloError(f"finish carries synced prefix {prefix_round}, expected {spec.releases}")
+        if not s.finished:
+            self._adopt(prefix, prefix_round)
+            while s.released < spec.releases:
+                self._skip_release(s.released + 1)
+            self._play_until(spec.horizon)
+            s.finished = True
+            self._save()
+        return self.report()
+
+    def report(self) -> dict[str, Any]:
+        """What the silo discloses at the end of a *trial*: its regret curve on the grid and counts."""
+        s = self.state
+        spec = self.spec
+        grid = time_grid(spec.horizon, spec.config.experiment.grid_points)
+        assert s.regret is not None and s.served is not None
+        cum = np.cumsum(s.regret)
+        p = s.policy
+        return {
+            "curve": cum[grid - 1].copy(),
+            "served": int(s.served.sum()),
+            "skipped_releases": len(s.skipped_releases),
+            "clipped_features": int(p.clipped_features),
+            "clipped_rewards": int(p.clipped_rewards),
+            "psd_repairs": int(p.psd_repairs),
+        }
+
+    # -- internals ---------------------------------------------------------------------------
+    def _adopt(self, prefix: np.ndarray | None, prefix_round: int) -> None:
+        s = self.state
+        if prefix_round == s.adopted:
+            return
+        if prefix_round < s.adopted:
+            raise SiloError(f"synced prefix {prefix_round} is older than the one in force ({s.adopted})")
+        if prefix is None:
+            raise SiloError(f"synced prefix {prefix_round} is missing from the request")
+        prefix = np.asarray(prefix, dtype=np.float64)
+        if prefix.shape != (self.spec.width(),) or not np.isfinite(prefix).all():
+            raise SiloError(f"synced prefix must be {self.spec.width()} finite floats, got shape {prefix.shape}")
+        # a silo that missed releases first catches its clock up to the prefix's time
+        while s.released < prefix_round:
+            self._skip_release(s.released + 1)
+        s.policy.adopt(prefix)
+        s.adopted = prefix_round
+
+    def _play_until(self, t_end: int) -> None:
+        s = self.state
+        i = self.silo_id
+        while s.t < t_end:
+            rnd = s.env.next_round()
+            mine = Round(rnd.features[:, i : i + 1], rnd.means[:, i : i + 1], rnd.noise[:, i : i + 1])
+            actions = s.policy.step(mine, s.env)
+            a = int(actions[0, 0])
+            means = rnd.means[0, i]
+            s.actions[s.t] = a  # type: ignore[index]
+            s.regret[s.t] = float(means.max() - means[a])  # type: ignore[index]
+            s.served[s.t] = True  # type: ignore[index]
+            s.t += 1
+
+    def _skip_release(self, k: int) -> None:
+        """Release ``k`` happened while this silo was down: its users of that batch were not served
+        (their contexts are drawn and discarded to keep the clock), nothing is sent, and the tree
+        absorbs the lower levels exactly as a release with an empty batch would -- without noise,
+        since nothing is released."""
+        s = self.state
+        spec = self.spec
+        log.warning("silo %d: missed release %d while down; skipping its batch", self.silo_id, k)
+        while s.t < k * spec.batch:
+            s.env.next_round()
+            s.t += 1
+        p = s.policy
+        p.t = s.t
+        p.local_cov[...] = 0.0
+        p.local_bias[...] = 0.0
+        p.last_sync_t = s.t
+        if s.randomizer is not None:
+            r = s.randomizer
+            level = lowest_set_bit(k)
+            r.exact[level] = r.exact[:level].sum(axis=0)
+            r.noisy[level] = 0.0  # never released
+            r.exact[:level] = 0.0
+            r.noisy[:level] = 0.0
+            r.k = k
+        s.released = k
+        s.skipped_releases.append(k)
+
+
+def load_silo_results(state_dir: str | Path, silo_id: int) -> SiloState:
+    """A silo's durable state (its own record of actions, regret, messages): for the silo's operator."""
+    return load_pickle(Path(state_dir) / f"silo-{silo_id}.pkl")  # type: ignore[no-any-return]

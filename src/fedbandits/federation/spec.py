@@ -1,0 +1,199 @@
+"""What server and silos agree on before the first message: the deployed algorithm and its constants.
+
+A deployment runs *one* run (index ``run``) of *one* ``fedlinucb`` entry of an ordinary
+fedbandits config, with the ``none`` (non-private) or ``ldp`` (silo-level LDP, Algorithm 2)
+protocol.  Both sides derive everything else -- the number of silos M, the number of
+synchronisations K = T // B, the packed message width P, the calibrated noise, the ridge
+regulariser -- from the config with exactly the code the simulator uses, and pin the config by a
+hash that every message carries.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import pickle
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedbandits.algorithms.fedlinucb import FedLinUCBParams, theory_regularizer
+from fedbandits.config import Config, ConfigError, config_from_dict
+from fedbandits.privacy.calibration import NoiseCalibration
+from fedbandits.privacy.mechanisms import packed_width
+
+#: protocols a deployment runs: the non-private baseline and silo-level LDP (Algorithm 2)
+DEPLOY_PROTOCOLS = ("none", "ldp")
+
+
+@dataclass(frozen=True)
+class DeploySpec:
+    """The deployed algorithm: config, chosen entry, run index and derived constants."""
+
+    config: Config
+    label: str
+    algorithm_index: int
+    run: int
+
+    # -- derived -----------------------------------------------------------------------------
+    @property
+    def params(self) -> FedLinUCBParams:
+        return self.config.algorithms[self.algorithm_index].params  # type: ignore[no-any-return]
+
+    @property
+    def silos(self) -> int:
+        return int(self.config.environment.params.agents)
+
+    @property
+    def horizon(self) -> int:
+        return self.config.experiment.horizon
+
+    @property
+    def batch(self) -> int:
+        return self.params.batch
+
+    @property
+    def releases(self) -> int:
+        """K: synchronisations in the run (one every B rounds, none after the last full batch)."""
+        return self.horizon // self.batch
+
+    @property
+    def private(self) -> bool:
+        return self.params.private
+
+    @property
+    def noise_seed(self) -> int:
+        exp = self.config.experiment
+        return exp.seed if exp.noise_seed is None else exp.noise_seed
+
+    def dim(self) -> int:
+        dim = getattr(self.config.environment.params, "dim", None)
+        if dim is None:  # data-driven environments learn d from their data
+            dim = self.build_env().dim
+        return int(dim)
+
+    def width(self) -> int:
+        return packed_width(self.dim())
+
+    def calibration(self) -> NoiseCalibration | None:
+        if not self.private:
+            return None
+        from fedbandits.registry import calibrate_protocol
+
+        cal = calibrate_protocol(self.params, horizon=self.horizon, agents=self.silos, dim=self.dim())
+        assert isinstance(cal, NoiseCalibration)
+        return cal
+
+    def sigma(self) -> np.ndarray | None:
+        """Noise std of every packed entry (as :class:`GaussianTreeProtocol` sets it), or None."""
+        cal = self.calibration()
+        if cal is None:
+            return None
+        d = self.dim()
+        return np.concatenate([np.full(d * (d + 1) // 2, cal.sigma_cov), np.full(d, cal.sigma_bias)])
+
+    def regularizer(self) -> float:
+        """lambda, exactly as the simulator's fedlinucb factory chooses it."""
+        cal = self.calibration()
+        if cal is None or self.params.regularizer != "theory":
+            return float(self.params.reg)
+        return theory_regularizer(
+            cal.sigma_cov, self.silos, cal.nodes, self.dim(), self.horizon, self.batch, self.params.alpha
+        )
+
+    def privacy_report(self) -> dict[str, object]:
+        cal = self.calibration()
+        return {"protocol": self.params.protocol, **(cal.report() if cal is not None else {})}
+
+    def build_env(self):  # type: ignore[no-untyped-def]
+        from fedbandits.registry import ENVIRONMENTS
+        from fedbandits.sim.seeding import env_rngs
+
+        env_cfg = self.config.environment
+        return ENVIRONMENTS[env_cfg.name].factory(env_cfg.params, env_rngs(self.config.experiment.seed, [self.run]))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"config": self.config.to_dict(), "label": self.label, "run": self.run}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+    @property
+    def digest(self) -> str:
+        """sha256 of the canonical spec: every message carries it; a mismatch is rejected."""
+        return hashlib.sha256(self.to_json().encode()).hexdigest()
+
+
+def make_spec(config: Config, label: str | None = None, run: int = 0) -> DeploySpec:
+    """Choose the deployed entry of ``config`` and check that a deployment can run it."""
+    if isinstance(run, bool) or not isinstance(run, int) or not 0 <= run < config.experiment.runs:
+        raise ConfigError(f"run must be an integer in [0, runs = {config.experiment.runs}), got {run!r}")
+    candidates = [i for i, a in enumerate(config.algorithms) if a.name == "fedlinucb"]
+    if label is not None:
+        matches = [i for i, a in enumerate(config.algorithms) if a.label == label]
+        if not matches:
+            raise ConfigError(f"no algorithm labelled {label!r}; labels: {[a.label for a in config.algorithms]}")
+        index = matches[0]
+        if config.algorithms[index].name != "fedlinucb":
+            raise ConfigError(f"algorithm {label!r} is {config.algorithms[index].name!r}; only fedlinucb deploys")
+    elif len(candidates) == 1:
+        index = candidates[0]
+    elif not candidates:
+        raise ConfigError("the config has no fedlinucb algorithm to deploy")
+    else:
+        labels = [config.algorithms[i].label for i in candidates]
+        raise ConfigError(f"the config has several fedlinucb entries {labels}; choose one with --algorithm LABEL")
+    params = config.algorithms[index].params
+    if params.protocol not in DEPLOY_PROTOCOLS:
+        raise ConfigError(
+            f"protocol {params.protocol!r} does not deploy; deployable protocols: {', '.join(DEPLOY_PROTOCOLS)} "
+            "(see docs/deployment.md for where a shuffler would run)"
+        )
+    if config.environment.params.agents < 1:
+        raise ConfigError("the environment needs at least one agent (silo)")
+    return DeploySpec(config, config.algorithms[index].label, index, run)
+
+
+def spec_from_json(text: str) -> DeploySpec:
+    data = json.loads(text)
+    if not isinstance(data, dict) or set(data) != {"config", "label", "run"}:
+        raise ConfigError("a deployment spec is a JSON object with keys config, label, run")
+    return make_spec(config_from_dict(data["config"]), data["label"], data["run"])
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that a crash leaves either the old or the new file, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def save_pickle(path: Path, obj: object) -> None:
+    atomic_write_bytes(path, pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def load_pickle(path: Path) -> Any:
+    with open(path, "rb") as f:
+        return pickle.load(f)
+
+
+def finite_float(x: float) -> bool:
+    return isinstance(x, float) and math.isfinite(x)

@@ -1,0 +1,252 @@
+"""Cross-silo deployment: protocol logic (fast, no Flower) and real processes on 127.0.0.1 (slow).
+
+The process tests start a SuperLink and SuperNodes over TLS with SuperNode authentication and
+stop every process they started (``LocalDeployment`` as a context manager); every wait is bounded.
+Run them with ``pytest -m slow tests/test_federation.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedbandits.config import loads_config
+from fedbandits.federation.parity import compare, reference_run, run_loopback
+from fedbandits.federation.server import Coordinator, Incoming, ServerStateError, validate_release
+from fedbandits.federation.silo import Silo, SiloError, load_silo_results
+from fedbandits.federation.spec import make_spec
+from fedbandits.sim.runner import run_experiment
+
+
+def _config(protocol: str = "ldp", horizon: int = 40, batch: int = 10, extra: str = "") -> str:
+    return f"""
+[experiment]
+seed = 7
+horizon = {horizon}
+[environment]
+name = "gaussian-sphere"
+agents = 3
+arms = 20
+dim = 4
+[[algorithms]]
+name = "fedlinucb"
+batch = {batch}
+protocol = "{protocol}"
+epsilon = 5.0
+delta = 0.01
+{extra}
+"""
+
+
+def _spec(protocol: str = "ldp", **kw):  # type: ignore[no-untyped-def]
+    return make_spec(loads_config(_config(protocol, **kw)))
+
+
+# ------------------------------------------------------------------ logic, no network ---------
+@pytest.mark.parametrize("protocol", ["none", "ldp"])
+def test_loopback_parity_with_simulator(tmp_path: Path, protocol: str) -> None:
+    spec = _spec(protocol, horizon=135, extra='regularizer = "theory"' if protocol == "ldp" else "")
+    ref = reference_run(spec)
+    coord = run_loopback(spec, tmp_path)
+    dirs = {i: tmp_path / f"silo-{i}" for i in range(3)}
+    assert compare(spec, ref, coord.synced_prefixes(), dirs) == []
+    assert np.array_equal(coord.synced_prefixes(), ref.prefixes)  # exact, not just close
+    # the reference is the simulator: same per-agent regret as run_experiment
+    sim = run_experiment(spec.config.with_experiment(runs=1))
+    per_agent = sim.algorithms[spec.label].per_agent[0]
+    np.testing.assert_allclose(ref.regret.sum(axis=0), per_agent, rtol=1e-12)
+    deployed = [coord.state.reports[i]["curve"][-1] for i in range(3)]
+    np.testing.assert_allclose(deployed, per_agent, rtol=1e-12)
+
+
+def test_silo_sends_only_noisy_psums_and_never_redraws(tmp_path: Path) -> None:
+    spec = _spec("ldp")
+    silo = Silo(spec, 1, tmp_path)
+    first = silo.release(1, None, 0)
+    gamma_free = Silo(_spec("none"), 1, tmp_path / "np").release(1, None, 0)
+    assert not np.allclose(first, gamma_free)  # noise was added to the batch statistics
+    # a restarted silo (fresh object from the durable state) resends byte for byte
+    again = Silo(spec, 1, tmp_path).release(1, None, 0)
+    assert np.array_equal(first, again)
+    with pytest.raises(SiloError, match="prefix 3"):
+        Silo(spec, 1, tmp_path).release(2, np.zeros(spec.width()), 3)
+    with pytest.raises(SiloError, match="another deployment"):
+        Silo(_spec("ldp", horizon=50), 1, tmp_path)
+
+
+def test_silo_that_missed_rounds_catches_up(tmp_path: Path) -> None:
+    spec = _spec("ldp", horizon=80)
+    silo = Silo(spec, 0, tmp_path)
+    m1 = silo.release(1, None, 0)
+    # releases 2 and 3 happened without this silo; it rejoins at 4 with prefix 3
+    m4 = Silo(spec, 0, tmp_path).release(4, np.zeros(spec.width()), 3)
+    state = load_silo_results(tmp_path, 0)
+    assert state.skipped_releases == [2, 3] and state.released == 4 and state.t == 40
+    assert state.served.sum() == 20  # batches 1 and 4 served, 2 and 3 not
+    assert np.array_equal(state.messages[1], m1) and np.isfinite(m4).all()
+
+
+def _incoming(spec, node=1001, silo=1, round_=2, psum=None, **meta):  # type: ignore[no-untyped-def]
+    m = {"silo_id": silo, "digest": spec.digest, "phase": "sync", "round": round_, **meta}
+    return Incoming(node, m, {"psum": np.zeros(spec.width()) if psum is None else psum})
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"psum": np.full(24, np.nan)}, "non-finite"),
+        ({"psum": np.zeros(23)}, "shape"),
+        ({"psum": np.zeros(24, dtype=np.float32)}, "dtype"),
+        ({"round_": 1}, "stale or replayed"),
+        ({"silo": 2}, "registered as silo 1"),
+        ({"node": 999}, "not a registered silo"),
+        ({"silo": 7}, "silo_id must be"),
+        ({"digest": "x" * 64}, "config hash"),
+        ({"phase": "finish"}, "phase"),
+    ],
+)
+def test_server_rejects_bad_messages(change: dict, reason: str) -> None:
+    spec = _spec("ldp")
+    assert spec.width() == 14  # d = 4: 10 + 4
+    change = {k: (v[:14] if k == "psum" and v.size == 24 else v[:13] if k == "psum" else v) for k, v in change.items()}
+    res = validate_release(
+        spec, _incoming(spec, **change), phase="sync", round_=2, registry={1001: 1, 1002: 2}, seen=set(), width=14
+    )
+    assert isinstance(res, str) and reason in res
+
+
+def test_server_rejects_second_message_and_keeps_state(tmp_path: Path) -> None:
+    spec = _spec("ldp")
+    coord = Coordinator(spec, tmp_path)
+    ok = validate_release(spec, _incoming(spec, round_=1), phase="sync", round_=1, registry=None, seen=set(), width=14)
+    assert not isinstance(ok, str)
+    dup = validate_release(spec, _incoming(spec, round_=1), phase="sync", round_=1, registry=None, seen={1}, width=14)
+    assert isinstance(dup, str) and "second message" in dup
+    prefix = coord.close_round(1, {1: ok[1]}, [(1001, dup)])  # type: ignore[dict-item]
+    assert np.array_equal(prefix, np.zeros(14))
+    # a restarted server resumes after the completed round; another deployment's state is refused
+    again = Coordinator(spec, tmp_path)
+    assert again.next_round == 2 and again.state.restarts == 1 and again.state.rounds[0].missing == [0, 2]
+    with pytest.raises(ValueError, match="cannot close"):
+        again.close_round(1, {}, [])
+    with pytest.raises(ServerStateError):
+        Coordinator(_spec("none"), tmp_path)
+
+
+def test_spec_rejects_undeployable_configs() -> None:
+    from fedbandits.config import ConfigError
+
+    with pytest.raises(ConfigError, match="does not deploy"):
+        _spec("ldp-prefix")
+    with pytest.raises(ConfigError, match="run must be"):
+        make_spec(loads_config(_config()), run=3)
+
+
+# ------------------------------------------------------------------ real processes -----------
+flwr = pytest.importorskip("flwr")
+
+from fedbandits.federation.certs import create_silo_key  # noqa: E402
+from fedbandits.federation.launcher import LocalDeployment, flower_env, start_process, supernode_command  # noqa: E402
+
+slow = pytest.mark.slow
+
+
+def _wait(pred, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if pred():
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def _completed(dep: LocalDeployment) -> int:
+    path = dep.state / "server" / "server.pkl"
+    if not path.exists():
+        return 0
+    try:
+        from fedbandits.federation.spec import load_pickle
+
+        return int(load_pickle(path).completed)
+    except Exception:
+        return 0
+
+
+@slow
+def test_deploy_ldp_tls_auth_parity_and_unregistered_node(tmp_path: Path) -> None:
+    spec = _spec("ldp", horizon=30)
+    with LocalDeployment(tmp_path, spec, round_timeout=60, join_timeout=60) as dep:
+        dep.start()
+        # an intruder with a valid TLS view of the server but an unregistered key is refused
+        key, _ = create_silo_key(tmp_path / "intruder", 9)
+        cmd = supernode_command(
+            f"127.0.0.1:{dep.port}", dep.certs / "ca.pem", key, 0, tmp_path / "intruder-state", dep.silo_ports[0] + 1
+        )
+        cmd[cmd.index("--max-wait-time") + 1] = "5"
+        intruder = start_process("intruder", cmd, dep.logs / "intruder.log", flower_env(tmp_path / "home" / "x"))
+        dep.procs["intruder"] = intruder
+        summary = dep.wait_done(240)
+        _wait(lambda: not intruder.alive(), 60, "the intruder to give up")
+        assert intruder.popen.returncode != 0
+        assert not (tmp_path / "intruder-state").exists()  # it never received a message
+        assert summary["completed"] == 3 and summary["reports"] == [0, 1, 2] and summary["rejections"] == 0
+        assert summary["uplink_bytes"] > summary["payload_bytes"] > 0
+        coord = Coordinator(spec, dep.state / "server")
+        dirs = {i: dep.state / f"silo-{i}" for i in range(3)}
+        assert compare(spec, reference_run(spec), coord.synced_prefixes(), dirs) == []
+        assert "fedlinucb" in str(summary["table"])
+    assert all(not p.alive() for p in [intruder])
+
+
+@slow
+def test_deploy_rejects_malformed_messages_and_continues(tmp_path: Path) -> None:
+    spec = _spec("none", horizon=30)
+    extra = {1: 'inject-fault="nan@1,replay@3"', 2: 'inject-fault="shape@2"'}
+    with LocalDeployment(tmp_path, spec, round_timeout=60, join_timeout=60, node_extra=extra) as dep:
+        dep.start()
+        summary = dep.wait_done(240)
+    assert summary["completed"] == 3 and summary["rejections"] == 3
+    assert summary["missing"] == {"1": [1], "2": [2], "3": [1]}
+    log = (dep.state / "server" / "server.log").read_text()
+    assert "non-finite" in log and "shape must be" in log and "stale or replayed" in log
+    # the server's state is the sum of exactly the accepted messages
+    coord = Coordinator(spec, dep.state / "server")
+    rounds = coord.state.rounds
+    total = sum(np.nansum(r.messages, axis=0) for r in rounds)
+    np.testing.assert_allclose(coord.state.prefix, total, rtol=1e-12)
+
+
+@slow
+def test_deploy_silo_crash_and_server_restart(tmp_path: Path) -> None:
+    spec = _spec("ldp", horizon=50)  # K = 5
+    with LocalDeployment(tmp_path, spec, round_timeout=20, join_timeout=60) as dep:
+        dep.start()
+        _wait(lambda: _completed(dep) >= 1, 120, "round 1")
+        dep.procs.pop("silo-2").kill()  # crash: SuperNode and its ClientApp, SIGKILL
+        released = load_silo_results(dep.state / "silo-2", 2).messages
+        _wait(lambda: _completed(dep) >= 2, 120, "round 2 without silo 2")
+        dep.start_silo(2)  # restart from durable state
+        _wait(lambda: _completed(dep) >= 3, 120, "round 3")
+        # the server crashes (SuperLink with its ServerApp), restarts from durable state
+        dep.procs.pop("superlink").kill()
+        done_before = _completed(dep)
+        dep.start_superlink()
+        dep.submit()
+        summary = dep.wait_done(240)
+    assert all(not p.alive() for p in dep.procs.values())
+    assert summary["completed"] == 5 and summary["restarts"] == 1 and summary["reports"] == [0, 1, 2]
+    coord = Coordinator(spec, dep.state / "server")
+    assert [r.round for r in coord.state.rounds] == [1, 2, 3, 4, 5]  # none lost, none redone
+    assert done_before >= 3
+    assert 2 in coord.state.rounds[1].missing  # the round silo 2 was down
+    silo2 = load_silo_results(dep.state / "silo-2", 2)
+    for k, msg in released.items():  # released noise was never redrawn
+        assert np.array_equal(silo2.messages[k], msg)
+    assert silo2.finished and silo2.served.sum() < spec.horizon
+    for i in (0, 1):
+        assert load_silo_results(dep.state / f"silo-{i}", i).served.sum() == spec.horizon
+    assert json.loads((tmp_path / "registry.json").read_text())
