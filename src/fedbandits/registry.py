@@ -176,3 +176,68 @@ PROTOCOLS: dict[str, Entry] = {
     ),
 }
 
+
+# --- clustering of bandits (FCLUB, Liu et al. 2022) ---
+from fedbandits.algorithms.club import CLUB, SCLUB, CLUBParams, PerUserLinUCB, SCLUBParams  # noqa: E402
+from fedbandits.algorithms.clustering import ClusterUCBParams, UserStructure  # noqa: E402
+from fedbandits.algorithms.fclub import (  # noqa: E402
+    CDPFCLUBDC,
+    FCLUB,
+    FCLUBDC,
+    CDPFCLUBDCParams,
+    FCLUBBase,
+    FCLUBDCParams,
+    FCLUBParams,
+    Homo,
+    HomoDC,
+    HomoDCParams,
+    HomoParams,
+)
+from fedbandits.envs.clustered import ClusteredSynthetic, ClusteredSyntheticParams  # noqa: E402
+
+
+def _fclub_factory(cls: type[FCLUBBase]) -> Callable[[Any, PolicyContext], Policy]:
+    def build(params: Any, ctx: PolicyContext) -> Policy:
+        users = UserStructure.from_env(ctx.env)
+        return cls(ctx.n_runs, ctx.n_agents, ctx.n_arms, ctx.dim, ctx.horizon, users, params, ctx.noise_rngs)
+
+    return build
+
+
+def _cluster_baseline_factory(cls: type[Policy]) -> Callable[[Any, PolicyContext], Policy]:
+    def build(params: Any, ctx: PolicyContext) -> Policy:
+        users = UserStructure.from_env(ctx.env)
+        return cls(ctx.n_runs, ctx.n_agents, ctx.n_arms, ctx.dim, ctx.horizon, users, params)  # type: ignore[call-arg]
+
+    return build
+
+
+ALGORITHMS.update(
+    {
+        cls.name: Entry(cls.name, cls.description, params, _fclub_factory(cls))
+        for cls, params in (
+            (CDPFCLUBDC, CDPFCLUBDCParams),
+            (FCLUBDC, FCLUBDCParams),
+            (FCLUB, FCLUBParams),
+            (Homo, HomoParams),
+            (HomoDC, HomoDCParams),
+        )
+    }
+)
+ALGORITHMS.update(
+    {
+        cls.name: Entry(cls.name, cls.description, params, _cluster_baseline_factory(cls))
+        for cls, params in ((CLUB, CLUBParams), (SCLUB, SCLUBParams), (PerUserLinUCB, ClusterUCBParams))
+    }
+)
+ENVIRONMENTS.update(
+    {
+        ClusteredSynthetic.name: Entry(
+            ClusteredSynthetic.name,
+            "synthetic FCLUB instance: n users in m clusters over L servers (Liu et al. 2022)",
+            ClusteredSyntheticParams,
+            _env_factory(ClusteredSynthetic),
+        )
+    }
+)
+# --- end clustering of bandits ---

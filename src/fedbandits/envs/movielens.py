@@ -62,7 +62,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedbandits.core.validation import check_float, check_int
+from fedbandits.core.validation import check_choice, check_float, check_int
 from fedbandits.envs.base import SHARED_DATA, Environment, Round
 
 #: the shared copy of ml-latest-small (``../shared/data`` relative to the project root)
@@ -72,6 +72,8 @@ CSV_HEADER = ("userid", "movieid", "rating", "timestamp")
 RATING_RANGE = (0.5, 5.0)
 _HALF_SQRT2 = math.sqrt(0.5)
 _BOM = b"\xef\xbb\xbf"
+#: arrival models of ``movielens-clusters``
+ARRIVALS = ("per-server", "single")
 
 
 # -- loading -----------------------------------------------------------------------------------
@@ -441,6 +443,10 @@ class MovieLensClustersParams:
     like_threshold: float = field(default=4.0, metadata={"help": "a rating >= this is a like (1), else 0; in [0.5, 5]"})
     split_seed: int = field(default=0, metadata={"help": "seed of the fixed user permutation dealt to servers, >= 0"})
     cluster_seed: int = field(default=0, metadata={"help": "k-means random_state (10 restarts), >= 0"})
+    arrivals: str = field(
+        default="per-server",
+        metadata={"help": "'per-server' (one user per server and round, M = L) or 'single' (one per round, M = 1)"},
+    )
 
     def __post_init__(self) -> None:
         _check_common(self)
@@ -448,6 +454,7 @@ class MovieLensClustersParams:
         check_int("agents", self.agents, low=1, high=self.users)
         check_int("split_seed", self.split_seed, low=0)
         check_int("cluster_seed", self.cluster_seed, low=0)
+        check_choice("arrivals", self.arrivals, ARRIVALS)
 
 
 class _MovieLensEnvironment(Environment):
@@ -458,7 +465,8 @@ class _MovieLensEnvironment(Environment):
     def __init__(
         self, rngs: Sequence[np.random.Generator], params: MovieLensLinearParams | MovieLensClustersParams
     ) -> None:
-        super().__init__(rngs, params.agents, params.arms, params.dim)
+        slots = 1 if getattr(params, "arrivals", "per-server") == "single" else params.agents
+        super().__init__(rngs, slots, params.arms, params.dim)
         self.params = params
         self.factors = movielens_factors(params.path, params.users, params.items, params.dim, params.like_threshold)
         self.item_features = self.factors.item_features  # (n_items, d) float32, read-only
@@ -569,8 +577,10 @@ class MovieLensClusters(_MovieLensEnvironment):
     Users are split evenly over the L agents (local servers): a fixed permutation of the users
     drawn from ``split_seed`` is dealt round-robin, so server l holds users perm[l::L] (sizes
     differ by at most one; the split is the same in every run).  Each round every server gets
-    one arriving user, uniform over its own users, and K items drawn i.i.d. uniformly from the
-    pool as arms.  Expected reward clip(<x_item, centre of the user's cluster>, 0, 1) (in [0, 1]
+    one arriving user, uniform over its own users (``arrivals = "per-server"``, M = L arrival
+    slots, slot l is server l), or -- the paper's model, ``arrivals = "single"`` -- one user per
+    round, uniform over all users (M = 1 slot); each slot gets K items drawn i.i.d. uniformly
+    from the pool as arms.  Expected reward clip(<x_item, centre of the user's cluster>, 0, 1) (in [0, 1]
     by construction), reward Bernoulli from the round's uniform noise, as in
     :class:`~fedbandits.envs.synthetic.GapInstance`.  Per run r and round the Generator draws
     the M arriving users, then the (M, K) item indices, then M uniforms.
@@ -592,19 +602,21 @@ class MovieLensClusters(_MovieLensEnvironment):
         self.user_cluster = self.clustering.labels
         self.centres = self.clustering.centres
         self.gap = self.clustering.gap
+        self.n_servers = params.agents
+        self.arrivals = params.arrivals
         perm = np.random.default_rng(params.split_seed).permutation(self.n_users)
-        self.server_users = [np.sort(perm[j :: self.n_agents]) for j in range(self.n_agents)]
+        self.server_users = [np.sort(perm[j :: self.n_servers]) for j in range(self.n_servers)]
         self.user_server = np.empty(self.n_users, dtype=np.int64)
         for j, members in enumerate(self.server_users):
             self.user_server[members] = j
         self._server_sizes = np.array([len(m) for m in self.server_users], dtype=np.int64)
-        self._server_table = np.zeros((self.n_agents, int(self._server_sizes.max())), dtype=np.int64)
+        self._server_table = np.zeros((self.n_servers, int(self._server_sizes.max())), dtype=np.int64)
         for j, members in enumerate(self.server_users):
             self._server_table[j, : len(members)] = members
-        self._agent_index = np.arange(self.n_agents)
+        self._agent_index = np.arange(self.n_servers)
         #: expected reward of every (pool item, cluster), (n_items, m) float32
         self.item_means = self._reward_table(self.item_features, self.centres)
-        #: user index (into ``user_ids``) arriving at every (run, server) in the last round
+        #: user index (into ``user_ids``) arriving at every (run, slot) in the last round
         self.last_users = np.zeros((self.n_runs, self.n_agents), dtype=np.int64)
 
     def user_theta(self) -> np.ndarray:
@@ -612,8 +624,11 @@ class MovieLensClusters(_MovieLensEnvironment):
         return self.centres[self.user_cluster]
 
     def _draw(self, r: int, rng: np.random.Generator) -> None:
-        slot = rng.integers(0, self._server_sizes)
-        self.last_users[r] = self._server_table[self._agent_index, slot]
+        if self.arrivals == "single":
+            self.last_users[r] = rng.integers(0, self.n_users, size=self.n_agents)
+        else:
+            slot = rng.integers(0, self._server_sizes)
+            self.last_users[r] = self._server_table[self._agent_index, slot]
         super()._draw(r, rng)
 
     def _fill_means(self) -> None:
@@ -627,4 +642,5 @@ class MovieLensClusters(_MovieLensEnvironment):
             "gap": self.gap,
             "split_seed": self.split_seed,
             "cluster_seed": self.cluster_seed,
+            "arrivals": self.arrivals,
         }
