@@ -2,12 +2,15 @@
 
     fedbandits quickstart                 run the embedded default experiment
     fedbandits run CONFIG.toml [--out DIR] [--workers N] [--runs N] [--seed S]
+                   [--backend local|ray] [--address HOST:PORT] [--resume]
     fedbandits plot DIR                   (re)draw the figures of a results folder
     fedbandits list                       every environment, algorithm and protocol name
     fedbandits reproduce NAME|all [--scale quick|paper] [--runs N] [--out DIR] [--workers N]
+                   [--backend local|ray] [--address HOST:PORT] [--resume]
     fedbandits audit schedule [--trials N] [--agents M] [--epsilon E] [--json FILE]
 
-Any invalid input prints one line ``fedbandits: error: ...`` and exits with status 2.
+Any invalid input prints one line ``fedbandits: error: ...`` and exits with status 2; a task
+that fails for good (e.g. its Ray worker lost more often than ``--retries``) exits with status 1.
 """
 
 from __future__ import annotations
@@ -19,8 +22,10 @@ from typing import NoReturn
 
 from fedbandits import __version__
 from fedbandits.config import Config, ConfigError, load_config
+from fedbandits.sim.checkpoint import TaskFailedError
 
 EXIT_USAGE = 2
+EXIT_FAILED = 1
 
 
 class _Parser(argparse.ArgumentParser):
@@ -59,9 +64,36 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"fedbandits {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
+    def backend_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--workers",
+            type=_positive_int,
+            help="local: worker processes (default 1); ray: tasks in flight (default: twice the cluster's CPUs)",
+        )
+        p.add_argument(
+            "--backend",
+            choices=["local", "ray"],
+            default="local",
+            help="run tasks in local processes (default) or on a Ray cluster (pip install 'fedbandits[ray]')",
+        )
+        p.add_argument(
+            "--address",
+            help="with --backend ray: address HOST:PORT of a running Ray cluster (default: start Ray locally)",
+        )
+        p.add_argument(
+            "--retries",
+            type=_nonnegative_int,
+            help="with --backend ray: times a task whose worker or node was lost is retried (default 3)",
+        )
+        p.add_argument(
+            "--resume",
+            action="store_true",
+            help="skip the runs already finished in OUT/checkpoint/ (every run writes it as tasks finish)",
+        )
+
     def run_options(p: argparse.ArgumentParser) -> None:
         p.add_argument("--out", type=Path, help="results folder (default: results/<experiment name>)")
-        p.add_argument("--workers", type=_positive_int, default=1, help="worker processes (default 1)")
+        backend_options(p)
         p.add_argument("--runs", type=_positive_int, help="override [experiment] runs")
         p.add_argument("--seed", type=_nonnegative_int, help="override [experiment] seed")
         p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
@@ -102,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p_rep.add_argument("--runs", type=_positive_int, help="override the number of runs")
     p_rep.add_argument("--out", type=Path, default=Path("results/reproduce"), help="output folder")
-    p_rep.add_argument("--workers", type=_positive_int, default=1, help="worker processes (default 1)")
+    backend_options(p_rep)
     p_rep.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
     p_audit = sub.add_parser(
@@ -153,13 +185,32 @@ def _audit(args: argparse.Namespace) -> int:
     return 0
 
 
+def _backend_kwargs(args: argparse.Namespace) -> dict[str, object]:
+    """The --backend/--address/--retries/--workers/--resume options, checked together."""
+    if args.backend != "ray":
+        for option, value in (("--address", args.address), ("--retries", args.retries)):
+            if value is not None:
+                raise ValueError(f"{option} is only for --backend ray")
+    return {
+        "workers": "auto" if args.workers is None else args.workers,
+        "backend": args.backend,
+        "address": args.address,
+        "max_retries": 3 if args.retries is None else args.retries,
+        "resume": args.resume,
+        "log": _log,
+    }
+
+
+def _log(message: str) -> None:
+    print(f"fedbandits: {message}", file=sys.stderr)
+
+
 def _reproduce(args: argparse.Namespace) -> int:
     from fedbandits.experiments.reproduce import reproduce, resolve
 
     resolve(args.name, args.scale, args.runs)  # unknown name / scale: one-line error before any run
-    outcomes = reproduce(
-        args.name, args.scale, runs=args.runs, out=args.out, workers=args.workers, progress=not args.no_progress
-    )
+    backend = _backend_kwargs(args)
+    outcomes = reproduce(args.name, args.scale, runs=args.runs, out=args.out, progress=not args.no_progress, **backend)
     for o in outcomes:
         statuses = ", ".join(r.status for r in o.claims)
         print(f"{o.experiment.name} ({o.experiment.figure}): {o.results.wall_seconds:.1f} s; claims: {statuses}")
@@ -177,8 +228,13 @@ def _run(config: Config, args: argparse.Namespace) -> int:
     out = args.out if args.out is not None else Path("results") / config.experiment.name
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} exists and is not a folder")
+    backend = _backend_kwargs(args)
     results = run_experiment(
-        config, workers=args.workers, progress=not args.no_progress, record_transcript=args.transcript
+        config,
+        progress=not args.no_progress,
+        record_transcript=args.transcript,
+        checkpoint=out / "checkpoint",
+        **backend,  # type: ignore[arg-type]
     )
     results.save(out)
     figures = plot_results(results, out)
@@ -233,8 +289,13 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, ValueError, FileNotFoundError) as exc:
         print(f"fedbandits: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except TaskFailedError as exc:
+        print(f"fedbandits: error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     except KeyboardInterrupt:
-        print("fedbandits: interrupted", file=sys.stderr)
+        resumable = args.command in ("run", "quickstart", "reproduce")
+        hint = "; rerun with --resume to skip the finished runs" if resumable else ""
+        print(f"fedbandits: interrupted{hint}", file=sys.stderr)
         return 130
     except BrokenPipeError:  # output piped into e.g. `head`, which stopped reading
         sys.stderr.close()

@@ -2,9 +2,11 @@
 
 :func:`simulate_runs` plays every configured algorithm on the *same* contexts and reward
 noise (common random numbers) for a group of runs; :func:`run_experiment` splits the runs into
-tasks of ``runs_per_task`` runs (a function of the config alone), executes them in a local
-process pool, and merges the results in run order -- so results are identical bit for bit
-whatever the number of workers.
+tasks of ``runs_per_task`` runs (a function of the config alone), executes them in this
+process, a local process pool or on a Ray cluster (:mod:`fedbandits.sim.backends`), optionally
+checkpointing each finished task (:mod:`fedbandits.sim.checkpoint`), and merges the results in
+run order as they arrive -- so results are identical bit for bit whatever the backend, the number
+of workers or the order tasks finish in.
 """
 
 from __future__ import annotations
@@ -12,9 +14,9 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from multiprocessing import get_context
+from typing import Any
 
 import numpy as np
 
@@ -148,35 +150,100 @@ def _pool_context():  # type: ignore[no-untyped-def]
 
 
 def run_experiment(
-    config: Config, workers: int = 1, progress: bool = False, record_transcript: bool = False
+    config: Config,
+    workers: int | str = "auto",
+    progress: bool = False,
+    record_transcript: bool = False,
+    *,
+    backend: str | Any = "local",
+    address: str | None = None,
+    checkpoint: str | os.PathLike[str] | None = None,
+    resume: bool = False,
+    max_retries: int = 3,
+    log: Callable[[str], None] | None = None,
 ) -> Results:
-    """Run every run of ``config`` (in ``workers`` processes) and gather the results."""
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
-    chunks = task_chunks(config)
+    """Run every run of ``config`` and gather the results (identical whatever executes them).
+
+    ``backend`` is ``"local"`` (this process with ``workers=1`` -- what ``"auto"`` means here --
+    or a pool of ``workers`` processes), ``"ray"`` (a Ray cluster at ``address``, or a local Ray
+    instance without one; ``workers`` caps the tasks in flight, ``"auto"``: twice the cluster's
+    CPUs) or an open backend from :func:`fedbandits.sim.backends.open_backend` (several
+    experiments can share one).  ``max_retries``: times Ray retries a task whose worker was lost.
+
+    ``checkpoint`` is a folder where every finished task is written as it arrives (see
+    :mod:`fedbandits.sim.checkpoint`); with ``resume=True`` tasks already there are loaded
+    instead of re-run.  ``log`` receives one line saying what a resume skipped.
+    """
+    from fedbandits.sim.backends import BACKENDS, open_backend
+
+    if resume and checkpoint is None:
+        raise ValueError("resume needs a checkpoint folder")
+    if isinstance(backend, str):
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
+        if backend == "local" and address is not None:
+            raise ValueError("an address is only for the ray backend (use backend 'ray', `--backend ray`)")
+    elif address is not None or workers != "auto":
+        raise ValueError("with an open backend, give workers and address to open_backend instead")
     started = time.perf_counter()
-    results: list[ChunkResult] = []
-    bar = _progress_bar(progress, total=config.experiment.horizon * len(chunks) if workers == 1 else len(chunks))
+    # open first: a missing Ray or an unreachable cluster is reported before anything runs
+    opened = open_backend(backend, workers, address, max_retries) if isinstance(backend, str) else None
+    executor = opened if opened is not None else backend
     try:
-        if workers == 1 or len(chunks) == 1:
-            for chunk in chunks:
-                on_step = (lambda _t: bar.update(1)) if bar else None
-                results.append(simulate_runs(config, chunk, on_step=on_step, record_transcript=record_transcript))
-        else:
-            ctx = _pool_context()
-            with ProcessPoolExecutor(
-                min(workers, len(chunks)), mp_context=ctx, initializer=_single_thread_worker
-            ) as pool:
-                futures = [pool.submit(simulate_runs, config, chunk, None, record_transcript) for chunk in chunks]
-                for fut in as_completed(futures):
-                    results.append(fut.result())
-                    if bar:
-                        bar.update(1)
+        return _execute(config, executor, progress, record_transcript, checkpoint, resume, log, started)
     finally:
-        if bar:
+        if opened is not None:
+            opened.close()
+
+
+def _execute(
+    config: Config,
+    executor: Any,
+    progress: bool,
+    record_transcript: bool,
+    checkpoint: str | os.PathLike[str] | None,
+    resume: bool,
+    log: Callable[[str], None] | None,
+    started: float,
+) -> Results:
+    from fedbandits.sim.backends import Progress
+
+    chunks = task_chunks(config)
+    merger = _Merger(config)
+    store = None
+    todo = list(enumerate(chunks))
+    if checkpoint is not None:
+        from fedbandits.sim.checkpoint import Checkpoint
+
+        store = Checkpoint(checkpoint, config, record_transcript)
+        if resume:
+            remaining = []
+            for index, runs in todo:
+                stored = store.load(runs)
+                if stored is None:
+                    remaining.append((index, runs))
+                else:
+                    merger.add(index, stored)
+            if log is not None:
+                done = len(todo) - len(remaining)
+                log(
+                    f"resume: {done} of {len(todo)} task(s) already finished in {store.folder}, {len(remaining)} to run"
+                )
+            todo = remaining
+    bar = _progress_bar(progress and bool(todo), total=config.experiment.horizon * len(todo))
+    steps = Progress(bar, config.experiment.horizon) if bar is not None else None
+    try:
+        if todo:
+            for index, result in executor.run(config, todo, record_transcript, steps):
+                if store is not None:
+                    store.save(result)
+                merger.add(index, result)
+                if steps is not None:
+                    steps.finish(index)
+    finally:
+        if bar is not None:
             bar.close()
-    results.sort(key=lambda c: c.runs[0])
-    return _merge(config, results, time.perf_counter() - started)
+    return merger.results(time.perf_counter() - started)
 
 
 def _progress_bar(enabled: bool, total: int):  # type: ignore[no-untyped-def]
@@ -184,34 +251,87 @@ def _progress_bar(enabled: bool, total: int):  # type: ignore[no-untyped-def]
         return None
     from tqdm import tqdm
 
-    return tqdm(total=total, unit="step" if total > 1 else "task", leave=False, disable=None, mininterval=0.5)
+    return tqdm(total=total, unit="step", leave=False, disable=None, mininterval=0.5)
+
+
+class _Merger:
+    """Task results into run-ordered arrays as they arrive, in any order; each run exactly once.
+
+    Holds only the per-run outputs (what :class:`Results` holds anyway), not the task results.
+    """
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.chunks = task_chunks(config)
+        self.runs = config.experiment.runs
+        self.filled = np.zeros(self.runs, dtype=bool)
+        self.arrays: dict[str, dict[str, np.ndarray]] = {}
+        self.reports: dict[int, dict[str, dict[str, object]]] = {}
+        self.seconds: dict[int, dict[str, float]] = {}
+        self.env_seconds: dict[int, float] = {}
+        self.transcripts: dict[str, dict[int, dict[str, np.ndarray]]] = {}
+
+    def add(self, index: int, chunk: ChunkResult) -> None:
+        runs = list(chunk.runs)
+        if runs != self.chunks[index]:
+            raise RuntimeError(f"task {index} returned runs {runs}, expected {self.chunks[index]}")
+        if index in self.reports or self.filled[runs].any():
+            raise RuntimeError(f"task {index} (runs {runs[0]}-{runs[-1]}) delivered twice")
+        rows = slice(runs[0], runs[-1] + 1)
+        for alg in self.config.algorithms:
+            lab = alg.label
+            target = self.arrays.setdefault(lab, {})
+            for name in ("curves", "per_agent", "sync_rounds", "messages", "bytes_sent"):
+                part = np.asarray(getattr(chunk, name)[lab])
+                if name not in target:
+                    target[name] = np.zeros((self.runs, *part.shape[1:]), dtype=part.dtype)
+                target[name][rows] = part
+            for run, data in _split_transcript(chunk, lab):
+                self.transcripts.setdefault(lab, {})[run] = data
+        self.filled[rows] = True
+        self.reports[index] = chunk.reports
+        self.seconds[index] = chunk.seconds
+        self.env_seconds[index] = chunk.env_seconds
+
+    def results(self, wall: float) -> Results:
+        if not self.filled.all():
+            missing = np.flatnonzero(~self.filled)
+            raise RuntimeError(f"{missing.size} run(s) have no result, first {int(missing[0])}")
+        order = sorted(self.reports)
+        algorithms = {}
+        for alg in self.config.algorithms:
+            lab = alg.label
+            arrays = self.arrays[lab]
+            transcripts = self.transcripts.get(lab, {})
+            algorithms[lab] = AlgorithmResult(
+                name=alg.name,
+                label=lab,
+                curves=arrays["curves"],
+                per_agent=arrays["per_agent"],
+                sync_rounds=arrays["sync_rounds"],
+                messages=arrays["messages"],
+                bytes_sent=arrays["bytes_sent"],
+                seconds=float(sum(self.seconds[i][lab] for i in order)),
+                report=_merge_reports([self.reports[i][lab] for i in order]),
+                transcripts=[(run, transcripts[run]) for run in sorted(transcripts)],
+            )
+        return Results(
+            config=self.config,
+            grid=time_grid(self.config.experiment.horizon, self.config.experiment.grid_points),
+            algorithms=algorithms,
+            wall_seconds=wall,
+            env_seconds=float(sum(self.env_seconds[i] for i in order)),
+            workers_cpu=os.cpu_count() or 1,
+        )
 
 
 def _merge(config: Config, chunks: list[ChunkResult], wall: float) -> Results:
-    grid = time_grid(config.experiment.horizon, config.experiment.grid_points)
-    algorithms = {}
-    for alg in config.algorithms:
-        lab = alg.label
-        algorithms[lab] = AlgorithmResult(
-            name=alg.name,
-            label=lab,
-            curves=np.concatenate([c.curves[lab] for c in chunks]),
-            per_agent=np.concatenate([c.per_agent[lab] for c in chunks]),
-            sync_rounds=np.concatenate([c.sync_rounds[lab] for c in chunks]),
-            messages=np.concatenate([c.messages[lab] for c in chunks]),
-            bytes_sent=np.concatenate([c.bytes_sent[lab] for c in chunks]),
-            seconds=float(sum(c.seconds[lab] for c in chunks)),
-            report=_merge_reports([c.reports[lab] for c in chunks]),
-            transcripts=[(run, t) for c in chunks for run, t in _split_transcript(c, lab)],
-        )
-    return Results(
-        config=config,
-        grid=grid,
-        algorithms=algorithms,
-        wall_seconds=wall,
-        env_seconds=float(sum(c.env_seconds for c in chunks)),
-        workers_cpu=os.cpu_count() or 1,
-    )
+    """Merge task results of ``config`` (all of its tasks, in any order) into :class:`Results`."""
+    index = {tuple(runs): i for i, runs in enumerate(task_chunks(config))}
+    merger = _Merger(config)
+    for chunk in chunks:
+        merger.add(index[tuple(chunk.runs)], chunk)
+    return merger.results(wall)
 
 
 def _merge_reports(reports: list[dict[str, object]]) -> dict[str, object]:
