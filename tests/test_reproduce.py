@@ -73,15 +73,27 @@ def test_decreasing() -> None:
 def test_registry_configs_are_valid(name: str, scale: str) -> None:
     exp = get_experiment(name, scale)
     config = config_from_dict(exp.config)
-    labels = {a.label for a in config.algorithms}
+    keys = set()
+    for panel, raw in exp.configs():  # every panel validates; claims name "<panel> / <label>"
+        panel_config = config_from_dict(raw)
+        keys |= {f"{panel} / {a.label}" if panel else a.label for a in panel_config.algorithms}
     for claim in exp.claims:
-        assert set(claim.args) <= labels
+        assert set(claim.args) <= keys
+        assert claim.metric in ("regret", "messages")
     assert bool(exp.shrunk) == (scale != "paper")
+    if exp.figure_kind == "final-vs-x":
+        assert all(a.label in exp.x_values for _, raw in exp.configs() for a in config_from_dict(raw).algorithms)
     if name.startswith("dubey"):
-        assert exp.figure.startswith("Figure 1") and exp.paper.startswith("Dubey & Pentland")
-        if scale == "paper":  # the published setting (section 4.4): M = 100, T = 10^7, 100 runs
+        assert exp.figure.startswith(("Figure 1", "Appendix Figure 2")) and exp.paper.startswith("Dubey & Pentland")
+        if scale == "paper":  # the published setting (section 4.4): T = 10^7, 100 runs, d = 10 unless varied
             assert (config.experiment.runs, config.experiment.horizon) == (100, 10_000_000)
-            assert config.environment.params.agents == 100 and config.environment.params.dim == 10
+            assert config.environment.name == "gap-instance"
+        return
+    if name.startswith("liu"):
+        assert exp.paper.startswith("Liu et al.")
+        if scale == "paper":  # section 5: T = 5e5, ten seeds, n = 100 users over L = 5 servers
+            assert (config.experiment.runs, config.experiment.horizon) == (10, 500_000)
+            assert config.environment.params.agents == 5
         return
     assert exp.figure.startswith(("Figure 2", "Figure 3")) and exp.paper.startswith("Zhou & Chowdhury")
     mslr = name in ("zhou-fig2c", "zhou-fig3c", "zhou-fig3d")
@@ -116,8 +128,11 @@ def test_every_experiment_runs_end_to_end(tiny_all: tuple[Path, list]) -> None:
     report = (out / "report.md").read_text(encoding="utf-8")
     for o in outcomes:
         folder = out / o.experiment.name
-        for f in ("figure.png", "regret.png", "summary.json", "config.toml"):
-            assert (folder / f).is_file()
+        assert (folder / "figure.png").is_file()
+        subfolders = [folder / slug for slug in (p.replace("=", "-") for p, _ in o.experiment.configs()) if slug]
+        for sub in subfolders or [folder]:
+            for f in ("regret.png", "summary.json", "config.toml"):
+                assert (sub / f).is_file()
         assert (folder / "figure.png").read_bytes().startswith(PNG_MAGIC)
         assert f"## {o.experiment.figure}" in report
         assert len(o.claims) == len(o.experiment.claims)

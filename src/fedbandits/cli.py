@@ -8,6 +8,7 @@
     fedbandits reproduce NAME|all [--scale quick|paper] [--runs N] [--out DIR] [--workers N]
                    [--backend local|ray] [--address HOST:PORT] [--resume]
     fedbandits audit schedule [--trials N] [--agents M] [--epsilon E] [--json FILE]
+    fedbandits deploy local|certs|silo ...  real deployment on Flower (docs/deployment.md)
 
 Any invalid input prints one line ``fedbandits: error: ...`` and exits with status 2; a task
 that fails for good (e.g. its Ray worker lost more often than ``--retries``) exits with status 1.
@@ -128,7 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="reproduce a published figure (or all) and write a report",
         description="Run a registered reproduction, draw its figure, check the paper's claims and write DIR/report.md.",
     )
-    p_rep.add_argument("name", metavar="NAME|all", help="a registered experiment (e.g. zhou-fig2a) or `all`")
+    from fedbandits.experiments.registry import EXPERIMENTS
+
+    p_rep.add_argument("name", metavar="NAME|all", help=f"one of {', '.join(EXPERIMENTS)}, or `all`")
     p_rep.add_argument(
         "--scale", default="quick", help="quick (shrunk, about a minute), paper (published settings) or tiny"
     )
@@ -152,6 +155,10 @@ def build_parser() -> argparse.ArgumentParser:
     p_audit.add_argument("--delta", type=float, default=0.1, help="claimed delta (default 0.1)")
     p_audit.add_argument("--threshold-c", type=float, default=0.5, help="C / L^2 in (0, 1) (default 0.5)")
     p_audit.add_argument("--json", type=Path, help="also write the results as JSON to this file")
+
+    from fedbandits.federation.cli import add_deploy_parser  # argparse only: Flower is imported when used
+
+    add_deploy_parser(sub)
     return parser
 
 
@@ -213,7 +220,7 @@ def _reproduce(args: argparse.Namespace) -> int:
     outcomes = reproduce(args.name, args.scale, runs=args.runs, out=args.out, progress=not args.no_progress, **backend)
     for o in outcomes:
         statuses = ", ".join(r.status for r in o.claims)
-        print(f"{o.experiment.name} ({o.experiment.figure}): {o.results.wall_seconds:.1f} s; claims: {statuses}")
+        print(f"{o.experiment.name} ({o.experiment.figure}): {o.wall_seconds:.1f} s; claims: {statuses}")
     print(f"report: {args.out / 'report.md'}")
     return 0
 
@@ -284,6 +291,10 @@ def main(argv: list[str] | None = None) -> int:
             return _reproduce(args)
         if args.command == "audit":
             return _audit(args)
+        if args.command == "deploy":
+            from fedbandits.federation.cli import run_deploy
+
+            return run_deploy(args)
         parser.print_help()
         return EXIT_USAGE
     except (ConfigError, ValueError, FileNotFoundError) as exc:

@@ -637,8 +637,15 @@ class FCLUBBase(ClusteredPolicy):
             p: CDPFCLUBDCParams = self.params  # type: ignore[assignment]
             eps = np.max([self.privacy_spent(r) for r in range(self.n_runs)], axis=0)
             comp = max(int(self.privacy_compositions(r).max()) for r in range(self.n_runs))
+            spent = float(eps.max())
             out.update(
                 {
+                    "protocol": "cdp-tree",
+                    "epsilon": p.epsilon,
+                    "epsilon_spent": spent,
+                    "guarantee": (
+                        "formal" if spent <= p.epsilon else "no formal guarantee"
+                    ) + " (CDP per (server, cluster) releases; membership lists and timing not covered)",
                     "epsilon_target_per_tree": p.epsilon,
                     "delta": p.delta,
                     "calibration": p.calibration,

@@ -166,7 +166,8 @@ class ClusteredSynthetic(Environment):
             rng.standard_normal(out=self._raw[r])
             rng.random(out=self._noise[r])
         raw = self._raw
-        scale = _HALF_SQRT2 / np.sqrt(np.einsum("...i,...i->...", raw, raw))
+        # (1 - 2^-22): the float32 item then has norm <= 1 after rounding (no spurious clipping counts)
+        scale = (_HALF_SQRT2 * (1.0 - 2.0**-22)) / np.sqrt(np.einsum("...i,...i->...", raw, raw))
         self._features[..., :-1] = raw * scale[..., None]
         theta = self._theta64[self.user_cluster[self.last_users]]  # (R, M, d)
         means = np.matmul(self._features.astype(np.float64), theta[..., None])[..., 0]

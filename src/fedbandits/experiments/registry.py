@@ -38,6 +38,8 @@ class Claim:
     text: str
     kind: str
     args: tuple[str, ...]
+    #: what is compared: "regret" (final group regret) or "messages" (messages sent)
+    metric: str = "regret"
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,17 @@ class Experiment:
     notes: tuple[str, ...] = field(default_factory=tuple)
     #: extra setting text for the report, e.g. "B = 25, alpha = 0.01; "
     setting: str = ""
+    #: several environments in one figure: ((panel label, config), ...); ``config`` is then the
+    #: first panel's (see :mod:`fedbandits.experiments.panels`)
+    panels: tuple[tuple[str, dict[str, Any]], ...] = ()
+    #: "curves" (regret against t) or "final-vs-x" (final regret against ``x_values[label]``)
+    figure_kind: str = "curves"
+    x_values: dict[str, float] = field(default_factory=dict)
+    x_label: str = ""
+
+    def configs(self) -> list[tuple[str, dict[str, Any]]]:
+        """(panel label, config) of every environment this experiment runs ("" for a single one)."""
+        return list(self.panels) if self.panels else [("", self.config)]
 
 
 def _check_scale(scale: str, runs: int | None) -> None:
@@ -410,6 +423,348 @@ def dubey_fig1b(scale: str = "quick", runs: int | None = None) -> Experiment:
     )
 
 
+DUBEY_QUICK_NOTE = (
+    "The published T = 10^7 (100 runs) is out of reach of one machine; `--scale paper` defines it but needs a "
+    "scale-out backend (`--backend ray --address ...`, docs/scale-out.md)."
+)
+DUBEY_RADIUS_NOTE = (
+    "Radius: constant beta = 0.1 (the paper does not state its radius; Proposition 2's, with S sqrt(M rho_max) "
+    "~ 10^3 at eps = 1, keeps every agent exploring uniformly at any T we can run).  Threshold: Theorem 1's D "
+    "(n = O(M log T)); calibration = 'paper' (sigma_N of Algorithm 2); FedUCB's schedule leaks (docs/feducb.md)."
+)
+
+
+def _dubey_sizes(scale: str, runs: int | None, quick: tuple[int, int]) -> tuple[int, int, str]:
+    horizon, n_runs = {"paper": (10_000_000, 100), "quick": quick, "tiny": (50, 2)}[scale]
+    shrunk = {
+        "paper": "",
+        "quick": f"T = {quick[0]:,} instead of 10^7 and {quick[1]} runs instead of 100",
+        "tiny": "smoke test: T = 50, 2 runs, fewer agents",
+    }[scale]
+    return horizon, runs or n_runs, shrunk
+
+
+def _feducb(label: str, eps: float | None) -> dict[str, Any]:
+    alg: dict[str, Any] = {"name": "feducb", "label": label, "radius": "constant", "beta": 0.1, "alpha": ALPHA}
+    if eps is None:
+        alg["private"] = False
+    else:
+        alg.update({"epsilon": eps, "delta": 0.1})
+    return alg
+
+
+def _gap_config(name: str, horizon: int, runs: int, agents: int, dim: int, gap: float, algs: list) -> dict:
+    return {
+        "experiment": {"name": name, "seed": SEED, "runs": runs, "horizon": horizon},
+        "environment": {"name": "gap-instance", "agents": agents, "arms": 10, "dim": dim, "gap": gap},
+        "algorithms": algs,
+    }
+
+
+def dubey_fig1a(scale: str = "quick", runs: int | None = None) -> Experiment:
+    """Figure 1A: per-agent regret vs epsilon (delta = 0.1, d = 10) for several M."""
+    _check_scale(scale, runs)
+    horizon, n_runs, shrunk = _dubey_sizes(scale, runs, (1_000, 4))
+    ms = (4, 8) if scale == "tiny" else (10, 50, 100)
+    eps_grid = (0.1, 0.5, 1.0, 5.0, 10.0)
+    labels = [f"FedUCB eps={e:g}" for e in eps_grid]
+    panels = tuple(
+        (
+            f"M={m}",
+            _gap_config(
+                "dubey-fig1a",
+                horizon,
+                n_runs,
+                m,
+                10,
+                0.1,
+                [_feducb(lab, e) for lab, e in zip(labels, eps_grid, strict=True)],
+            ),
+        )
+        for m in ms
+    )
+    claims = tuple(
+        Claim(
+            f"M = {m}: per-agent regret falls as eps grows (0.1 -> 1 -> 10)",
+            "decreasing",
+            tuple(f"M={m} / FedUCB eps={e:g}" for e in (0.1, 1.0, 10.0)),
+        )
+        for m in ms
+    )
+    return Experiment(
+        "dubey-fig1a",
+        "FedUCB: per-agent regret against the privacy budget, several M",
+        DUBEY,
+        "Figure 1A",
+        scale,
+        panels[0][1],
+        claims,
+        shrunk,
+        (DUBEY_QUICK_NOTE, DUBEY_RADIUS_NOTE),
+        "gap instance, d = 10, K = 10, delta = 0.1; ",
+        panels,
+        "final-vs-x",
+        dict(zip(labels, eps_grid, strict=True)),
+        "epsilon",
+    )
+
+
+def dubey_fig1c(scale: str = "quick", runs: int | None = None) -> Experiment:
+    """Figure 1C: per-agent regret curves for several d (M = 100, eps = 1, delta = 0.1)."""
+    _check_scale(scale, runs)
+    horizon, n_runs, shrunk = _dubey_sizes(scale, runs, (1_000, 4))
+    agents = 8 if scale == "tiny" else 100
+    dims = (5, 10, 20, 40)
+    panels = tuple(
+        (f"d={d}", _gap_config("dubey-fig1c", horizon, n_runs, agents, d, 0.1, [_feducb("FedUCB eps=1", 1.0)]))
+        for d in dims
+    )
+    claims = (
+        Claim(
+            "per-agent regret grows with d (d = 40 > 20 > 10 > 5)",
+            "decreasing",
+            tuple(f"d={d} / FedUCB eps=1" for d in reversed(dims)),
+        ),
+    )
+    return Experiment(
+        "dubey-fig1c",
+        "FedUCB: per-agent regret for several dimensions d (M = 100, eps = 1)",
+        DUBEY,
+        "Figure 1C",
+        scale,
+        panels[0][1],
+        claims,
+        shrunk,
+        (DUBEY_QUICK_NOTE, DUBEY_RADIUS_NOTE),
+        "gap instance, K = 10, eps = 1, delta = 0.1; ",
+        panels,
+        "curves",
+    )
+
+
+def dubey_appfig2(scale: str = "quick", runs: int | None = None) -> Experiment:
+    """Appendix Figure 2: M = 10, arm gap Delta in {0.05, 0.1, 0.2} and the privacy budget (rho_min via eps)."""
+    _check_scale(scale, runs)
+    horizon, n_runs, shrunk = _dubey_sizes(scale, runs, (2_000, 4))
+    agents = 4 if scale == "tiny" else 10
+    gaps = (0.05, 0.1, 0.2)
+    eps_grid = (0.1, 1.0, 10.0)
+    labels = [f"FedUCB eps={e:g}" for e in eps_grid]
+    panels = tuple(
+        (
+            f"gap={g:g}",
+            _gap_config(
+                "dubey-appfig2",
+                horizon,
+                n_runs,
+                agents,
+                10,
+                g,
+                [_feducb(lab, e) for lab, e in zip(labels, eps_grid, strict=True)],
+            ),
+        )
+        for g in gaps
+    )
+    claims = (
+        Claim(
+            "at eps = 1 the regret decreases as the gap grows (0.05 -> 0.1 -> 0.2)",
+            "decreasing",
+            tuple(f"gap={g:g} / FedUCB eps=1" for g in gaps),
+        ),
+    )
+    notes = (
+        DUBEY_QUICK_NOTE,
+        DUBEY_RADIUS_NOTE,
+        "The paper labels its lines by rho_min, which FedUCB derives from eps (rho_min = Lambda); we vary eps.",
+    )
+    return Experiment(
+        "dubey-appfig2",
+        "FedUCB: regret against the arm gap for several privacy budgets (M = 10)",
+        DUBEY,
+        "Appendix Figure 2",
+        scale,
+        panels[0][1],
+        claims,
+        shrunk,
+        notes,
+        "gap instance, d = 10, K = 10; ",
+        panels,
+        "final-vs-x",
+        dict(zip(labels, eps_grid, strict=True)),
+        "epsilon",
+    )
+
+
+LIU = "Liu et al. (2022), Federated online clustering of bandits"
+LIU_PRIVACY_NOTE = (
+    "CDP-FCLUB-DC runs at eps = 300 (delta = 0.1) with rho_scale = 0.01: with the paper's calibration and rho, "
+    "smaller budgets do not let it find the clusters within T <= 5e5 (docs/clustering.md); the paper does not "
+    "state its budget.  The epsilon our accounting certifies per (server, cluster) is in summary.json."
+)
+
+
+def _liu_algorithms() -> list[dict[str, Any]]:
+    common = {"alpha1": 1.5, "alpha2": 1.5}
+    return [
+        {
+            "name": "cdp-fclub-dc",
+            "label": "CDP-FCLUB-DC",
+            **common,
+            "upload": 1.5,
+            "download": 1.5,
+            "epsilon": 300.0,
+            "delta": 0.1,
+            "rho_scale": 0.01,
+        },
+        {"name": "fclub-dc", "label": "FCLUB-DC", **common},
+        {"name": "fclub", "label": "FCLUB", **common},
+        {"name": "club", "label": "CLUB", "alpha1": 1.5},
+        {"name": "sclub", "label": "SCLUB", "alpha1": 1.5},
+        {"name": "linucb-per-user", "label": "LinUCB"},
+        {"name": "homo", "label": "Homo"},
+        {"name": "homo-dc", "label": "Homo-DC"},
+    ]
+
+
+def _liu_claims() -> tuple[Claim, ...]:
+    baselines = ("CLUB", "SCLUB", "LinUCB", "Homo", "Homo-DC")
+    return (
+        *(Claim(f"CDP-FCLUB-DC has lower regret than {b} at T", "lower_than", ("CDP-FCLUB-DC", b)) for b in baselines),
+        Claim(
+            "FCLUB-DC has lower regret than CDP-FCLUB-DC (the cost of delay and CDP)",
+            "lower_than",
+            ("FCLUB-DC", "CDP-FCLUB-DC"),
+        ),
+    )
+
+
+def liu_fig2a(scale: str = "quick", runs: int | None = None) -> Experiment:
+    """Figure 2a: the synthetic instance (n = 100, m = 4, L = 5, d = 10, K = 10), all algorithms."""
+    _check_scale(scale, runs)
+    horizon, n_runs, users = {"paper": (500_000, 10, 100), "quick": (50_000, 4, 100), "tiny": (300, 2, 20)}[scale]
+    shrunk = {
+        "paper": "",
+        "quick": "T = 50,000 instead of 5e5 and 4 runs instead of 10",
+        "tiny": "smoke test: T = 300, 2 runs, n = 20",
+    }[scale]
+    config = {
+        "experiment": {
+            "name": "liu-fig2a",
+            "seed": SEED,
+            "runs": runs or n_runs,
+            "horizon": horizon,
+            "runs_per_task": 1,
+        },
+        "environment": {
+            "name": "clustered-synthetic",
+            "users": users,
+            "clusters": 4,
+            "agents": 5,
+            "arms": 10,
+            "dim": 10,
+            "gap": 0.5,
+            "arrivals": "single",
+        },
+        "algorithms": _liu_algorithms(),
+    }
+    claims = (
+        *_liu_claims(),
+        Claim("Homo has linear regret: above per-user LinUCB at T", "lower_than", ("LinUCB", "Homo")),
+    )
+    return Experiment(
+        "liu-fig2a",
+        "FCLUB and baselines on the synthetic clustered instance",
+        LIU,
+        "Figure 2a",
+        scale,
+        config,
+        claims,
+        shrunk,
+        (LIU_PRIVACY_NOTE,),
+        "n = 100, m = 4, L = 5, d = 10, K = 10; ",
+    )
+
+
+def liu_fig2b(scale: str = "quick", runs: int | None = None) -> Experiment:
+    """Figure 2b: MovieLens users in clusters over local servers, one arrival per round."""
+    _check_scale(scale, runs)
+    horizon, n_runs = {"paper": (500_000, 10), "quick": (50_000, 4), "tiny": (300, 2)}[scale]
+    shrunk = {
+        "paper": "",
+        "quick": "T = 50,000 instead of 5e5 and 4 runs instead of 10",
+        "tiny": "smoke test: T = 300, 2 runs",
+    }[scale]
+    config = {
+        "experiment": {
+            "name": "liu-fig2b",
+            "seed": SEED,
+            "runs": runs or n_runs,
+            "horizon": horizon,
+            "runs_per_task": 1,
+        },
+        "environment": {
+            "name": "movielens-clusters",
+            "agents": 5,
+            "arms": 10,
+            "dim": 10,
+            "users": 100,
+            "clusters": 4,
+            "arrivals": "single",
+        },
+        "algorithms": _liu_algorithms(),
+    }
+    notes = (
+        LIU_PRIVACY_NOTE,
+        "Data: the MovieLens ratings in ../shared/data; users, clusters and items are our "
+        "choices where the paper's appendix E.1 is not available (docs/data.md).",
+    )
+    return Experiment(
+        "liu-fig2b",
+        "FCLUB and baselines on MovieLens",
+        LIU,
+        "Figure 2b",
+        scale,
+        config,
+        _liu_claims(),
+        shrunk,
+        notes,
+        "n = 100 users, m = 4 k-means clusters, L = 5, d = 10, K = 10; ",
+    )
+
+
+def liu_comm(scale: str = "quick", runs: int | None = None) -> Experiment:
+    """Appendix E.3: communication cost -- delayed (DC) protocols communicate far less than instant upload."""
+    base = liu_fig2a(scale, runs)
+    config = {
+        **base.config,
+        "experiment": {**base.config["experiment"], "name": "liu-comm"},
+        "algorithms": [a for a in _liu_algorithms() if a["label"] in ("CDP-FCLUB-DC", "FCLUB-DC", "FCLUB")],
+    }
+    claims = (
+        Claim(
+            "FCLUB-DC sends fewer messages than FCLUB (asynchronous buffers vs instant upload)",
+            "lower_than",
+            ("FCLUB-DC", "FCLUB"),
+            metric="messages",
+        ),
+        Claim(
+            "CDP-FCLUB-DC sends fewer messages than FCLUB", "lower_than", ("CDP-FCLUB-DC", "FCLUB"), metric="messages"
+        ),
+    )
+    return Experiment(
+        "liu-comm",
+        "Communication cost of FCLUB, FCLUB-DC and CDP-FCLUB-DC",
+        LIU,
+        "Appendix E.3 (communication)",
+        scale,
+        config,
+        claims,
+        base.shrunk,
+        (LIU_PRIVACY_NOTE,),
+        base.setting,
+    )
+
+
 EXPERIMENTS: dict[str, Callable[..., Experiment]] = {
     "zhou-fig2a": zhou_fig2a,
     "zhou-fig2b": zhou_fig2b,
@@ -418,7 +773,13 @@ EXPERIMENTS: dict[str, Callable[..., Experiment]] = {
     "zhou-fig3b": zhou_fig3b,
     "zhou-fig3c": zhou_fig3c,
     "zhou-fig3d": zhou_fig3d,
+    "dubey-fig1a": dubey_fig1a,
     "dubey-fig1b": dubey_fig1b,
+    "dubey-fig1c": dubey_fig1c,
+    "dubey-appfig2": dubey_appfig2,
+    "liu-fig2a": liu_fig2a,
+    "liu-fig2b": liu_fig2b,
+    "liu-comm": liu_comm,
 }
 
 

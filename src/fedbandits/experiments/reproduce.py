@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +31,15 @@ from fedbandits.sim.results import Results
 @dataclass
 class Outcome:
     experiment: Experiment
-    results: Results
+    results: Results  # the (first) panel's results
     claims: list[ClaimResult]
     folder: Path
+    #: every panel's results, in order ({"": results} for a single-environment experiment)
+    panels: dict[str, Results] = field(default_factory=dict)
+
+    @property
+    def wall_seconds(self) -> float:
+        return sum(r.wall_seconds for r in self.panels.values()) if self.panels else self.results.wall_seconds
 
 
 def resolve(name: str, scale: str = "quick", runs: int | None = None) -> list[Experiment]:
@@ -45,6 +51,28 @@ def resolve(name: str, scale: str = "quick", runs: int | None = None) -> list[Ex
 def final_regrets(results: Results) -> dict[str, Any]:
     """``{label: per-run final group regret}``: the table the claim checks read."""
     return {lab: res.final_regret for lab, res in results.algorithms.items()}
+
+
+def claim_tables(panels: dict[str, Results]) -> dict[str, dict[str, Any]]:
+    """Per metric (``regret``: final group regret, ``messages``: messages sent), ``{key: per-run values}``.
+
+    Keys are algorithm labels, or ``"<panel> / <label>"`` for multi-panel experiments.
+    """
+    from fedbandits.experiments.panels import panel_key
+
+    def key(panel: str, lab: str) -> str:
+        return panel_key(panel, lab) if panel else lab
+
+    regret, messages = {}, {}
+    for panel, results in panels.items():
+        for lab, res in results.algorithms.items():
+            regret[key(panel, lab)] = res.final_regret
+            messages[key(panel, lab)] = res.messages.astype(float)
+    return {"regret": regret, "messages": messages}
+
+
+def _slug(text: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-." else "-" for ch in text).strip("-") or "panel"
 
 
 def plot_figure(results: Results, experiment: Experiment, path: str | Path) -> Path:
@@ -90,28 +118,35 @@ def run_one(
     log: Callable[[str], None] | None = None,
 ) -> Outcome:
     """Run one experiment (see :func:`fedbandits.sim.runner.run_experiment` for the backend options)."""
+    from fedbandits.experiments.panels import plot_panels
     from fedbandits.plots import plot_results
     from fedbandits.sim.runner import run_experiment
 
-    config = config_from_dict(experiment.config)
-    results = run_experiment(
-        config,
-        workers=workers,
-        progress=progress,
-        backend=backend,
-        address=address,
-        checkpoint=checkpoint,
-        resume=resume,
-        max_retries=max_retries,
-        log=log,
-    )
     folder = out / experiment.name
-    results.save(folder)
-    plot_results(results, folder)
-    plot_figure(results, experiment, folder / "figure.png")
-    table = final_regrets(results)
-    claims = [check(c.kind, table, c.args) for c in experiment.claims]
-    return Outcome(experiment, results, claims, folder)
+    panels: dict[str, Results] = {}
+    for panel, raw in experiment.configs():
+        results = run_experiment(
+            config_from_dict(raw),
+            workers=workers,
+            progress=progress,
+            backend=backend,
+            address=address,
+            checkpoint=checkpoint,
+            resume=resume,
+            max_retries=max_retries,
+            log=log,
+        )
+        sub = folder / _slug(panel) if panel else folder
+        results.save(sub)
+        plot_results(results, sub)
+        panels[panel] = results
+    if experiment.panels:
+        plot_panels(panels, experiment, folder / "figure.png")
+    else:
+        plot_figure(panels[""], experiment, folder / "figure.png")
+    tables = claim_tables(panels)
+    claims = [check(c.kind, tables[c.metric], c.args) for c in experiment.claims]
+    return Outcome(experiment, next(iter(panels.values())), claims, folder, panels)
 
 
 def reproduce(
@@ -216,24 +251,29 @@ def report(outcomes: list[Outcome], scale: str, wall_seconds: float) -> str:
             lines.append(f"| {o.experiment.name} | {o.experiment.figure} | {c.text} | **{r.status}** |")
     for o in outcomes:
         e, exp, env = o.experiment, o.results.config.experiment, o.results.config.environment
+        panels = o.panels or {"": o.results}
+        what = f"M = {env.params.agents}" if len(panels) == 1 else "panels " + ", ".join(panels)
         lines += [
             "",
             f"## {e.figure}: {e.title} (`{e.name}`)",
             "",
             f"Paper: {e.paper}, {e.figure}.  ",
-            f"Setting: {env.name}, M = {env.params.agents}, T = {exp.horizon}, {exp.runs} run(s), seed {exp.seed}, "
-            f"{e.setting}wall time {o.results.wall_seconds:.1f} s.  ",
+            f"Setting: {env.name}, {what}, T = {exp.horizon}, {exp.runs} run(s), seed {exp.seed}, "
+            f"{e.setting}wall time {o.wall_seconds:.1f} s.  ",
         ]
         if e.shrunk:
             lines.append(f"Shrunk from the paper: {e.shrunk}.  ")
         lines.append(
-            f"Files: `{o.folder.name}/figure.png`, `{o.folder.name}/summary.json`, `{o.folder.name}/regret.png`."
+            f"Files: `{o.folder.name}/figure.png`, `{o.folder.name}/summary.json`, `{o.folder.name}/regret.png`"
+            + (" (one folder per panel)." if e.panels else ".")
         )
         lines += ["", "### Claims", ""]
         for c, r in zip(e.claims, o.claims, strict=True):
             lines.append(f"* {c.text}: **{r.status}**. {r.explanation}.")
-        lines += ["", "### Measured", "", *_privacy_rows(o.results)]
-        summaries = o.results.summary()["algorithms"]
+        lines += ["", "### Measured"]
+        for panel, results in panels.items():
+            lines += ["", *([f"Panel {panel}:", ""] if panel else []), *_privacy_rows(results)]
+        summaries = [s for r in panels.values() for s in r.summary()["algorithms"]]
         uncertified = [s["label"] for s in summaries if s.get("guarantee") == "no formal guarantee"]
         if uncertified:
             lines += [
