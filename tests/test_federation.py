@@ -137,6 +137,30 @@ def test_server_rejects_second_message_and_keeps_state(tmp_path: Path) -> None:
         Coordinator(_spec("none"), tmp_path)
 
 
+def test_supervisor_retries_refused_join_for_bounded_time(tmp_path: Path) -> None:
+    import sys
+
+    from fedbandits.federation.supervisor import supervise
+
+    count = tmp_path / "count"
+    # like flower-supernode: logs "Exit Code: 305" when refused and exits with status 1
+    script = (
+        "import pathlib, sys; p = pathlib.Path(sys.argv[1]); n = int(p.read_text()) + 1 if p.exists() else 1; "
+        "p.write_text(str(n)); fail = n <= int(sys.argv[3]); "
+        "print(f'ERROR : Exit Code: {sys.argv[2]}' if fail else 'joined', flush=True); sys.exit(1 if fail else 0)"
+    )
+
+    def run(code: int, failures: int, patience: float) -> tuple[int, int]:
+        count.unlink(missing_ok=True)
+        status = supervise([sys.executable, "-c", script, str(count), str(code), str(failures)], patience, 0.05)
+        return status, int(count.read_text())
+
+    assert run(305, 2, 30) == (0, 3)  # refused twice (old instance still online), then joins
+    assert run(302, 2, 30) == (1, 1)  # any other failure is not retried
+    status, attempts = run(305, 10**6, 0.5)  # never joins: gives up after the patience
+    assert status == 1 and 2 <= attempts < 100
+
+
 def test_spec_rejects_undeployable_configs() -> None:
     from fedbandits.config import ConfigError
 
@@ -199,7 +223,7 @@ def test_deploy_ldp_tls_auth_parity_and_unregistered_node(tmp_path: Path) -> Non
         dirs = {i: dep.state / f"silo-{i}" for i in range(3)}
         assert compare(spec, reference_run(spec), coord.synced_prefixes(), dirs) == []
         assert "fedlinucb" in str(summary["table"])
-    assert all(not p.alive() for p in [intruder])
+    assert not intruder.alive() and dep.leftovers() == []
 
 
 @slow
@@ -209,6 +233,7 @@ def test_deploy_rejects_malformed_messages_and_continues(tmp_path: Path) -> None
     with LocalDeployment(tmp_path, spec, round_timeout=60, join_timeout=60, node_extra=extra) as dep:
         dep.start()
         summary = dep.wait_done(240)
+    assert dep.leftovers() == []
     assert summary["completed"] == 3 and summary["rejections"] == 3
     assert summary["missing"] == {"1": [1], "2": [2], "3": [1]}
     log = (dep.state / "server" / "server.log").read_text()
@@ -226,19 +251,20 @@ def test_deploy_silo_crash_and_server_restart(tmp_path: Path) -> None:
     with LocalDeployment(tmp_path, spec, round_timeout=20, join_timeout=60) as dep:
         dep.start()
         _wait(lambda: _completed(dep) >= 1, 120, "round 1")
-        dep.procs.pop("silo-2").kill()  # crash: SuperNode and its ClientApp, SIGKILL
+        dep.crash("silo-2")  # SIGKILL: SuperNode and its ClientApp; the SuperLink still counts it online
         released = load_silo_results(dep.state / "silo-2", 2).messages
         _wait(lambda: _completed(dep) >= 2, 120, "round 2 without silo 2")
         dep.start_silo(2)  # restart from durable state
         _wait(lambda: _completed(dep) >= 3, 120, "round 3")
         # the server crashes (SuperLink with its ServerApp), restarts from durable state
-        dep.procs.pop("superlink").kill()
+        dep.crash("superlink")
         done_before = _completed(dep)
         dep.start_superlink()
         dep.submit()
         summary = dep.wait_done(240)
-    assert all(not p.alive() for p in dep.procs.values())
+    assert dep.leftovers() == []  # every process of the deployment is gone, restarted ones too
     assert summary["completed"] == 5 and summary["restarts"] == 1 and summary["reports"] == [0, 1, 2]
+    assert summary["rejections"] == 0  # a silo that was down is missing, not rejected
     coord = Coordinator(spec, dep.state / "server")
     assert [r.round for r in coord.state.rounds] == [1, 2, 3, 4, 5]  # none lost, none redone
     assert done_before >= 3
@@ -250,3 +276,58 @@ def test_deploy_silo_crash_and_server_restart(tmp_path: Path) -> None:
     for i in (0, 1):
         assert load_silo_results(dep.state / f"silo-{i}", i).served.sum() == spec.horizon
     assert json.loads((tmp_path / "registry.json").read_text())
+
+
+def _deploy_args(argv: list[str]):  # type: ignore[no-untyped-def]
+    """``fedbandits deploy ...`` parsed by the deploy parser on a fresh ArgumentParser."""
+    import argparse
+
+    from fedbandits.federation.cli import add_deploy_parser
+
+    parser = argparse.ArgumentParser(prog="fedbandits")
+    add_deploy_parser(parser.add_subparsers(dest="command"))
+    return parser.parse_args(argv)
+
+
+@slow
+def test_run_deploy_certs_and_local_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from cryptography import x509
+
+    from fedbandits.federation.cli import run_deploy
+    from fedbandits.federation.launcher import processes_under
+
+    # deploy certs: CA, server certificate for the given hosts, one key pair per silo
+    creds = tmp_path / "creds"
+    certs = _deploy_args(["deploy", "certs", "--out", str(creds), "--silos", "3", "--host", "server.example.org"])
+    assert run_deploy(certs) == 0
+    assert "wrote ca.pem" in capsys.readouterr().out
+    names = {"ca.pem", "ca.key", "server.pem", "server.key"} | {f"silo-{i}{s}" for i in range(3) for s in ("", ".pub")}
+    assert names <= {p.name for p in creds.iterdir()}
+    cert = x509.load_pem_x509_certificate((creds / "server.pem").read_bytes())
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "server.example.org" in sans.get_values_for_type(x509.DNSName)
+
+    # deploy local: SuperLink + 3 SuperNodes + the app on loopback, summary, everything stopped
+    config = tmp_path / "trial.toml"
+    config.write_text(_config("ldp", horizon=30))  # M = 3 silos, K = 3 synchronisations
+    workdir = tmp_path / "dep"
+    args = _deploy_args(
+        ["deploy", "local", "--config", str(config), "--silos", "3", "--workdir", str(workdir),
+         "--round-timeout", "60", "--timeout", "300", "--check-parity"]
+    )  # fmt: skip
+    try:
+        assert run_deploy(args) == 0
+    finally:
+        left = processes_under(workdir / "home")
+    out = capsys.readouterr().out
+    assert left == []  # SuperLink, SuperNodes, SuperExecs, ServerApp, ClientApps: all gone
+    assert "(deployed on Flower, 3 silos, TLS + SuperNode auth): gaussian-sphere, M=3, T=30, run 0" in out
+    assert "fedlinucb" in out  # the simulator's summary table
+    assert "on the wire: 12 uplink / 12 downlink messages" in out  # 3 syncs + the report, per silo
+    assert "rejected 0" in out
+    assert "parity with the simulator: OK" in out
+    assert f"state, logs, certificates: {workdir}" in out
+    done = json.loads((workdir / "state" / "server" / "done.json").read_text())
+    assert done["completed"] == 3 and done["reports"] == [0, 1, 2]
+    with pytest.raises(ValueError, match="differs from the config's agents"):
+        run_deploy(_deploy_args(["deploy", "local", "--config", str(config), "--silos", "4"]))

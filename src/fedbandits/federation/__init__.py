@@ -5,7 +5,9 @@
 * :mod:`~fedbandits.federation.server`: validation of incoming messages, analyzer, durable state;
 * :mod:`~fedbandits.federation.app`: the Flower ServerApp / ClientApp that carry them;
 * :mod:`~fedbandits.federation.certs`, :mod:`~fedbandits.federation.launcher`,
-  :mod:`~fedbandits.federation.cli`: certificates, processes and the ``fedbandits deploy`` command.
+  :mod:`~fedbandits.federation.supervisor`, :mod:`~fedbandits.federation.cli`: certificates,
+  processes (a silo that restarts after a crash keeps trying to rejoin) and the
+  ``fedbandits deploy`` command.
 
 Only :mod:`~fedbandits.federation.app` and the launcher need Flower; the rest is plain numpy.
 See docs/deployment.md.

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
+from flwr.common.constant import SUPERLINK_NODE_ID, ErrorCode
 from flwr.serverapp import Grid, ServerApp
 
 from fedbandits.federation.server import Coordinator, Incoming, validate_release
@@ -80,14 +81,15 @@ def server_main(grid: Grid, context: Context) -> None:
     state_dir = Path(str(cfg["state-dir"]))
     _file_logger(state_dir / "server.log")
     try:
-        _serve(grid, cfg, state_dir)
+        _serve(grid, cfg, state_dir, context.run_id)
     except Exception:
-        atomic_write_bytes(state_dir / "error.txt", traceback.format_exc().encode())
+        # first line: the Flower run, so that a launcher can ignore a dying earlier run's failure
+        atomic_write_bytes(state_dir / "error.txt", f"run {context.run_id}\n{traceback.format_exc()}".encode())
         log.exception("server failed")
         raise
 
 
-def _serve(grid: Grid, cfg: dict[str, Any], state_dir: Path) -> None:
+def _serve(grid: Grid, cfg: dict[str, Any], state_dir: Path, run_id: int) -> None:
     spec_json = Path(str(cfg["spec-file"])).read_text()
     spec = spec_from_json(spec_json)
     round_timeout = float(cfg["round-timeout"])
@@ -99,7 +101,7 @@ def _serve(grid: Grid, cfg: dict[str, Any], state_dir: Path) -> None:
         registry = {int(node): int(silo) for node, silo in json.loads(Path(registry_file).read_text()).items()}
     coord = Coordinator(spec, state_dir)
     started = time.time()
-    log.info("server up: %s, M=%d silos, K=%d synchronisations", spec.label, spec.silos, spec.releases)
+    log.info("server up (run %s): %s, M=%d silos, K=%d synchronisations", run_id, spec.label, spec.silos, spec.releases)
 
     # bounded wait for the silos to connect
     deadline = time.time() + join_timeout
@@ -167,6 +169,7 @@ def _serve(grid: Grid, cfg: dict[str, Any], state_dir: Path) -> None:
     results = deployment_results(spec, coord, time.time() - started)
     results.save(state_dir / "results")
     summary = {
+        "run_id": str(run_id),
         "table": results.table(),
         "completed": coord.state.completed,
         "reports": sorted(coord.state.reports),
@@ -208,17 +211,29 @@ def _exchange(
         content["synced"] = ArrayRecord({"prefix": Array(np.ascontiguousarray(prefix))})
     size = wire_bytes(content)
     messages = [
-        Message(content, dst_node_id=n, message_type=message_type, group_id=str(round_), ttl=timeout + 10.0)
+        # time to live = the round's deadline: a reply after it is not used, and a request that
+        # outlives its round could be served late by a silo that rejoins (a wasted release)
+        Message(content, dst_node_id=n, message_type=message_type, group_id=str(round_), ttl=timeout)
         for n in nodes
     ]
-    ids = set(grid.push_messages(messages))
+    pushed = list(grid.push_messages(messages))
     coord.state.downlink_messages += len(messages)
     coord.state.downlink_bytes += size * len(messages)
+    dest = {mid: n for mid, n in zip(pushed, nodes, strict=True) if mid is not None}
+    ids = set(dest)
     out: list[Incoming] = []
     deadline = time.time() + timeout
     while ids and time.time() < deadline:
         for msg in grid.pull_messages(ids):
             ids.discard(msg.metadata.reply_to_message_id)
+            if _no_answer(msg):
+                # the SuperLink's own notice that the silo did not answer (request expired,
+                # node offline): the silo is missing this round, it sent nothing to reject
+                node = dest.get(msg.metadata.reply_to_message_id)
+                who = f"silo {registry[node]} (node {node})" if registry and node in registry else f"node {node}"
+                reason = str(msg.error.reason or "").split(" - ")[0]
+                log.warning("round %d: %s did not answer (%s)", round_, who, reason)
+                continue
             inc = _incoming(msg)
             coord.state.uplink_messages += 1
             coord.state.uplink_bytes += inc.wire_bytes
@@ -228,6 +243,16 @@ def _exchange(
     if ids:
         log.warning("round %d: %d silo(s) did not answer within %.0f s", round_, len(ids), timeout)
     return out
+
+
+def _no_answer(msg: Message) -> bool:
+    """An error reply made by the SuperLink itself (not by a silo) saying that no reply exists."""
+    return (
+        msg.has_error()
+        and int(msg.metadata.src_node_id) == SUPERLINK_NODE_ID
+        and msg.error.code
+        in (ErrorCode.MESSAGE_UNAVAILABLE, ErrorCode.REPLY_MESSAGE_UNAVAILABLE, ErrorCode.NODE_UNAVAILABLE)
+    )
 
 
 # ================================================================ silo =====================

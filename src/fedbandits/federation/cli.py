@@ -122,13 +122,14 @@ def _local(args: argparse.Namespace) -> int:
 
 
 def _silo(args: argparse.Namespace) -> int:
-    import subprocess
-
     from fedbandits.federation.launcher import flower_env, supernode_command
+    from fedbandits.federation.supervisor import supervise
 
     cmd = supernode_command(
         args.superlink, args.ca.resolve(), args.key.resolve(), args.silo_id, args.state_dir.resolve(),
         args.runtime_port, f'noise-source="{args.noise_source}"',
     )  # fmt: skip
     print("starting: " + " ".join(cmd), flush=True)
-    return subprocess.call(cmd, env=flower_env(args.state_dir.resolve() / "flwr-home"))
+    # a silo restarted soon after a crash is refused until the server sees its old instance time
+    # out (<= 60 s): keep trying for a bounded time (see fedbandits.federation.supervisor)
+    return supervise(cmd, env=flower_env(args.state_dir.resolve() / "flwr-home"))

@@ -1,10 +1,12 @@
 """Start and stop the Flower processes of a deployment, with bounded waits everywhere.
 
 :class:`LocalDeployment` runs a whole federation on loopback -- one SuperLink (the server), one
-SuperNode per silo, the app submitted with ``flwr run`` -- over TLS with SuperNode
-authentication.  Every process is started in its own session, so that stopping it also stops
-the children Flower spawns (SuperExec, ServerApp, ClientApp processes); :meth:`stop_all` stops
-every process the object started and nothing else.  The same pieces serve the multi-machine
+SuperNode per silo (under :mod:`fedbandits.federation.supervisor`), the app submitted with
+``flwr run`` -- over TLS with SuperNode authentication.  Every process is started in its own
+session; stopping it signals that session and those of its descendants (the SuperLink detaches
+its SuperExec and ServerApp into a session of their own), and :meth:`LocalDeployment.stop_all`
+finally kills whatever still carries the deployment's ``FLWR_HOME``: it stops every process the
+object started, their Flower children included, and nothing else.  The same pieces serve the multi-machine
 commands (``fedbandits deploy server`` / ``silo``).
 
 Flower needs an *app* (a folder with ``pyproject.toml``) to run: :func:`write_app` creates a
@@ -58,6 +60,7 @@ def flower_bin(name: str) -> str:
 def flower_env(home: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    home = Path(home).resolve()
     env["FLWR_HOME"] = str(home)
     env["FLWR_TELEMETRY_ENABLED"] = "0"
     env["FLWR_SUPEREXEC_TASK_POLL_INTERVAL"] = "0.1"
@@ -81,23 +84,37 @@ class Proc:
     def alive(self) -> bool:
         return self.popen.poll() is None
 
+    def _groups(self) -> list[int]:
+        """Process groups to signal: the session this object started, plus those of its
+        descendants that left it (Flower's SuperLink detaches its SuperExec -- and with it the
+        ServerApp -- into a new session, out of reach of a signal to ours)."""
+        groups = [self.popen.pid]
+        for pgid in _descendant_groups(self.popen.pid):
+            if pgid not in groups:
+                groups.append(pgid)
+        return groups
+
     def kill(self) -> None:
-        """SIGKILL the whole session at once: a crash, as far as the others can tell."""
-        _signal_group(self.popen.pid, signal.SIGKILL)
+        """SIGKILL the whole process tree at once: a crash, as far as the others can tell."""
+        for pgid in self._groups():
+            _signal_group(pgid, signal.SIGKILL)
         try:
             self.popen.wait(timeout=10)
         except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL of a child cannot be ignored
             pass
 
     def stop(self, timeout: float = 10.0) -> None:
-        """SIGTERM the session, wait up to ``timeout`` s, then SIGKILL what is left."""
+        """SIGTERM the process tree, wait up to ``timeout`` s, then SIGKILL what is left."""
+        groups = self._groups()  # before the parent exits and its children are re-parented
         if self.popen.poll() is None:
-            _signal_group(self.popen.pid, signal.SIGTERM)
+            for pgid in groups:
+                _signal_group(pgid, signal.SIGTERM)
             try:
                 self.popen.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 pass
-        _signal_group(self.popen.pid, signal.SIGKILL)  # children that outlived their parent
+        for pgid in groups:  # children that outlived their parent
+            _signal_group(pgid, signal.SIGKILL)
         try:
             self.popen.wait(timeout=timeout)
         except subprocess.TimeoutExpired:  # pragma: no cover
@@ -109,6 +126,61 @@ def _signal_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _descendant_groups(pid: int) -> list[int]:
+    """Process groups of ``pid``'s descendants that lead their own group (Linux /proc; else none)."""
+    children: dict[int, list[int]] = {}
+    pgids: dict[int, int] = {}
+    proc = Path("/proc")
+    if not proc.is_dir():  # pragma: no cover - not Linux
+        return []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # "pid (comm) state ppid pgrp ...": comm may contain spaces and parentheses
+        fields = stat[stat.rindex(")") + 2 :].split()
+        ppid, pgrp = int(fields[1]), int(fields[2])
+        children.setdefault(ppid, []).append(int(entry.name))
+        pgids[int(entry.name)] = pgrp
+    out: list[int] = []
+    todo = list(children.get(pid, []))
+    while todo:
+        child = todo.pop()
+        if pgids.get(child) == child and child not in out:  # a group leader: its own session/group
+            out.append(child)
+        todo.extend(children.get(child, []))
+    return out
+
+
+def processes_under(home: Path) -> list[int]:
+    """Live processes whose ``FLWR_HOME`` lies under ``home`` (Linux /proc; else none).
+
+    Every process a :class:`LocalDeployment` starts gets ``FLWR_HOME`` inside its work folder,
+    and Flower's children (SuperExec, ServerApp, ClientApp) inherit it: this finds what is left
+    of a deployment even after parents died and children were re-parented or detached."""
+    proc = Path("/proc")
+    if not proc.is_dir():  # pragma: no cover - not Linux
+        return []
+    prefix = f"FLWR_HOME={Path(home).resolve()}".encode()
+    out = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            state = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if state[state.rindex(")") + 2] == "Z":  # a zombie is gone, only not yet reaped
+            continue
+        if any(var == prefix or var.startswith(prefix + b"/") for var in environ.split(b"\0")):
+            out.append(int(entry.name))
+    return out
 
 
 def start_process(name: str, cmd: list[str], log: Path, env: dict[str, str]) -> Proc:
@@ -190,6 +262,13 @@ def write_app(folder: Path, settings: dict[str, object]) -> Path:
     return folder
 
 
+def supervised(cmd: list[str], patience: float) -> list[str]:
+    """``cmd`` (a SuperNode) under :mod:`fedbandits.federation.supervisor`: it retries, for at most
+    ``patience`` s, a join the SuperLink refuses because it still counts a crashed instance of the
+    same silo as online."""
+    return [sys.executable, "-m", "fedbandits.federation.supervisor", "--patience", str(patience), "--", *cmd]
+
+
 def supernode_command(
     superlink: str, ca: Path, key: Path, silo: int, state_dir: Path, runtime_port: int, extra: str = ""
 ) -> list[str]:
@@ -220,6 +299,8 @@ class LocalDeployment:
     round_timeout: float = 60.0
     join_timeout: float = 60.0
     start_timeout: float = 60.0
+    #: how long a (re)started silo keeps trying to join (see :mod:`fedbandits.federation.supervisor`)
+    rejoin_patience: float = 120.0
     #: extra node config per silo (e.g. the test hook ``inject-fault="nan@2"``)
     node_extra: dict[int, str] = field(default_factory=dict)
     procs: dict[str, Proc] = field(default_factory=dict)
@@ -239,6 +320,7 @@ class LocalDeployment:
             atomic_write_bytes(ports_file, json.dumps(ports).encode())
         self.port = int(ports["superlink"])
         self.silo_ports = [int(p) for p in ports["silos"]]
+        self.run_id: str | None = None
 
     # -- setup -------------------------------------------------------------------------------
     def prepare(self) -> None:
@@ -306,23 +388,52 @@ class LocalDeployment:
             self.silo_ports[i],
             self.node_extra.get(i, ""),
         )
+        cmd = supervised(cmd, self.rejoin_patience)
         proc = start_process(
             f"silo-{i}", cmd, self.logs / f"silo-{i}.log", flower_env(self.workdir / "home" / f"silo-{i}")
         )
         self.procs[f"silo-{i}"] = proc
         return proc
 
+    def stop_stale_runs(self) -> list[str]:
+        """``flwr stop`` every run on the SuperLink that is not finished (bounded CLI calls).
+
+        After a server crash the SuperLink's database still holds the dead run as running, with
+        the requests its ServerApp had pushed for the next round but never completed (their
+        payload never arrived).  SuperNodes take requests oldest first, so each silo would first
+        wait -- past the new run's round deadline -- for that payload, until the SuperLink
+        times the dead run out.  A stopped run's requests are dropped by the SuperNodes at once."""
+        env = flower_env(self.cli_home)
+        res = run_cli(["ls", CONNECTION, "--format", "json"], env, 60)
+        try:
+            runs = json.loads(res.stdout)["runs"]
+        except (ValueError, KeyError, TypeError):
+            raise DeployError(f"`flwr ls` failed: {res.stdout.strip()} {res.stderr.strip()}") from None
+        stale = [str(r["run-id"]) for r in runs if not str(r.get("status", "")).startswith("finished")]
+        for run_id in stale:
+            # a failure (e.g. the run finished in between) only costs the silos one round: go on
+            run_cli(["stop", run_id, CONNECTION, "--format", "json"], env, 60)
+        return stale
+
     def submit(self) -> str:
-        """``flwr run`` the app (a new Flower run; the server resumes from its durable state)."""
+        """``flwr run`` the app (a new Flower run; the server resumes from its durable state).
+        Runs left over by a crashed server are stopped first (:meth:`stop_stale_runs`)."""
         for f in ("done.json", "error.txt"):
             (self.state / "server" / f).unlink(missing_ok=True)
+        self.stop_stale_runs()
         res = run_cli(
             ["run", str(self.workdir / "app"), CONNECTION, "--format", "json"], flower_env(self.cli_home), 120
         )
         try:
-            return str(json.loads(res.stdout)["run-id"])
+            self.run_id = str(json.loads(res.stdout)["run-id"])
         except (ValueError, KeyError, TypeError):
             raise DeployError(f"`flwr run` failed: {res.stdout.strip()} {res.stderr.strip()}") from None
+        return self.run_id
+
+    def _current(self, run_id: object) -> bool:
+        """Whether a file the ServerApp wrote belongs to the run submitted last (not to the
+        ServerApp of a killed SuperLink, which may still be dying)."""
+        return self.run_id is None or str(run_id) == self.run_id
 
     def wait_done(self, timeout: float) -> dict[str, object]:
         """Wait (at most ``timeout`` s) for the server's summary; raise with the reason if it failed."""
@@ -330,9 +441,16 @@ class LocalDeployment:
         done, error = self.state / "server" / "done.json", self.state / "server" / "error.txt"
         while time.time() < deadline:
             if done.exists():
-                return json.loads(done.read_text())  # type: ignore[no-any-return]
+                summary = json.loads(done.read_text())
+                if self._current(summary.get("run_id")):
+                    return summary  # type: ignore[no-any-return]
             if error.exists():
-                raise DeployError(f"the server failed:\n{error.read_text()}")
+                text = error.read_text()
+                first, _, rest = text.partition("\n")
+                if not first.startswith("run "):  # no run id: take it as this run's
+                    raise DeployError(f"the server failed:\n{text}")
+                if self._current(first.removeprefix("run ").strip()):
+                    raise DeployError(f"the server failed:\n{rest}")
             link = self.procs.get("superlink")
             if link is not None and not link.alive():
                 raise DeployError(f"the SuperLink exited; see {link.log}")
@@ -353,11 +471,32 @@ class LocalDeployment:
         if proc is not None:
             proc.stop()
 
+    def crash(self, name: str) -> None:
+        """SIGKILL process ``name`` with all its children (a crash: no goodbye to the SuperLink)."""
+        proc = self.procs.pop(name, None)
+        if proc is not None:
+            proc.kill()
+
     def stop_all(self) -> None:
-        """Stop every process this object started: silos first, then the server."""
+        """Stop every process this object started: silos first, then the server; then SIGKILL
+        anything of this deployment still alive (Flower children whose parent was killed)."""
         for name in sorted(self.procs, key=lambda n: n == "superlink"):
             self.procs[name].stop()
         self.procs.clear()
+        for _ in range(3):
+            left = self.leftovers()
+            if not left:
+                break
+            for pid in left:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            time.sleep(0.2)
+
+    def leftovers(self) -> list[int]:
+        """Processes of this deployment still alive (see :func:`processes_under`)."""
+        return processes_under(self.workdir / "home")
 
     def __enter__(self) -> LocalDeployment:
         return self
