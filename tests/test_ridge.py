@@ -84,3 +84,17 @@ def test_clip_rewards_counts():
     assert count == 2
     with pytest.raises(ValueError, match="low < high"):
         clip_rewards(y, 1.0, 1.0)
+
+
+def test_raise_eigenvalues_known_answer() -> None:
+    from fedbandits.core.ridge import raise_eigenvalues
+
+    rot = np.array([[np.cos(0.3), -np.sin(0.3)], [np.sin(0.3), np.cos(0.3)]])
+    bad = rot @ np.diag([-1.0, 2.0]) @ rot.T
+    good = np.eye(2) * 3.0
+    out, n = raise_eigenvalues(np.stack([bad, good]), 0.5)
+    assert n == 1
+    np.testing.assert_allclose(out[0], rot @ np.diag([0.5, 2.0]) @ rot.T, atol=1e-12)
+    np.testing.assert_array_equal(out[1], good)  # untouched
+    same, n = raise_eigenvalues(good, 0.5)
+    assert n == 0 and same is good

@@ -10,6 +10,7 @@ import numpy as np
 from fedbandits.algorithms.base import LinUCBParams
 from fedbandits.algorithms.linucb import IndependentLinUCB
 from fedbandits.core.clipping import clip_norm, clip_rewards
+from fedbandits.core.ridge import raise_eigenvalues
 from fedbandits.core.validation import check_choice, check_float, check_int
 from fedbandits.protocols.base import Protocol
 
@@ -173,15 +174,8 @@ class FedLinUCB(IndependentLinUCB):
 
     def _repair(self, gram: np.ndarray) -> np.ndarray:
         """Raise eigenvalues of the (noisy) Gram matrices below lambda/10 to lambda/10."""
-        floor = 0.1 * self.reg_value
-        eigval, eigvec = np.linalg.eigh(gram)
-        bad = eigval.min(axis=-1) < floor
-        if not bad.any():
-            return gram
-        self.psd_repairs += int(bad.sum())
-        fixed = (eigvec[bad] * np.maximum(eigval[bad], floor)[:, None, :]) @ np.swapaxes(eigvec[bad], -1, -2)
-        gram = gram.copy()
-        gram[bad] = 0.5 * (fixed + np.swapaxes(fixed, -1, -2))
+        gram, repaired = raise_eigenvalues(gram, 0.1 * self.reg_value)
+        self.psd_repairs += repaired
         return gram
 
     def report(self) -> dict[str, object]:

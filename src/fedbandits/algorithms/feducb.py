@@ -54,7 +54,7 @@ import numpy as np
 
 from fedbandits.algorithms.base import LinUCBParams, Policy
 from fedbandits.core.clipping import clip_norm, clip_rewards
-from fedbandits.core.ridge import RidgeState, spd_inverse
+from fedbandits.core.ridge import RidgeState, raise_eigenvalues, spd_inverse
 from fedbandits.core.ucb import ConfidenceRadius, UCBScorer
 from fedbandits.core.validation import check_choice, check_float
 from fedbandits.privacy.accounting import gaussian_epsilon, tight_noise_multiplier
@@ -278,24 +278,6 @@ def proposition2_radius(
         + kappa * np.sqrt(agents)
     )
     return params.beta_scale * beta
-
-
-def raise_eigenvalues(gram: np.ndarray, floor: float | np.ndarray) -> tuple[np.ndarray, int]:
-    """Raise the eigenvalues of the symmetric matrices ``gram (..., d, d)`` below ``floor`` to it.
-
-    ``floor``: a scalar or one value per matrix (shape ``gram.shape[:-2]``).  Returns the
-    (possibly new) array and the number of matrices changed; ``gram`` itself is not modified.
-    """
-    floor = np.broadcast_to(np.asarray(floor, dtype=np.float64), gram.shape[:-2])
-    eigval, eigvec = np.linalg.eigh(gram)
-    bad = eigval.min(axis=-1) < floor
-    if not bad.any():
-        return gram, 0
-    lifted = np.maximum(eigval[bad], floor[bad][:, None])
-    fixed = (eigvec[bad] * lifted[:, None, :]) @ np.swapaxes(eigvec[bad], -1, -2)
-    gram = gram.copy()
-    gram[bad] = 0.5 * (fixed + np.swapaxes(fixed, -1, -2))
-    return gram, int(bad.sum())
 
 
 def _schedule_mu(sigma: float, nodes: int, cov_sensitivity: float) -> float:

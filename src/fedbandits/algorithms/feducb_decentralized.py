@@ -92,11 +92,10 @@ from fedbandits.algorithms.feducb import (
     FedUCBParams,
     calibrate_feducb,
     proposition2_radius,
-    raise_eigenvalues,
     theorem1_threshold,
 )
 from fedbandits.core.clipping import clip_norm, clip_rewards
-from fedbandits.core.ridge import spd_inverse
+from fedbandits.core.ridge import raise_eigenvalues, spd_inverse
 from fedbandits.core.ucb import UCBScorer
 from fedbandits.core.validation import check_choice, check_float, check_int
 from fedbandits.privacy.privatizer import TreePrivatizer

@@ -104,3 +104,21 @@ def spd_inverse(matrices: np.ndarray) -> np.ndarray:
     inv = np.matmul(np.swapaxes(chol_inv, -1, -2), chol_inv)
     # symmetrise exactly: the two triangles may differ in the last bit after matmul
     return 0.5 * (inv + np.swapaxes(inv, -1, -2))
+
+
+def raise_eigenvalues(gram: np.ndarray, floor: float | np.ndarray) -> tuple[np.ndarray, int]:
+    """Raise the eigenvalues of the symmetric matrices ``gram (..., d, d)`` below ``floor`` to it.
+
+    ``floor``: a scalar or one value per matrix (shape ``gram.shape[:-2]``).  Returns the
+    (possibly new) array and the number of matrices changed; ``gram`` itself is not modified.
+    """
+    floor = np.broadcast_to(np.asarray(floor, dtype=np.float64), gram.shape[:-2])
+    eigval, eigvec = np.linalg.eigh(gram)
+    bad = eigval.min(axis=-1) < floor
+    if not bad.any():
+        return gram, 0
+    lifted = np.maximum(eigval[bad], floor[bad][:, None])
+    fixed = (eigvec[bad] * lifted[:, None, :]) @ np.swapaxes(eigvec[bad], -1, -2)
+    gram = gram.copy()
+    gram[bad] = 0.5 * (fixed + np.swapaxes(fixed, -1, -2))
+    return gram, int(bad.sum())
