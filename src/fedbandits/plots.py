@@ -52,10 +52,7 @@ def plot_results(results: Results, out: str | Path) -> list[Path]:
         f"{results.config.experiment.name}: {results.config.environment.name}, "
         f"M={results.config.environment.params.agents}"
     )
-    fig.tight_layout()
-    paths = [out / "regret.png"]
-    fig.savefig(paths[0], dpi=120)
-    plt.close(fig)
+    paths = [save_figure(fig, out / "regret.png")]
 
     fig, ax = plt.subplots(figsize=(5.5, 4.2))
     for lab, res in results.algorithms.items():
@@ -70,8 +67,14 @@ def plot_results(results: Results, out: str | Path) -> list[Path]:
     ax.set(xlabel="MB sent (uplink + downlink, per run)", ylabel="final group regret", title="communication vs regret")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    paths.append(out / "communication.png")
-    fig.savefig(paths[1], dpi=120)
-    plt.close(fig)
+    paths.append(save_figure(fig, out / "communication.png"))
     return paths
+
+
+def save_figure(fig, path: str | Path) -> Path:  # type: ignore[no-untyped-def]
+    """Lay out, write as PNG (120 dpi) and close ``fig``; returns the path."""
+    path = Path(path)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    _pyplot().close(fig)
+    return path

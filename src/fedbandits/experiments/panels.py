@@ -39,7 +39,7 @@ def panel_table(results: dict[str, Results]) -> dict[str, Any]:
 
 
 def plot_panels(results: dict[str, Results], experiment: Experiment, path: str | Path) -> Path:
-    from fedbandits.plots import _pyplot
+    from fedbandits.plots import _pyplot, save_figure
 
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 4.2))
@@ -67,8 +67,4 @@ def plot_panels(results: dict[str, Results], experiment: Experiment, path: str |
     ax.set_title(f"{experiment.figure} ({experiment.scale}): {exp.runs} runs")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

@@ -170,24 +170,13 @@ def zhou_fig2b(scale: str = "quick", runs: int | None = None) -> Experiment:
 def zhou_fig2c(scale: str = "quick", runs: int | None = None) -> Experiment:
     _check_scale(scale, runs)
     delta = 0.1
-    sizes = {"paper": (25_000, 25, 10), "quick": (5_000, 8, 10), "tiny": (100, 2, 3)}
-    horizon, n_runs, agents = sizes[scale]
-    shrunk = {
-        "paper": "",
-        "quick": "T = 5,000 instead of 25,000 and 8 runs instead of 25 (M = 10 kept)",
-        "tiny": "smoke test: T = 100, 2 runs, M = 3",
-    }[scale]
     eps_grid = (0.2, 1.0, 5.0)
     ldp = [f"LDP eps={eps:g}" for eps in eps_grid]
     algs = [{"name": "fedlinucb", "label": "FedLinUCB", "batch": BATCH, "alpha": ALPHA}]
     algs += [_private(lab, "ldp", eps, delta) for lab, eps in zip(ldp, eps_grid, strict=True)]
     # our corrected calibration next to the paper's, at the same (eps, delta)
     algs.append(_private("LDP eps=1 (tight)", "ldp", 1.0, delta, calibration="tight"))
-    config = {
-        "experiment": {"name": "zhou-fig2c", "seed": SEED, "runs": runs or n_runs, "horizon": horizon},
-        "environment": {"name": "learning-to-rank", "agents": agents, "arms": 20, "columns": "title"},
-        "algorithms": algs,
-    }
+    config, shrunk = _mslr("zhou-fig2c", scale, runs, "title", algs)
     claims = (
         Claim("LDP-FedLinUCB's regret decreases as eps grows (0.2 -> 1 -> 5), delta = 0.1", "decreasing", tuple(ldp)),
         Claim(

@@ -77,7 +77,7 @@ def _slug(text: str) -> str:
 
 def plot_figure(results: Results, experiment: Experiment, path: str | Path) -> Path:
     """Time-averaged group regret Reg(t)/t against t, one line (mean over runs) per algorithm."""
-    from fedbandits.plots import _pyplot
+    from fedbandits.plots import _pyplot, save_figure
 
     plt = _pyplot()
     grid = results.grid.astype(float)
@@ -97,11 +97,7 @@ def plot_figure(results: Results, experiment: Experiment, path: str | Path) -> P
     )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def run_one(
