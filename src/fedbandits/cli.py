@@ -8,6 +8,8 @@
     fedbandits reproduce NAME|all [--scale quick|paper] [--runs N] [--out DIR] [--workers N]
                    [--backend local|ray] [--address HOST:PORT] [--resume]
     fedbandits audit schedule [--trials N] [--agents M] [--epsilon E] [--json FILE]
+    fedbandits data export --config C.toml --rounds N --out DIR [--run R] [--format npz|csv]
+                                          one data file per silo from a run's contexts (docs/data.md)
     fedbandits deploy local|certs|silo ...  real deployment on Flower (docs/deployment.md)
 
 Any invalid input prints one line ``fedbandits: error: ...`` and exits with status 2; a task
@@ -156,6 +158,24 @@ def build_parser() -> argparse.ArgumentParser:
     p_audit.add_argument("--threshold-c", type=float, default=0.5, help="C / L^2 in (0, 1) (default 0.5)")
     p_audit.add_argument("--json", type=Path, help="also write the results as JSON to this file")
 
+    p_data = sub.add_parser(
+        "data",
+        help="data files of the data-files environment",
+        description="Data files of the `data-files` environment (one file per silo; docs/data.md).",
+    )
+    data_sub = p_data.add_subparsers(dest="data_command", metavar="ACTION", parser_class=_Parser, required=True)
+    p_export = data_sub.add_parser(
+        "export",
+        help="write each agent's contexts of one simulated run as a data file per silo",
+        description="Play ROUNDS rounds of run R of the config's environment (the simulator's seed for that run) "
+        "and write agent i's features and expected rewards to DIR/silo-<i>.<format>.",
+    )
+    p_export.add_argument("--config", type=Path, required=True, metavar="C.toml", help="experiment configuration")
+    p_export.add_argument("--rounds", type=_positive_int, required=True, metavar="N", help="rounds (users per file)")
+    p_export.add_argument("--out", type=Path, required=True, metavar="DIR", help="output folder")
+    p_export.add_argument("--run", type=_nonnegative_int, default=0, metavar="R", help="run index (default 0)")
+    p_export.add_argument("--format", choices=["npz", "csv"], default="npz", help="file format (default npz)")
+
     from fedbandits.federation.cli import add_deploy_parser  # argparse only: Flower is imported when used
 
     add_deploy_parser(sub)
@@ -255,6 +275,20 @@ def _run(config: Config, args: argparse.Namespace) -> int:
     return 0
 
 
+def _data_export(args: argparse.Namespace) -> int:
+    from fedbandits.envs.files import export_partition
+
+    config = load_config(args.config)
+    if args.out.exists() and not args.out.is_dir():
+        raise ValueError(f"--out {args.out} exists and is not a folder")
+    paths = export_partition(config, args.out, args.rounds, run=args.run, fmt=args.format)
+    print(
+        f"wrote {len(paths)} data file(s) of {args.rounds} users each (run {args.run} of "
+        f"{config.environment.name}): {', '.join(str(p) for p in paths)}"
+    )
+    return 0
+
+
 def _list() -> int:
     from fedbandits.registry import ALGORITHMS, ENVIRONMENTS, PROTOCOLS
 
@@ -291,6 +325,8 @@ def main(argv: list[str] | None = None) -> int:
             return _reproduce(args)
         if args.command == "audit":
             return _audit(args)
+        if args.command == "data":
+            return _data_export(args)
         if args.command == "deploy":
             from fedbandits.federation.cli import run_deploy
 

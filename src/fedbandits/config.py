@@ -132,7 +132,8 @@ def config_from_dict(data: dict[str, Any]) -> Config:
         if check is not None:
             try:
                 # data-driven environments only know their dimension once the data is read
-                dim = getattr(environment.params, "dim", None)
+                # (no `dim`, or data-files' dim = 0: "from the files")
+                dim = getattr(environment.params, "dim", None) or None
                 check(horizon=experiment.horizon, agents=environment.params.agents, dim=dim)
             except ValueError as exc:
                 raise ConfigError(f"algorithms[{i + 1}] ({alg.name}): {exc}") from None

@@ -20,6 +20,7 @@ from fedbandits.algorithms.feducb import FedUCB, FedUCBParams
 from fedbandits.algorithms.feducb_decentralized import DecentralizedFedUCB, DecentralizedFedUCBParams
 from fedbandits.algorithms.linucb import IndependentLinUCB, SuperAgentLinUCB
 from fedbandits.envs.base import Environment
+from fedbandits.envs.files import DataFiles, DataFilesParams
 from fedbandits.envs.ltr import LearningToRank, LearningToRankParams
 from fedbandits.envs.movielens import (
     MovieLensClusters,
@@ -133,6 +134,7 @@ ENVIRONMENTS: dict[str, Entry] = {
         (MovieLensLinear, MovieLensLinearParams),
         (MovieLensClusters, MovieLensClustersParams),
         (LearningToRank, LearningToRankParams),
+        (DataFiles, DataFilesParams),
     )
 }
 

@@ -31,6 +31,16 @@ def time_grid(horizon: int, points: int) -> np.ndarray:
     return np.unique(np.linspace(1, horizon, min(points, horizon)).round().astype(np.int64))
 
 
+def check_rounds_available(env: Any, name: str, horizon: int) -> None:
+    """Raise ValueError if ``env`` serves fewer than ``horizon`` rounds (a finite ``rounds_available``)."""
+    available = getattr(env, "rounds_available", None)
+    if available is not None and available < horizon:
+        raise ValueError(
+            f"environment {name} has {available} rounds available, but the horizon is T = {horizon} "
+            "(lower the horizon or let the environment cycle)"
+        )
+
+
 @dataclass
 class ChunkResult:
     runs: list[int]
@@ -61,6 +71,7 @@ def simulate_runs(
     runs = list(runs)
     exp = config.experiment
     env = ENVIRONMENTS[config.environment.name].factory(config.environment.params, env_rngs(exp.seed, runs))
+    check_rounds_available(env, config.environment.name, exp.horizon)
     noise_seed = exp.seed if exp.noise_seed is None else exp.noise_seed
     policies = []
     for a, alg in enumerate(config.algorithms):
