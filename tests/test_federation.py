@@ -90,6 +90,72 @@ def test_silo_that_missed_rounds_catches_up(tmp_path: Path) -> None:
     assert np.array_equal(state.messages[1], m1) and np.isfinite(m4).all()
 
 
+def _data_files_config(files: list[Path] | None, horizon: int = 40, batch: int = 10, protocol: str = "ldp") -> str:
+    """A data-files config: with the silos' files (simulator, loopback) or, as a server that holds no
+    data would have it, without them but with M, K, d."""
+    env = f"paths = {json.dumps([str(f) for f in files])}" if files else "agents = 3\narms = 20\ndim = 4"
+    return f"""
+[experiment]
+seed = 7
+horizon = {horizon}
+[environment]
+name = "data-files"
+order = "shuffle"
+reward_noise_sd = 0.1
+{env}
+[[algorithms]]
+name = "fedlinucb"
+batch = {batch}
+protocol = "{protocol}"
+epsilon = 5.0
+delta = 0.01
+"""
+
+
+def _export_silo_files(tmp_path: Path, rounds: int = 60) -> list[Path]:
+    """Each silo's users as its own file: a partition of a gaussian-sphere instance (M = 3, K = 20, d = 4)."""
+    from fedbandits.envs.files import export_partition
+
+    return export_partition(loads_config(_config("none", horizon=rounds)), tmp_path / "data", rounds)
+
+
+def test_silos_on_their_own_data_files_match_the_simulator(tmp_path: Path) -> None:
+    files = _export_silo_files(tmp_path)
+    spec = make_spec(loads_config(_data_files_config(files)))
+    ref = reference_run(spec)  # the simulator, reading all three files
+    # the deployment: the server's config names no file; each silo reads only its own
+    served = make_spec(loads_config(_data_files_config(None)))
+    coord = run_loopback(served, tmp_path / "dep", data_files=dict(enumerate(files)))
+    dirs = {i: tmp_path / "dep" / f"silo-{i}" for i in range(3)}
+    assert compare(served, ref, coord.synced_prefixes(), dirs) == []
+    assert np.array_equal(coord.synced_prefixes(), ref.prefixes)
+    state = load_silo_results(dirs[1], 1)
+    assert state.column == 0 and state.data_sha256 is not None
+    # a restarted silo refuses a data file that changed under it; nothing of its state changes
+    before = (dirs[1] / "silo-1.pkl").read_bytes()
+    files[1].write_bytes(files[0].read_bytes())
+    with pytest.raises(SiloError, match="changed since this silo started"):
+        Silo(served, 1, dirs[1], data_file=files[1])
+    assert (dirs[1] / "silo-1.pkl").read_bytes() == before
+
+
+def test_silo_data_file_errors_are_clear(tmp_path: Path) -> None:
+    files = _export_silo_files(tmp_path, rounds=30)
+    with pytest.raises(SiloError, match="needs the environment 'data-files'"):
+        Silo(_spec("ldp"), 0, tmp_path / "a", data_file=files[0])
+    served = make_spec(loads_config(_data_files_config(None)))  # T = 40 > 30 users in the file
+    with pytest.raises(SiloError, match="30 users; the run needs T = 40"):
+        Silo(served, 0, tmp_path / "b", data_file=files[0])
+    with pytest.raises(SiloError, match="no data file"):
+        Silo(served, 0, tmp_path / "c")
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, features=np.zeros((40, 20, 5)), rewards=np.zeros((40, 20)))  # d = 5, config says 4
+    with pytest.raises(SiloError, match="cannot use data file"):
+        Silo(served, 0, tmp_path / "d", data_file=bad)
+    for folder in ("b", "c", "d"):  # nothing was written for a silo that could not start
+        assert not (tmp_path / folder / "silo-0.pkl").exists()
+
+
 def _incoming(spec, node=1001, silo=1, round_=2, psum=None, **meta):  # type: ignore[no-untyped-def]
     m = {"silo_id": silo, "digest": spec.digest, "phase": "sync", "round": round_, **meta}
     return Incoming(node, m, {"psum": np.zeros(spec.width()) if psum is None else psum})
@@ -278,6 +344,57 @@ def test_deploy_silo_crash_and_server_restart(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "registry.json").read_text())
 
 
+def test_trial_server_certificate_lists_loopback_and_given_hosts(tmp_path: Path) -> None:
+    from cryptography import x509
+
+    from fedbandits.federation.certs import create_trial_credentials
+
+    create_trial_credentials(tmp_path, 1, ["server.example.org", "10.0.0.5"])
+    cert = x509.load_pem_x509_certificate((tmp_path / "server.pem").read_bytes())
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert sans.get_values_for_type(x509.DNSName) == ["server.example.org", "localhost"]
+    assert [str(a) for a in sans.get_values_for_type(x509.IPAddress)] == ["10.0.0.5", "127.0.0.1", "::1"]
+
+
+def test_deploy_server_and_silo_refuse_bad_arguments_before_starting(tmp_path: Path) -> None:
+    from fedbandits.federation.certs import create_trial_credentials
+    from fedbandits.federation.cli import run_deploy
+    from fedbandits.federation.launcher import DeployError, ServerDeployment
+
+    config = tmp_path / "c.toml"
+    config.write_text(_config("ldp", horizon=30))
+    creds = tmp_path / "creds"
+    create_trial_credentials(creds, 2)  # the config has 3 silos: silo-2.pub is missing
+    work = tmp_path / "work"
+    server = ["deploy", "server", "--config", str(config), "--creds", str(creds), "--workdir", str(work)]
+    with pytest.raises(ValueError, match=r"--creds lacks silo-2\.pub"):
+        run_deploy(_deploy_args(server))
+    assert not (work / "superlink.db").exists() and not (work / "app").exists()  # nothing started
+    with pytest.raises(ValueError, match=r"--port must be in \[1, 65535\]"):
+        run_deploy(_deploy_args([*server, "--port", "0"]))
+    with pytest.raises(ValueError, match="--round-timeout must be positive"):
+        run_deploy(_deploy_args([*server, "--round-timeout", "0"]))
+    # a work folder that holds another deployment is refused
+    create_trial_credentials(creds, 3)
+    ServerDeployment(work, _spec("ldp", horizon=30), certs=creds).prepare()
+    with pytest.raises(DeployError, match="holds another deployment"):
+        ServerDeployment(work, _spec("ldp", horizon=50), certs=creds).prepare()
+
+    silo = ["deploy", "silo", "--silo-id", "0", "--ca", str(creds / "ca.pem"), "--key", str(creds / "silo-0"),
+            "--state-dir", str(tmp_path / "s")]  # fmt: skip
+    for bad, message in [
+        (["--superlink", "server.example.org"], "HOST:PORT"),
+        (["--superlink", "h:99999"], "HOST:PORT"),
+        (["--superlink", "h:9092", "--data", str(tmp_path / "none.npz")], "--data: no such file"),
+        (["--superlink", "h:9092", "--runtime-port", "0"], "--runtime-port"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            run_deploy(_deploy_args([*silo, *bad]))
+    with pytest.raises(ValueError, match="--key: no such file"):
+        run_deploy(_deploy_args([*silo[:6], "--key", str(creds / "silo-9"), *silo[8:], "--superlink", "h:1"]))
+    assert not (tmp_path / "s").exists()
+
+
 def _deploy_args(argv: list[str]):  # type: ignore[no-untyped-def]
     """``fedbandits deploy ...`` parsed by the deploy parser on a fresh ArgumentParser."""
     import argparse
@@ -331,3 +448,62 @@ def test_run_deploy_certs_and_local_end_to_end(tmp_path: Path, capsys: pytest.Ca
     assert done["completed"] == 3 and done["reports"] == [0, 1, 2]
     with pytest.raises(ValueError, match="differs from the config's agents"):
         run_deploy(_deploy_args(["deploy", "local", "--config", str(config), "--silos", "4"]))
+
+
+@slow
+def test_deploy_server_and_silos_as_separate_commands_on_their_own_data(tmp_path: Path) -> None:
+    """Multi-machine use on one host: `deploy certs`, `deploy server` and three `deploy silo`, each a
+    separate process started from the command line; each silo reads only its own data file."""
+    import subprocess
+
+    from fedbandits.federation.launcher import flower_bin, free_port, processes_under
+
+    files = _export_silo_files(tmp_path)
+    server_config = tmp_path / "server.toml"
+    server_config.write_text(_data_files_config(None, horizon=30))  # the server holds no data
+    fb = flower_bin("fedbandits")
+    creds, work = tmp_path / "creds", tmp_path / "server"
+    res = subprocess.run([fb, "deploy", "certs", "--out", str(creds), "--silos", "3"], timeout=120, check=False)
+    assert res.returncode == 0
+    port = free_port()
+    env = flower_env(tmp_path / "home" / "cmd")
+    procs = {}
+    try:
+        procs["server"] = start_process(
+            "server",
+            [fb, "deploy", "server", "--config", str(server_config), "--creds", str(creds), "--workdir", str(work),
+             "--host", "127.0.0.1", "--port", str(port), "--round-timeout", "60", "--join-timeout", "180",
+             "--timeout", "400"],
+            tmp_path / "server.log", env,
+        )  # fmt: skip
+        for i in range(3):
+            procs[f"silo-{i}"] = start_process(
+                f"silo-{i}",
+                [fb, "deploy", "silo", "--superlink", f"127.0.0.1:{port}", "--silo-id", str(i),
+                 "--ca", str(creds / "ca.pem"), "--key", str(creds / f"silo-{i}"),
+                 "--state-dir", str(tmp_path / f"silo-{i}"), "--runtime-port", str(free_port()),
+                 "--noise-source", "derived", "--data", str(files[i])],
+                tmp_path / f"silo-{i}.log", env,
+            )  # fmt: skip
+        server = procs["server"]
+        try:
+            server.popen.wait(timeout=500)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("deploy server did not finish: " + (tmp_path / "server.log").read_text()) from None
+        out = (tmp_path / "server.log").read_text()
+        assert server.popen.returncode == 0, out
+        assert processes_under(work / "home") == []  # the server command stopped everything it started
+    finally:
+        for proc in procs.values():
+            proc.stop()
+    for i in range(3):
+        assert processes_under(tmp_path / f"silo-{i}" / "flwr-home") == []
+    assert f"server up on 127.0.0.1:{port} (TLS, SuperNode auth); waiting for 3 silos" in out
+    assert "(deployed on Flower, 3 silos, TLS + SuperNode auth): data-files, M=3, T=30, run 0" in out
+    assert "on the wire: 12 uplink / 12 downlink messages" in out and "rejected 0" in out
+    # parity: the simulator reading all three files vs the deployment where each silo read its own
+    spec = make_spec(loads_config(_data_files_config(files, horizon=30)))
+    served = make_spec(loads_config(server_config.read_text()))
+    coord = Coordinator(served, work / "state" / "server")
+    dirs = {i: tmp_path / f"silo-{i}" for i in range(3)}
+    assert compare(spec, reference_run(spec), coord.synced_prefixes(), dirs) == []

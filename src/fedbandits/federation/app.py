@@ -263,7 +263,16 @@ def _silo(context: Context, meta: dict[str, Any]) -> Silo:
     spec = spec_from_json(str(meta["spec"]))
     if spec.digest != meta.get("digest"):
         raise SiloError("the request's config hash does not match its spec")
-    return Silo(spec, int(node["silo-id"]), state_dir, str(node.get("noise-source", "derived")))
+    data_file = str(node.get("data-file", "")) or None
+    return Silo(spec, int(node["silo-id"]), state_dir, str(node.get("noise-source", "derived")), data_file)
+
+
+def _meta_int(meta: dict[str, Any], key: str) -> int:
+    """An integer field of a request (the silo trusts nothing it receives)."""
+    value = meta.get(key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SiloError(f"request field {key!r} must be an integer, got {value!r}")
+    return value
 
 
 def _faults(context: Context) -> dict[int, str]:
@@ -286,10 +295,10 @@ def _reply(msg: Message, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
 def silo_sync(msg: Message, context: Context) -> Message:
     meta = dict(msg.content["meta"])
     silo = _silo(context, meta)
-    k = int(meta["round"])
+    k = _meta_int(meta, "round")
     arrays = _arrays(msg.content.array_records.get("synced")) if "synced" in msg.content.array_records else None
     prefix = arrays["prefix"] if arrays else None
-    psum = silo.release(k, prefix, int(meta["prefix_round"]))
+    psum = silo.release(k, prefix, _meta_int(meta, "prefix_round"))
     out_meta = {"silo_id": silo.silo_id, "digest": silo.spec.digest, "phase": "sync", "round": k}
     fault = _faults(context).get(k)
     if fault == "nan":
@@ -310,13 +319,13 @@ def silo_finish(msg: Message, context: Context) -> Message:
     meta = dict(msg.content["meta"])
     silo = _silo(context, meta)
     arrays = _arrays(msg.content.array_records.get("synced")) if "synced" in msg.content.array_records else None
-    report = silo.finish(arrays["prefix"] if arrays else None, int(meta["prefix_round"]))
+    report = silo.finish(arrays["prefix"] if arrays else None, _meta_int(meta, "prefix_round"))
     curve = report.pop("curve")
     out_meta = {
         "silo_id": silo.silo_id,
         "digest": silo.spec.digest,
         "phase": "finish",
-        "round": int(meta["round"]),
+        "round": _meta_int(meta, "round"),
         **report,
     }
     return _reply(msg, out_meta, {"curve": curve})

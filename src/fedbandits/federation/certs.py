@@ -23,6 +23,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+#: names every trial server certificate lists, so that the operator's CLI on the server host works
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
 
 def _write(path: Path, data: bytes, private: bool = False) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -75,11 +78,12 @@ def create_ca(out: str | Path, days: int = 30, name: str = "fedbandits trial CA"
 def create_server_cert(
     out: str | Path, hosts: list[str] | None = None, days: int = 30, ca_dir: str | Path | None = None
 ) -> tuple[Path, Path]:
-    """``server.pem`` / ``server.key`` for ``hosts`` (default 127.0.0.1, ::1, localhost), signed by the CA in
-    ``ca_dir`` (default ``out``)."""
+    """``server.pem`` / ``server.key`` for ``hosts`` plus the loopback names 127.0.0.1, ::1 and
+    localhost (the server operator's own ``flwr`` CLI reaches the SuperLink over loopback), signed by
+    the CA in ``ca_dir`` (default ``out``).  The first host is the certificate's common name."""
     out = Path(out)
     ca_dir = Path(ca_dir) if ca_dir is not None else out
-    hosts = hosts or ["127.0.0.1", "::1", "localhost"]
+    hosts = list(dict.fromkeys([*(hosts or []), *LOOPBACK]))
     ca_cert = x509.load_pem_x509_certificate((ca_dir / "ca.pem").read_bytes())
     ca_key = serialization.load_pem_private_key((ca_dir / "ca.key").read_bytes(), password=None)
     key = ec.generate_private_key(ec.SECP384R1())

@@ -2,21 +2,28 @@
 
     fedbandits deploy local --config CONFIG.toml [--silos M] [--workdir DIR] [--algorithm LABEL] [--check-parity]
     fedbandits deploy certs --out DIR --silos M [--host HOST ...]
-    fedbandits deploy silo --superlink HOST:PORT --silo-id I --ca CA.pem --key silo-I --state-dir DIR
+    fedbandits deploy server --config CONFIG.toml --creds DIR --workdir DIR [--host 0.0.0.0] [--port 9092]
+    fedbandits deploy silo --superlink HOST:PORT --silo-id I --ca CA.pem --key silo-I --state-dir DIR [--data FILE]
 
 ``local`` starts a SuperLink, one SuperNode per silo and the app on 127.0.0.1 (TLS, SuperNode
 authentication), prints the simulator's summary table and stops every process it started.
-``certs`` creates a trial CA, the server certificate and the silo keys; ``silo`` runs one silo's
-SuperNode on its own machine (see docs/deployment.md for the server side).
+``certs`` creates a trial CA, the server certificate and the silo keys; ``server`` runs the server
+side on its own machine (SuperLink, registration of the silos' keys, the app; it waits for the silos,
+prints the summary and stops its processes; run it again with the same work folder to resume);
+``silo`` runs one silo's SuperNode on its own machine, optionally on its own data file.
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
+import signal
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 
 def add_deploy_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
@@ -41,6 +48,23 @@ def add_deploy_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     certs.add_argument("--silos", type=int, required=True, help="number of silo keys")
     certs.add_argument("--host", action="append", help="server host name / IP for the certificate (repeatable)")
 
+    server = sub.add_parser("server", help="run the server side (multi-machine use): SuperLink, silo keys, the app")
+    server.add_argument("--config", type=Path, required=True, metavar="CONFIG.toml", help="experiment configuration")
+    server.add_argument(
+        "--creds", type=Path, required=True, help="folder with ca.pem, server.pem, server.key and silo-<i>.pub"
+    )
+    server.add_argument("--workdir", type=Path, required=True, help="durable server folder (run again to resume)")
+    server.add_argument("--algorithm", help="label of the fedlinucb entry to deploy (if several)")
+    server.add_argument("--run", type=int, default=0, help="which run of the config (seeds), default 0")
+    server.add_argument("--host", default="0.0.0.0", help="address the SuperLink listens on (default 0.0.0.0)")
+    server.add_argument("--port", type=int, default=9092, help="port of the SuperLink (default 9092)")
+    server.add_argument(
+        "--cli-host", default="127.0.0.1", help="name of this host in the server certificate (default 127.0.0.1)"
+    )
+    server.add_argument("--round-timeout", type=float, default=60.0, help="seconds a round waits for silos")
+    server.add_argument("--join-timeout", type=float, default=600.0, help="seconds the server waits for the silos")
+    server.add_argument("--timeout", type=float, default=86400.0, help="seconds before the run is abandoned")
+
     silo = sub.add_parser("silo", help="run one silo's SuperNode (multi-machine use)")
     silo.add_argument("--superlink", required=True, help="server address HOST:PORT")
     silo.add_argument("--silo-id", type=int, required=True, help="this silo's index")
@@ -49,6 +73,9 @@ def add_deploy_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     silo.add_argument("--state-dir", type=Path, required=True, help="durable state folder of this silo")
     silo.add_argument("--runtime-port", type=int, default=9094, help="local port of the SuperNode runtime API")
     silo.add_argument("--noise-source", choices=["os", "derived"], default="os", help="os: secret noise (default)")
+    silo.add_argument(
+        "--data", type=Path, help="this silo's users (.npz or .csv; the config's environment must be data-files)"
+    )
     return p
 
 
@@ -64,9 +91,49 @@ def run_deploy(args: argparse.Namespace) -> int:
         out = create_trial_credentials(args.out, args.silos, args.host)
         print(f"wrote ca.pem, ca.key (keep offline), server.pem, server.key, silo-<i>[.pub] to {out}")
         return 0
+    if mode == "server":
+        return _server(args)
     if mode == "silo":
         return _silo(args)
-    raise ValueError("choose a deploy mode: local, certs or silo (see `fedbandits deploy --help`)")
+    raise ValueError("choose a deploy mode: local, certs, server or silo (see `fedbandits deploy --help`)")
+
+
+@contextmanager
+def _terminate_cleanly() -> Iterator[None]:
+    """Turn SIGTERM into KeyboardInterrupt while the block runs, so that the processes a
+    deployment started are stopped (context managers run) when the command itself is stopped."""
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _check_common(args: argparse.Namespace) -> None:
+    for name in ("round_timeout", "timeout", "join_timeout"):
+        value = getattr(args, name, None)
+        if value is not None and not value > 0:
+            raise ValueError(f"--{name.replace('_', '-')} must be positive, got {value}")
+    if isinstance(getattr(args, "run", None), int) and args.run < 0:
+        raise ValueError(f"--run must be >= 0, got {args.run}")
+
+
+def _print_summary(title: str, summary: dict[str, Any]) -> None:
+    print(title)
+    print(summary["table"])
+    print(
+        f"on the wire: {summary['uplink_messages']} uplink / {summary['downlink_messages']} downlink "
+        f"messages, {summary['uplink_bytes']} / {summary['downlink_bytes']} bytes; "
+        f"rejected {summary['rejections']}"
+    )
+    missing = summary.get("missing") or {}
+    if missing:
+        rounds = sorted(missing.items(), key=lambda kv: int(kv[0]))
+        print("silos missing (round: silos): " + ", ".join(f"{k}: {v}" for k, v in rounds))
 
 
 def _local(args: argparse.Namespace) -> int:
@@ -74,30 +141,24 @@ def _local(args: argparse.Namespace) -> int:
     from fedbandits.federation.launcher import LocalDeployment
     from fedbandits.federation.spec import make_spec
 
+    _check_common(args)
     config = load_config(args.config)
     if args.silos is not None and args.silos != config.environment.params.agents:
         raise ValueError(f"--silos {args.silos} differs from the config's agents = {config.environment.params.agents}")
-    if args.round_timeout <= 0 or args.timeout <= 0:
-        raise ValueError("timeouts must be positive")
     spec = make_spec(config, args.algorithm, args.run)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="fedbandits-deploy-"))
     keep = args.workdir is not None
     started = time.time()
     try:
-        with LocalDeployment(workdir, spec, round_timeout=args.round_timeout) as dep:
+        with _terminate_cleanly(), LocalDeployment(workdir, spec, round_timeout=args.round_timeout) as dep:
             dep.start()
             summary = dep.wait_done(args.timeout)
             exp = config.experiment
-            print(
+            _print_summary(
                 f"{exp.name} (deployed on Flower, {spec.silos} silos, TLS + SuperNode auth): "
                 f"{config.environment.name}, M={spec.silos}, T={exp.horizon}, run {spec.run}, "
-                f"{time.time() - started:.1f} s"
-            )
-            print(summary["table"])
-            print(
-                f"on the wire: {summary['uplink_messages']} uplink / {summary['downlink_messages']} downlink "
-                f"messages, {summary['uplink_bytes']} / {summary['downlink_bytes']} bytes; "
-                f"rejected {summary['rejections']}"
+                f"{time.time() - started:.1f} s",
+                summary,
             )
             if args.check_parity:
                 from fedbandits.federation.parity import compare, reference_run
@@ -121,13 +182,69 @@ def _local(args: argparse.Namespace) -> int:
     return 0
 
 
+def _server(args: argparse.Namespace) -> int:
+    from fedbandits.config import load_config
+    from fedbandits.federation.launcher import ServerDeployment
+    from fedbandits.federation.spec import make_spec
+
+    _check_common(args)
+    if not 1 <= args.port <= 65535:
+        raise ValueError(f"--port must be in [1, 65535], got {args.port}")
+    config = load_config(args.config)
+    spec = make_spec(config, args.algorithm, args.run)
+    dep = ServerDeployment(
+        args.workdir, spec, certs=args.creds, host=args.host, port=args.port, cli_host=args.cli_host,
+        round_timeout=args.round_timeout, join_timeout=args.join_timeout,
+    )  # fmt: skip
+    missing = dep.missing_credentials()
+    if missing:  # before anything starts
+        raise ValueError("--creds lacks " + ", ".join(p.name for p in missing) + f" (in {dep.creds})")
+    started = time.time()
+    with _terminate_cleanly(), dep:
+        dep.start()
+        print(
+            f"server up on {args.host}:{dep.port} (TLS, SuperNode auth); waiting for {spec.silos} silos; "
+            f"state in {dep.workdir}",
+            flush=True,
+        )
+        summary = dep.wait_done(args.timeout)
+        exp = config.experiment
+        _print_summary(
+            f"{exp.name} (deployed on Flower, {spec.silos} silos, TLS + SuperNode auth): "
+            f"{config.environment.name}, M={spec.silos}, T={exp.horizon}, run {spec.run}, "
+            f"{time.time() - started:.1f} s",
+            summary,
+        )
+    return 0
+
+
 def _silo(args: argparse.Namespace) -> int:
     from fedbandits.federation.launcher import flower_env, supernode_command
     from fedbandits.federation.supervisor import supervise
 
+    host, _, port = str(args.superlink).rpartition(":")
+    if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(f"--superlink must be HOST:PORT with a port in [1, 65535], got {args.superlink!r}")
+    if args.silo_id < 0:
+        raise ValueError(f"--silo-id must be >= 0, got {args.silo_id}")
+    if not 1 <= args.runtime_port <= 65535:
+        raise ValueError(f"--runtime-port must be in [1, 65535], got {args.runtime_port}")
+    for name in ("ca", "key", "data"):
+        path = getattr(args, name)
+        if path is not None and not path.is_file():
+            raise ValueError(f"--{name}: no such file {path}")
+    extra = f'noise-source="{args.noise_source}"'
+    paths = [args.state_dir.resolve()]
+    if args.data is not None:
+        data = args.data.resolve()
+        paths.append(data)
+        extra += f' data-file="{data}"'
+    for path in paths:  # Flower's --node-config is a quoted TOML-like list of key=value pairs
+        if '"' in str(path) or "\\" in str(path):
+            raise ValueError(f"paths must not contain quotes or backslashes: {path}")
     cmd = supernode_command(
         args.superlink, args.ca.resolve(), args.key.resolve(), args.silo_id, args.state_dir.resolve(),
-        args.runtime_port, f'noise-source="{args.noise_source}"',
+        args.runtime_port, extra,
     )  # fmt: skip
     print("starting: " + " ".join(cmd), flush=True)
     # a silo restarted soon after a crash is refused until the server sees its old instance time

@@ -190,7 +190,7 @@ def start_process(name: str, cmd: list[str], log: Path, env: dict[str, str]) -> 
     return Proc(name, popen, log)
 
 
-def wait_https(port: int, ca: Path, timeout: float, proc: Proc | None = None) -> None:
+def wait_https(port: int, ca: Path, timeout: float, proc: Proc | None = None, host: str = "127.0.0.1") -> None:
     """Wait (at most ``timeout`` s) until the SuperLink answers GET /health over verified TLS."""
     ctx = ssl.create_default_context(cafile=str(ca))
     deadline = time.time() + timeout
@@ -199,7 +199,7 @@ def wait_https(port: int, ca: Path, timeout: float, proc: Proc | None = None) ->
         if proc is not None and not proc.alive():
             raise DeployError(f"{proc.name} exited (status {proc.popen.returncode}); see {proc.log}")
         try:
-            with urllib.request.urlopen(f"https://127.0.0.1:{port}/health", context=ctx, timeout=2) as r:
+            with urllib.request.urlopen(f"https://{host}:{port}/health", context=ctx, timeout=2) as r:
                 if r.status == 200:
                     return
         except Exception as exc:
@@ -291,45 +291,86 @@ def supernode_command(
 
 
 @dataclass
-class LocalDeployment:
-    """A whole federation on 127.0.0.1 under ``workdir``: TLS, SuperNode authentication, durable state."""
+class ServerDeployment:
+    """The server side of a federation under ``workdir``: a SuperLink with TLS and SuperNode
+    authentication, the silos' registered keys, the submitted app, durable state.
+
+    ``certs`` holds ``ca.pem``, ``server.pem``, ``server.key`` and the silos' ``silo-<i>.pub``
+    (see :mod:`fedbandits.federation.certs`).  The SuperLink listens on ``host``:``port``; the
+    operator's own ``flwr`` CLI reaches it at ``cli_host`` (a name the server certificate lists;
+    trial certificates always list 127.0.0.1).  Everything durable -- the SuperLink database,
+    ``registry.json`` (Flower node id -> silo index), ``spec.json`` and the server state -- lives in
+    ``workdir``, so running the same deployment again resumes it.
+    """
 
     workdir: Path
     spec: DeploySpec
+    certs: Path | None = None
+    host: str = "127.0.0.1"
+    port: int = 0  # 0: a free port, chosen once
+    cli_host: str = "127.0.0.1"
     round_timeout: float = 60.0
     join_timeout: float = 60.0
     start_timeout: float = 60.0
-    #: how long a (re)started silo keeps trying to join (see :mod:`fedbandits.federation.supervisor`)
-    rejoin_patience: float = 120.0
-    #: extra node config per silo (e.g. the test hook ``inject-fault="nan@2"``)
-    node_extra: dict[int, str] = field(default_factory=dict)
     procs: dict[str, Proc] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.workdir = Path(self.workdir).resolve()
-        self.certs = self.workdir / "certs"
+        self.certs = Path(self.certs).resolve() if self.certs is not None else self.workdir / "certs"
         self.state = self.workdir / "state"
         self.logs = self.workdir / "logs"
         self.cli_home = self.workdir / "home" / "cli"
-        ports_file = self.workdir / "ports.json"
-        if ports_file.exists():  # a restart reuses the ports, so that silos find the server again
-            ports = json.loads(ports_file.read_text())
-        else:
-            ports = {"superlink": free_port(), "silos": [free_port() for _ in range(self.spec.silos)]}
-            self.workdir.mkdir(parents=True, exist_ok=True)
-            atomic_write_bytes(ports_file, json.dumps(ports).encode())
-        self.port = int(ports["superlink"])
-        self.silo_ports = [int(p) for p in ports["silos"]]
         self.run_id: str | None = None
+        ports = self._ports()
+        self.port = int(ports["superlink"]) if not self.port else int(self.port)  # type: ignore[call-overload]
+
+    def _ports(self) -> dict[str, object]:
+        """Ports chosen once and kept in ``ports.json``: a restart reuses them, so silos find the
+        server again."""
+        ports_file = self.workdir / "ports.json"
+        if ports_file.exists():
+            return json.loads(ports_file.read_text())  # type: ignore[no-any-return]
+        ports = self._new_ports()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(ports_file, json.dumps(ports).encode())
+        return ports
+
+    def _new_ports(self) -> dict[str, object]:
+        return {"superlink": self.port or free_port()}
+
+    @property
+    def creds(self) -> Path:
+        assert self.certs is not None
+        return self.certs
+
+    def silo_public_key(self, i: int) -> Path:
+        return self.creds / f"silo-{i}.pub"
+
+    def missing_credentials(self) -> list[Path]:
+        """Credential files the server needs but ``certs`` lacks (checked before anything starts)."""
+        need = [self.creds / n for n in ("ca.pem", "server.pem", "server.key")]
+        need += [self.silo_public_key(i) for i in range(self.spec.silos)]
+        return [f for f in need if not f.is_file()]
 
     # -- setup -------------------------------------------------------------------------------
     def prepare(self) -> None:
-        if not (self.certs / "ca.pem").exists():
-            create_trial_credentials(self.certs, self.spec.silos)
-        atomic_write_bytes(self.workdir / "spec.json", self.spec.to_json().encode())
-        write_connection(self.cli_home, self.port, self.certs / "ca.pem")
+        missing = self.missing_credentials()
+        if missing:
+            raise DeployError("missing credential file(s): " + ", ".join(map(str, missing)))
+        spec_file = self.workdir / "spec.json"
+        if spec_file.exists():
+            from fedbandits.federation.spec import spec_from_json
+
+            old = spec_from_json(spec_file.read_text())
+            if old.digest != self.spec.digest:
+                raise DeployError(
+                    f"{self.workdir} holds another deployment (config hash {old.digest[:12]}, this one "
+                    f"{self.spec.digest[:12]}); use a fresh work folder"
+                )
+        atomic_write_bytes(spec_file, self.spec.to_json().encode())
+        write_connection(self.cli_home, self.port, self.creds / "ca.pem", self.cli_host)
         settings = {
-            "spec-file": str(self.workdir / "spec.json"),
+            "spec-file": str(spec_file),
             "state-dir": str(self.state / "server"),
             "registry-file": str(self.workdir / "registry.json"),
             "round-timeout": float(self.round_timeout),
@@ -342,17 +383,18 @@ class LocalDeployment:
     def start_superlink(self) -> Proc:
         cmd = [
             flower_bin("flower-superlink"),
-            "--ssl-ca-certfile", str(self.certs / "ca.pem"),
-            "--ssl-certfile", str(self.certs / "server.pem"),
-            "--ssl-keyfile", str(self.certs / "server.key"),
+            "--ssl-ca-certfile", str(self.creds / "ca.pem"),
+            "--ssl-certfile", str(self.creds / "server.pem"),
+            "--ssl-keyfile", str(self.creds / "server.key"),
             "--enable-supernode-auth",
             "--database", str(self.workdir / "superlink.db"),
+            "--host", self.host,
             "--port", str(self.port),
             "--disable-runtime-dependency-installation",
         ]  # fmt: skip
         proc = start_process("superlink", cmd, self.logs / "superlink.log", flower_env(self.workdir / "home" / "link"))
         self.procs["superlink"] = proc
-        wait_https(self.port, self.certs / "ca.pem", self.start_timeout, proc)
+        wait_https(self.port, self.creds / "ca.pem", self.start_timeout, proc, host=self.cli_host)
         return proc
 
     def register_silos(self) -> dict[int, int]:
@@ -363,7 +405,7 @@ class LocalDeployment:
         for i in range(self.spec.silos):
             if i in known:
                 continue
-            node = self.register_key(self.certs / f"silo-{i}.pub", name=f"silo-{i}")
+            node = self.register_key(self.silo_public_key(i), name=f"silo-{i}")
             registry[str(node)] = i
             atomic_write_bytes(path, json.dumps(registry, indent=2).encode())
         return {int(k): v for k, v in registry.items()}
@@ -377,23 +419,6 @@ class LocalDeployment:
             return int(json.loads(res.stdout)["node-id"])
         except (ValueError, KeyError, TypeError):
             raise DeployError(f"registering {public_key} failed: {res.stdout.strip()} {res.stderr.strip()}") from None
-
-    def start_silo(self, i: int) -> Proc:
-        cmd = supernode_command(
-            f"127.0.0.1:{self.port}",
-            self.certs / "ca.pem",
-            self.certs / f"silo-{i}",
-            i,
-            self.state / f"silo-{i}",
-            self.silo_ports[i],
-            self.node_extra.get(i, ""),
-        )
-        cmd = supervised(cmd, self.rejoin_patience)
-        proc = start_process(
-            f"silo-{i}", cmd, self.logs / f"silo-{i}.log", flower_env(self.workdir / "home" / f"silo-{i}")
-        )
-        self.procs[f"silo-{i}"] = proc
-        return proc
 
     def stop_stale_runs(self) -> list[str]:
         """``flwr stop`` every run on the SuperLink that is not finished (bounded CLI calls).
@@ -458,12 +483,10 @@ class LocalDeployment:
         raise DeployError(f"the deployment did not finish within {timeout:.0f} s; logs in {self.logs}")
 
     def start(self) -> None:
-        """Everything up to a submitted run: credentials, SuperLink, registration, SuperNodes."""
+        """Everything up to a submitted run: SuperLink, registration of the silos' keys, the app."""
         self.prepare()
         self.start_superlink()
         self.register_silos()
-        for i in range(self.spec.silos):
-            self.start_silo(i)
         self.submit()
 
     def stop(self, name: str) -> None:
@@ -498,8 +521,60 @@ class LocalDeployment:
         """Processes of this deployment still alive (see :func:`processes_under`)."""
         return processes_under(self.workdir / "home")
 
-    def __enter__(self) -> LocalDeployment:
+    def __enter__(self) -> ServerDeployment:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop_all()
+
+
+@dataclass
+class LocalDeployment(ServerDeployment):
+    """A whole federation on 127.0.0.1 under ``workdir``: the server side plus one SuperNode per
+    silo (under the supervisor), with trial credentials created in ``workdir/certs``."""
+
+    #: how long a (re)started silo keeps trying to join (see :mod:`fedbandits.federation.supervisor`)
+    rejoin_patience: float = 120.0
+    #: extra node config per silo (e.g. the test hook ``inject-fault="nan@2"``)
+    node_extra: dict[int, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.silo_ports = [int(p) for p in self._ports()["silos"]]  # type: ignore[attr-defined]
+
+    def _new_ports(self) -> dict[str, object]:
+        return {**super()._new_ports(), "silos": [free_port() for _ in range(self.spec.silos)]}
+
+    def prepare(self) -> None:
+        if not (self.creds / "ca.pem").exists():
+            create_trial_credentials(self.creds, self.spec.silos)
+        super().prepare()
+
+    def start_silo(self, i: int) -> Proc:
+        cmd = supernode_command(
+            f"127.0.0.1:{self.port}",
+            self.creds / "ca.pem",
+            self.creds / f"silo-{i}",
+            i,
+            self.state / f"silo-{i}",
+            self.silo_ports[i],
+            self.node_extra.get(i, ""),
+        )
+        cmd = supervised(cmd, self.rejoin_patience)
+        proc = start_process(
+            f"silo-{i}", cmd, self.logs / f"silo-{i}.log", flower_env(self.workdir / "home" / f"silo-{i}")
+        )
+        self.procs[f"silo-{i}"] = proc
+        return proc
+
+    def start(self) -> None:
+        """Everything up to a submitted run: credentials, SuperLink, registration, SuperNodes."""
+        self.prepare()
+        self.start_superlink()
+        self.register_silos()
+        for i in range(self.spec.silos):
+            self.start_silo(i)
+        self.submit()
+
+    def __enter__(self) -> LocalDeployment:
+        return self

@@ -77,17 +77,22 @@ def compare(spec: DeploySpec, ref: Reference, prefixes: np.ndarray, silo_dirs: d
     return problems
 
 
-def run_loopback(spec: DeploySpec, state_dir: str | Path) -> Coordinator:
+def run_loopback(
+    spec: DeploySpec, state_dir: str | Path, data_files: dict[int, str | Path] | None = None
+) -> Coordinator:
     """The whole protocol in one process, messages passed as Python objects: for tests and checks
-    of the logic independent of the network.  The same validation as over the network."""
+    of the logic independent of the network.  The same validation as over the network.
+    ``data_files`` gives silos their own data file (``data-files`` environment)."""
     state_dir = Path(state_dir)
     coord = Coordinator(spec, state_dir / "server")
-    silos = [Silo(spec, i, state_dir / f"silo-{i}") for i in range(spec.silos)]
+    files = data_files or {}
+    silos = [Silo(spec, i, state_dir / f"silo-{i}", data_file=files.get(i)) for i in range(spec.silos)]
     registry = {1000 + i: i for i in range(spec.silos)}
     width = coord.width
     for k in range(coord.next_round, spec.releases + 1):
         prefix = coord.state.prefix
-        accepted, rejected = {}, []
+        accepted: dict[int, np.ndarray] = {}
+        rejected: list[tuple[int, str]] = []
         seen: set[int] = set()
         for i, silo in enumerate(silos):
             msg = silo.release(k, prefix, k - 1)
@@ -104,6 +109,7 @@ def run_loopback(spec: DeploySpec, state_dir: str | Path) -> Coordinator:
             if isinstance(res, str):
                 rejected.append((1000 + i, res))
             else:
+                assert isinstance(res[1], np.ndarray)  # a sync payload is the p-sum
                 seen.add(res[0])
                 accepted[res[0]] = res[1]
         coord.close_round(k, accepted, rejected)

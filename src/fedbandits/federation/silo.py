@@ -14,14 +14,18 @@ silo.  A restarted silo therefore resends an already released p-sum byte for byt
 redraws its noise; a batch whose release was not persisted was never sent, so replaying it is
 not a second release.
 
-Data source: this implementation reads the silo's users from a fedbandits environment built
-from the config with the run's seed and keeps only its own agent's slice (the other slices are
-drawn and discarded so that its users are exactly the simulator's agent ``silo_id``).  A real
-silo would read its own users instead; see docs/deployment.md.
+Data source: with the ``data-files`` environment (:mod:`fedbandits.envs.files`) the silo reads
+its users from its own data file (``data_file``, or the config's ``paths[silo_id]``) and nothing
+else -- the one-agent environment draws exactly the numbers the simulator's agent ``silo_id``
+draws, so parity holds without any silo seeing another's data.  The file's SHA-256 is kept in
+the durable state: a restarted silo refuses a changed file.  With any other environment the
+silo builds the configured environment with the run's seed and keeps its own agent's slice (the
+other slices are drawn and discarded): a partition of a simulated instance, for trials.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +40,7 @@ from fedbandits.privacy.mechanisms import TreeRandomizer, pack, silo_noise_rng, 
 from fedbandits.privacy.tree import lowest_set_bit
 from fedbandits.protocols.base import Protocol
 from fedbandits.sim.runner import time_grid
-from fedbandits.sim.seeding import noise_rngs
+from fedbandits.sim.seeding import env_rngs, noise_rngs
 
 log = logging.getLogger("fedbandits.federation.silo")
 
@@ -110,12 +114,29 @@ class SiloState:
     actions: np.ndarray | None = None  # (T,) chosen arm, -1 if not served
     regret: np.ndarray | None = None  # (T,) per-round pseudo-regret (0 if not served)
     finished: bool = False
+    column: int = 0  # this silo's agent index in the environment's rounds (0 for its own data file)
+    data_sha256: str | None = None  # of the silo's data file, if it reads one
+
+
+def file_sha256(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 class Silo:
     """The silo's logic, independent of the transport (Flower calls it from its ClientApp)."""
 
-    def __init__(self, spec: DeploySpec, silo_id: int, state_dir: str | Path, noise_source: str = "derived") -> None:
+    def __init__(
+        self,
+        spec: DeploySpec,
+        silo_id: int,
+        state_dir: str | Path,
+        noise_source: str = "derived",
+        data_file: str | Path | None = None,
+    ) -> None:
         if isinstance(silo_id, bool) or not isinstance(silo_id, int) or not 0 <= silo_id < spec.silos:
             raise SiloError(f"silo id must be an integer in [0, {spec.silos}), got {silo_id!r}")
         if noise_source not in NOISE_SOURCES:
@@ -124,6 +145,12 @@ class Silo:
         self.silo_id = silo_id
         self.path = Path(state_dir) / f"silo-{silo_id}.pkl"
         self.noise_source = noise_source
+        self.data_file = Path(data_file) if data_file else None
+        if self.data_file is not None and spec.config.environment.name != "data-files":
+            raise SiloError(
+                "a silo data file needs the environment 'data-files' in the config, "
+                f"not {spec.config.environment.name!r}"
+            )
         self.state = self._load_or_create()
 
     # -- state -------------------------------------------------------------------------------
@@ -135,9 +162,14 @@ class Silo:
                     f"state file {self.path} belongs to another deployment (config hash {state.digest[:12]}, "
                     f"silo {state.silo_id}); use a fresh state directory"
                 )
+            if self.data_file is not None and state.data_sha256 != file_sha256(self.data_file):
+                raise SiloError(
+                    f"data file {self.data_file} changed since this silo started (SHA-256 differs from its "
+                    "durable state): a silo must keep serving the users it started with"
+                )
             return state
         spec = self.spec
-        env = spec.build_env()
+        env, column, digest = self._build_env()
         dim = env.dim
         policy = SiloFedLinUCB(spec, dim, env.n_arms, spec.regularizer())
         randomizer = None
@@ -156,9 +188,33 @@ class Silo:
             served=np.zeros(horizon, dtype=bool),
             actions=np.full(horizon, -1, dtype=np.int64),
             regret=np.zeros(horizon),
+            column=column,
+            data_sha256=digest,
         )
         self._save(state)
         return state
+
+    def _build_env(self) -> tuple[Any, int, str | None]:
+        """The silo's data source, its column in the rounds, and the SHA-256 of its data file."""
+        spec = self.spec
+        if spec.config.environment.name != "data-files":
+            return spec.build_env(), self.silo_id, None
+        from fedbandits.envs.files import DataFiles
+
+        params = spec.config.environment.params
+        path = self.data_file
+        if path is None:
+            if len(params.paths) <= self.silo_id:
+                raise SiloError(f"silo {self.silo_id} has no data file: give one (--data) or list it in paths")
+            path = Path(params.paths[self.silo_id])
+        try:
+            env = DataFiles.for_agent(env_rngs(spec.config.experiment.seed, [spec.run]), params, self.silo_id, path)
+        except (OSError, ValueError) as exc:
+            raise SiloError(f"silo {self.silo_id}: cannot use data file {path}: {exc}") from None
+        available = getattr(env, "rounds_available", None)
+        if available is not None and available < spec.horizon:
+            raise SiloError(f"data file {path} has {available} users; the run needs T = {spec.horizon}")
+        return env, 0, file_sha256(path)
 
     def _noise_stream(self) -> np.random.Generator:
         """``derived``: the stream the simulator gives silo i (parity); ``os``: fresh secret entropy."""
@@ -261,7 +317,7 @@ class Silo:
 
     def _play_until(self, t_end: int) -> None:
         s = self.state
-        i = self.silo_id
+        i = s.column
         while s.t < t_end:
             rnd = s.env.next_round()
             mine = Round(rnd.features[:, i : i + 1], rnd.means[:, i : i + 1], rnd.noise[:, i : i + 1])

@@ -73,7 +73,7 @@ class DeploySpec:
 
     def dim(self) -> int:
         dim = getattr(self.config.environment.params, "dim", None)
-        if dim is None:  # data-driven environments learn d from their data
+        if not dim:  # data-driven environments learn d from their data (data-files: dim = 0)
             dim = self.build_env().dim
         return int(dim)
 
