@@ -453,7 +453,11 @@ def test_run_deploy_certs_and_local_end_to_end(tmp_path: Path, capsys: pytest.Ca
 @slow
 def test_deploy_server_and_silos_as_separate_commands_on_their_own_data(tmp_path: Path) -> None:
     """Multi-machine use on one host: `deploy certs`, `deploy server` and three `deploy silo`, each a
-    separate process started from the command line; each silo reads only its own data file."""
+    separate process started from the command line; each silo reads only its own data file.  The
+    server command is SIGKILLed after round 1 (its SuperLink, in a session of its own, survives it)
+    and started again with the same work folder: it clears the leftovers and resumes."""
+    import os
+    import signal
     import subprocess
 
     from fedbandits.federation.launcher import flower_bin, free_port, processes_under
@@ -467,15 +471,24 @@ def test_deploy_server_and_silos_as_separate_commands_on_their_own_data(tmp_path
     assert res.returncode == 0
     port = free_port()
     env = flower_env(tmp_path / "home" / "cmd")
+    server_cmd = [
+        fb, "deploy", "server", "--config", str(server_config), "--creds", str(creds), "--workdir", str(work),
+        "--host", "127.0.0.1", "--port", str(port), "--round-timeout", "60", "--join-timeout", "180",
+        "--timeout", "400",
+    ]  # fmt: skip
     procs = {}
+    state = work / "state" / "server" / "server.pkl"
+
+    def completed() -> int:
+        from fedbandits.federation.spec import load_pickle
+
+        try:
+            return int(load_pickle(state).completed) if state.exists() else 0
+        except Exception:
+            return 0
+
     try:
-        procs["server"] = start_process(
-            "server",
-            [fb, "deploy", "server", "--config", str(server_config), "--creds", str(creds), "--workdir", str(work),
-             "--host", "127.0.0.1", "--port", str(port), "--round-timeout", "60", "--join-timeout", "180",
-             "--timeout", "400"],
-            tmp_path / "server.log", env,
-        )  # fmt: skip
+        procs["server"] = start_process("server", server_cmd, tmp_path / "server-1.log", env)
         for i in range(3):
             procs[f"silo-{i}"] = start_process(
                 f"silo-{i}",
@@ -485,12 +498,17 @@ def test_deploy_server_and_silos_as_separate_commands_on_their_own_data(tmp_path
                  "--noise-source", "derived", "--data", str(files[i])],
                 tmp_path / f"silo-{i}.log", env,
             )  # fmt: skip
+        _wait(lambda: completed() >= 1, 240, "round 1")
+        os.kill(procs["server"].pid, signal.SIGKILL)  # the command only: its SuperLink lives on
+        procs["server"].popen.wait(timeout=10)
+        assert processes_under(work / "home") != []  # the orphaned SuperLink (and its ServerApp)
+        procs["server"] = start_process("server", server_cmd, tmp_path / "server-2.log", env)
         server = procs["server"]
         try:
             server.popen.wait(timeout=500)
         except subprocess.TimeoutExpired:
-            raise AssertionError("deploy server did not finish: " + (tmp_path / "server.log").read_text()) from None
-        out = (tmp_path / "server.log").read_text()
+            raise AssertionError("deploy server did not finish: " + (tmp_path / "server-2.log").read_text()) from None
+        out = (tmp_path / "server-2.log").read_text()
         assert server.popen.returncode == 0, out
         assert processes_under(work / "home") == []  # the server command stopped everything it started
     finally:
@@ -500,10 +518,14 @@ def test_deploy_server_and_silos_as_separate_commands_on_their_own_data(tmp_path
         assert processes_under(tmp_path / f"silo-{i}" / "flwr-home") == []
     assert f"server up on 127.0.0.1:{port} (TLS, SuperNode auth); waiting for 3 silos" in out
     assert "(deployed on Flower, 3 silos, TLS + SuperNode auth): data-files, M=3, T=30, run 0" in out
-    assert "on the wire: 12 uplink / 12 downlink messages" in out and "rejected 0" in out
-    # parity: the simulator reading all three files vs the deployment where each silo read its own
-    spec = make_spec(loads_config(_data_files_config(files, horizon=30)))
+    assert "rejected 0" in out
+    # resumed after the last completed round: none lost, none redone
     served = make_spec(loads_config(server_config.read_text()))
     coord = Coordinator(served, work / "state" / "server")
+    assert [r.round for r in coord.state.rounds] == [1, 2, 3] and coord.state.restarts >= 1
+    # every silo answered every round (the round deadline, 60 s, is far above a round's 5-13 s), so
+    # the deployment equals the simulator reading all three files, although each silo read its own
+    assert [r.missing for r in coord.state.rounds] == [[], [], []]
+    spec = make_spec(loads_config(_data_files_config(files, horizon=30)))
     dirs = {i: tmp_path / f"silo-{i}" for i in range(3)}
     assert compare(spec, reference_run(spec), coord.synced_prefixes(), dirs) == []

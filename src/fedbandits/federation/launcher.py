@@ -482,9 +482,28 @@ class ServerDeployment:
             time.sleep(0.3)
         raise DeployError(f"the deployment did not finish within {timeout:.0f} s; logs in {self.logs}")
 
+    def stop_leftovers(self) -> list[int]:
+        """SIGKILL what an earlier, killed instance of this deployment left running (its SuperLink
+        lives in a session of its own and outlives a SIGKILLed ``deploy server``, holding the port
+        and the database).  Only processes whose ``FLWR_HOME`` lies in this work folder."""
+        killed: list[int] = []
+        for _ in range(3):
+            left = self.leftovers()
+            if not left:
+                break
+            for pid in left:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            time.sleep(0.2)
+        return killed
+
     def start(self) -> None:
         """Everything up to a submitted run: SuperLink, registration of the silos' keys, the app."""
         self.prepare()
+        self.stop_leftovers()
         self.start_superlink()
         self.register_silos()
         self.submit()
@@ -506,16 +525,7 @@ class ServerDeployment:
         for name in sorted(self.procs, key=lambda n: n == "superlink"):
             self.procs[name].stop()
         self.procs.clear()
-        for _ in range(3):
-            left = self.leftovers()
-            if not left:
-                break
-            for pid in left:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-            time.sleep(0.2)
+        self.stop_leftovers()
 
     def leftovers(self) -> list[int]:
         """Processes of this deployment still alive (see :func:`processes_under`)."""
@@ -570,6 +580,7 @@ class LocalDeployment(ServerDeployment):
     def start(self) -> None:
         """Everything up to a submitted run: credentials, SuperLink, registration, SuperNodes."""
         self.prepare()
+        self.stop_leftovers()
         self.start_superlink()
         self.register_silos()
         for i in range(self.spec.silos):
