@@ -139,6 +139,15 @@ def test_silos_on_their_own_data_files_match_the_simulator(tmp_path: Path) -> No
     assert (dirs[1] / "silo-1.pkl").read_bytes() == before
 
 
+def test_spec_makes_data_paths_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # each silo's ClientApp runs in a folder of Flower's: relative paths are resolved where the
+    # deployment is started, as the simulator would read them
+    monkeypatch.chdir(tmp_path)
+    spec = make_spec(loads_config(_data_files_config([Path("data/silo-0.npz"), Path("silo-1.npz")])))
+    assert spec.config.environment.params.paths == (str(tmp_path / "data" / "silo-0.npz"), str(tmp_path / "silo-1.npz"))
+    assert spec.silos == 2
+
+
 def test_silo_data_file_errors_are_clear(tmp_path: Path) -> None:
     files = _export_silo_files(tmp_path, rounds=30)
     with pytest.raises(SiloError, match="needs the environment 'data-files'"):

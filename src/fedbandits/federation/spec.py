@@ -10,6 +10,7 @@ hash that every message carries.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -156,7 +157,18 @@ def make_spec(config: Config, label: str | None = None, run: int = 0) -> DeployS
         )
     if config.environment.params.agents < 1:
         raise ConfigError("the environment needs at least one agent (silo)")
-    return DeploySpec(config, config.algorithms[index].label, index, run)
+    return DeploySpec(_absolute_data_paths(config), config.algorithms[index].label, index, run)
+
+
+def _absolute_data_paths(config: Config) -> Config:
+    """``data-files`` paths made absolute (relative to the current folder, as the simulator reads
+    them): Flower runs each silo's ClientApp in a folder of its own."""
+    env = config.environment
+    paths = getattr(env.params, "paths", None)
+    if env.name != "data-files" or not paths:
+        return config
+    params = dataclasses.replace(env.params, paths=tuple(str(Path(p).resolve()) for p in paths))
+    return dataclasses.replace(config, environment=dataclasses.replace(env, params=params))
 
 
 def spec_from_json(text: str) -> DeploySpec:
