@@ -199,7 +199,9 @@ class _Bar:
 def test_progress_counts_every_round_of_every_task_once(cluster):
     from fedbandits.sim.backends import Progress, open_backend
 
-    config = _config(runs=4, horizon=2500, runs_per_task=1)  # tasks long enough for partial reports
+    # tasks of ~2 s (4 x 0.5 s per 2500 rounds here), reported every 0.25 s, polled every 0.5 s: each
+    # task is seen partly done several times (at 2500 rounds, 0.5 s, a task could end unseen)
+    config = _config(runs=4, horizon=10000, runs_per_task=1)
     chunks = list(enumerate(task_chunks(config)))
     bar = _Bar()
     progress = Progress(bar, config.experiment.horizon)

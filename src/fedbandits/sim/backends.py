@@ -12,6 +12,7 @@ a backend name or an open backend (so several experiments can share one Ray conn
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import time
@@ -137,6 +138,10 @@ class LocalBackend:
 
 
 # -- Ray ---------------------------------------------------------------------------------------
+#: seconds between a Ray task's progress reports (the driver polls every 0.5 s)
+PROGRESS_INTERVAL = 0.25
+
+
 def _ray_task(
     config: Config, runs: list[int], record_transcript: bool, reporter: Any, index: int
 ) -> tuple[str, ChunkResult]:
@@ -147,11 +152,11 @@ def _ray_task(
 
     on_step = None
     if reporter is not None:
-        last = [time.monotonic()]
+        last = [-math.inf]  # the first round is reported at once, then at most every PROGRESS_INTERVAL s
 
         def on_step(t: int) -> None:
             now = time.monotonic()
-            if now - last[0] >= 1.0:
+            if now - last[0] >= PROGRESS_INTERVAL:
                 last[0] = now
                 reporter.report.remote(index, t)
 
