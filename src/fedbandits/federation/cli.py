@@ -23,7 +23,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fedbandits.federation.spec import DeploySpec
 
 
 def add_deploy_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
@@ -122,8 +125,13 @@ def _check_common(args: argparse.Namespace) -> None:
         raise ValueError(f"--run must be >= 0, got {args.run}")
 
 
-def _print_summary(title: str, summary: dict[str, Any]) -> None:
-    print(title)
+def _print_summary(spec: DeploySpec, seconds: float, summary: dict[str, Any]) -> None:
+    """The simulator's summary table of a finished deployment, with what was measured on the wire."""
+    exp = spec.config.experiment
+    print(
+        f"{exp.name} (deployed on Flower, {spec.silos} silos, TLS + SuperNode auth): "
+        f"{spec.config.environment.name}, M={spec.silos}, T={exp.horizon}, run {spec.run}, {seconds:.1f} s"
+    )
     print(summary["table"])
     print(
         f"on the wire: {summary['uplink_messages']} uplink / {summary['downlink_messages']} downlink "
@@ -153,13 +161,7 @@ def _local(args: argparse.Namespace) -> int:
         with _terminate_cleanly(), LocalDeployment(workdir, spec, round_timeout=args.round_timeout) as dep:
             dep.start()
             summary = dep.wait_done(args.timeout)
-            exp = config.experiment
-            _print_summary(
-                f"{exp.name} (deployed on Flower, {spec.silos} silos, TLS + SuperNode auth): "
-                f"{config.environment.name}, M={spec.silos}, T={exp.horizon}, run {spec.run}, "
-                f"{time.time() - started:.1f} s",
-                summary,
-            )
+            _print_summary(spec, time.time() - started, summary)
             if args.check_parity:
                 from fedbandits.federation.parity import compare, reference_run
                 from fedbandits.federation.server import Coordinator
@@ -208,13 +210,7 @@ def _server(args: argparse.Namespace) -> int:
             flush=True,
         )
         summary = dep.wait_done(args.timeout)
-        exp = config.experiment
-        _print_summary(
-            f"{exp.name} (deployed on Flower, {spec.silos} silos, TLS + SuperNode auth): "
-            f"{config.environment.name}, M={spec.silos}, T={exp.horizon}, run {spec.run}, "
-            f"{time.time() - started:.1f} s",
-            summary,
-        )
+        _print_summary(spec, time.time() - started, summary)
     return 0
 
 
