@@ -46,6 +46,8 @@ class Entry:
     description: str
     params: type
     factory: Callable[..., Any]
+    #: the class the factory builds, for algorithms (its ``report_merge`` rules merge reports over tasks)
+    policy: type[Policy] | None = None
 
     def parameters(self) -> list[tuple[str, object, str]]:
         """(name, default, help) of every parameter, in declaration order."""
@@ -140,13 +142,21 @@ ENVIRONMENTS: dict[str, Entry] = {
 
 ALGORITHMS: dict[str, Entry] = {
     IndependentLinUCB.name: Entry(
-        IndependentLinUCB.name, IndependentLinUCB.description, LinUCBParams, _linucb_factory(IndependentLinUCB)
+        IndependentLinUCB.name,
+        IndependentLinUCB.description,
+        LinUCBParams,
+        _linucb_factory(IndependentLinUCB),
+        IndependentLinUCB,
     ),
     SuperAgentLinUCB.name: Entry(
-        SuperAgentLinUCB.name, SuperAgentLinUCB.description, LinUCBParams, _linucb_factory(SuperAgentLinUCB)
+        SuperAgentLinUCB.name,
+        SuperAgentLinUCB.description,
+        LinUCBParams,
+        _linucb_factory(SuperAgentLinUCB),
+        SuperAgentLinUCB,
     ),
-    FedLinUCB.name: Entry(FedLinUCB.name, FedLinUCB.description, FedLinUCBParams, _fedlinucb_factory),
-    FedUCB.name: Entry(FedUCB.name, FedUCB.description, FedUCBParams, _feducb_factory),
+    FedLinUCB.name: Entry(FedLinUCB.name, FedLinUCB.description, FedLinUCBParams, _fedlinucb_factory, FedLinUCB),
+    FedUCB.name: Entry(FedUCB.name, FedUCB.description, FedUCBParams, _feducb_factory, FedUCB),
     DecentralizedFedUCB.name: Entry(
         DecentralizedFedUCB.name,
         DecentralizedFedUCB.description,
@@ -154,6 +164,7 @@ ALGORITHMS: dict[str, Entry] = {
         lambda params, ctx: DecentralizedFedUCB(
             ctx.n_runs, ctx.n_agents, ctx.n_arms, ctx.dim, ctx.horizon, params, list(ctx.noise_rngs)
         ),
+        DecentralizedFedUCB,
     ),
 }
 
@@ -216,7 +227,7 @@ def _cluster_baseline_factory(cls: type[Policy]) -> Callable[[Any, PolicyContext
 
 ALGORITHMS.update(
     {
-        cls.name: Entry(cls.name, cls.description, params, _fclub_factory(cls))
+        cls.name: Entry(cls.name, cls.description, params, _fclub_factory(cls), cls)
         for cls, params in (
             (CDPFCLUBDC, CDPFCLUBDCParams),
             (FCLUBDC, FCLUBDCParams),
@@ -228,7 +239,7 @@ ALGORITHMS.update(
 )
 ALGORITHMS.update(
     {
-        cls.name: Entry(cls.name, cls.description, params, _cluster_baseline_factory(cls))
+        cls.name: Entry(cls.name, cls.description, params, _cluster_baseline_factory(cls), cls)
         for cls, params in ((CLUB, CLUBParams), (SCLUB, SCLUBParams), (PerUserLinUCB, ClusterUCBParams))
     }
 )

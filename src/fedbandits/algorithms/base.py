@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import ClassVar, Literal
 
 import numpy as np
 
@@ -38,6 +40,28 @@ class LinUCBParams:
         return ConfidenceRadius(kind=self.radius, scale=scale, alpha=self.alpha, noise_scale=self.noise_scale)
 
 
+#: How one key of :meth:`Policy.report` combines over the tasks of an experiment (each task
+#: reports on its own runs; :func:`fedbandits.sim.reports.merge_reports` applies the rule):
+#:
+#: * ``"same"`` -- a function of the config alone: equal in every task (checked);
+#: * ``"sum"`` -- a count over the task's runs: summed;
+#: * ``"mean"`` -- a mean over the task's runs: the mean weighted by each task's number of runs;
+#: * ``"max"`` / ``"min"`` -- a maximum / minimum over the task's runs;
+#: * ``"max-elementwise"`` -- a (nested) list of maxima over runs, all of one shape: element-wise;
+#: * ``"mean-series"`` -- ``[[t, mean], ...]`` at times t that are the same in every run (checked):
+#:   the weighted mean per time;
+#: * ``"derived"`` -- computed from other merged keys by :meth:`Policy.finish_merged_report`.
+MergeRule = Literal["same", "sum", "mean", "max", "min", "max-elementwise", "mean-series", "derived"]
+
+#: the counts every private learner reports (sums over runs)
+CLIPPING_COUNTS: dict[str, MergeRule] = {
+    "clipped": "sum",
+    "clipped_features": "sum",
+    "clipped_rewards": "sum",
+    "psd_repairs": "sum",
+}
+
+
 class Policy(ABC):
     """A bandit algorithm for R runs x M agents, K arms, dimension d.
 
@@ -48,6 +72,10 @@ class Policy(ABC):
 
     name: str = ""
     description: str = ""
+    #: how every key of :meth:`report` merges over tasks (see :data:`MergeRule`).  A key without
+    #: a rule must be equal in every task (else the merge raises), except counts named
+    #: ``clipped*`` and ``psd_repairs``, which are summed.
+    report_merge: ClassVar[Mapping[str, MergeRule]] = {}
 
     def __init__(self, n_runs: int, n_agents: int, n_arms: int, dim: int, horizon: int) -> None:
         self.n_runs = n_runs
@@ -104,5 +132,13 @@ class Policy(ABC):
         return check_array("features", features, (self.n_runs, self.n_agents, self.n_arms, self.dim), dtype=np.float32)
 
     def report(self) -> dict[str, object]:
-        """Extra per-algorithm fields for the summary (privacy, schedule, ...)."""
+        """Extra per-algorithm fields for the summary (privacy, schedule, ...), over this policy's runs.
+
+        Every key needs a rule in :attr:`report_merge` unless it is a function of the config alone.
+        """
         return {}
+
+    @classmethod
+    def finish_merged_report(cls, report: dict[str, object]) -> dict[str, object]:
+        """The ``"derived"`` keys of a report merged over tasks, recomputed from its other keys."""
+        return report

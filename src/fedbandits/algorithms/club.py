@@ -28,10 +28,13 @@ these baselines communicates; they report the ARI of their clusters against the 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
+from fedbandits.algorithms.base import MergeRule
 from fedbandits.algorithms.clustering import (
     ClusteredPolicy,
     ClusterUCBParams,
@@ -119,6 +122,8 @@ def _ucb_choice(features: np.ndarray, proj: np.ndarray, beta: float) -> int:
 
 
 class _Baseline(ClusteredPolicy):
+    report_merge: ClassVar[Mapping[str, MergeRule]] = {"ari_final": "mean", "clusters_detected": "mean"}
+
     def __init__(
         self,
         n_runs: int,

@@ -74,11 +74,13 @@ Choices where the paper is silent
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
+from fedbandits.algorithms.base import MergeRule
 from fedbandits.algorithms.clustering import (
     ClusteredPolicy,
     ClusterUCBParams,
@@ -98,6 +100,13 @@ from fedbandits.privacy.cluster_tree import (
 )
 
 _LOG_CAPACITY = 8192
+
+
+def privacy_guarantee(spent: float, epsilon: float) -> str:
+    """The ``guarantee`` of a CDP-FCLUB-DC report: whether ``epsilon_spent`` meets the target."""
+    return (
+        "formal" if spent <= epsilon else "no formal guarantee"
+    ) + " (CDP per (server, cluster) releases; membership lists and timing not covered)"
 
 
 @dataclass(frozen=True)
@@ -237,6 +246,38 @@ class FCLUBBase(ClusteredPolicy):
     sync = False
     clustering = True
     private = False
+    report_merge: ClassVar[Mapping[str, MergeRule]] = {
+        # means over runs of per-run counts and of the detection's outcome
+        "uploads": "mean",
+        "downloads": "mean",
+        "phase_uploads": "mean",
+        "async_uploads": "mean",
+        "async_downloads": "mean",
+        "renewal_downloads": "mean",
+        "clusters_detected": "mean",
+        "ari_final": "mean",
+        # detections happen before arrivals 2^s - 1: the same times in every run
+        "ari_by_phase": "mean-series",
+        # privacy (cdp-fclub-dc): the calibration comes from the config, the spending is a max over runs
+        "protocol": "same",
+        "epsilon": "same",
+        "epsilon_spent": "max",
+        "guarantee": "derived",
+        "epsilon_target_per_tree": "same",
+        "delta": "same",
+        "calibration": "same",
+        "nu": "same",
+        "uploads_per_tree_bound": "same",
+        "noise_std": "same",
+        "rho": "same",
+        "epsilon_per_tree_exact": "same",
+        "epsilon_spent_max": "max",
+        "epsilon_spent_per_server_cluster": "max-elementwise",
+        "compositions_max": "max",
+        "clipped_features": "sum",
+        "clipped_rewards": "sum",
+        "non_pd": "sum",
+    }
 
     def __init__(
         self,
@@ -622,6 +663,8 @@ class FCLUBBase(ClusteredPolicy):
         sts = self.states
         mean = lambda vals: float(np.mean(vals))  # noqa: E731
         times = [t for t, _ in sts[0].ari]
+        if any([t for t, _ in s.ari] != times for s in sts):  # detections depend on the arrival count only
+            raise RuntimeError(f"{self.name}: the runs detected clusters at different times")
         out: dict[str, object] = {
             "uploads": mean([s.uploads_phase + s.uploads_async for s in sts]),
             "downloads": mean([s.downloads_async + s.downloads_renewal for s in sts]),
@@ -643,9 +686,7 @@ class FCLUBBase(ClusteredPolicy):
                     "protocol": "cdp-tree",
                     "epsilon": p.epsilon,
                     "epsilon_spent": spent,
-                    "guarantee": (
-                        "formal" if spent <= p.epsilon else "no formal guarantee"
-                    ) + " (CDP per (server, cluster) releases; membership lists and timing not covered)",
+                    "guarantee": privacy_guarantee(spent, p.epsilon),
                     "epsilon_target_per_tree": p.epsilon,
                     "delta": p.delta,
                     "calibration": p.calibration,
@@ -665,6 +706,13 @@ class FCLUBBase(ClusteredPolicy):
                 }
             )
         return out
+
+    @classmethod
+    def finish_merged_report(cls, report: dict[str, object]) -> dict[str, object]:
+        if "epsilon_spent" in report:
+            spent, target = report["epsilon_spent"], report["epsilon"]
+            report["guarantee"] = privacy_guarantee(float(spent), float(target))  # type: ignore[arg-type]
+        return report
 
 
 class FCLUB(FCLUBBase):

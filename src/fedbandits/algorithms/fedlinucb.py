@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
-from fedbandits.algorithms.base import LinUCBParams
+from fedbandits.algorithms.base import CLIPPING_COUNTS, LinUCBParams, MergeRule
 from fedbandits.algorithms.linucb import IndependentLinUCB
 from fedbandits.core.clipping import clip_norm, clip_rewards
 from fedbandits.core.ridge import raise_eigenvalues
@@ -105,6 +107,15 @@ class FedLinUCB(IndependentLinUCB):
 
     name = "fedlinucb"
     description = "federated LinUCB, sync every `batch` rounds through a protocol (Zhou & Chowdhury Alg. 1)"
+    #: the protocol's privacy report (calibration, epsilon_spent, guarantee, noise, privacy_*) is a
+    #: function of the config alone: no rule, so it must agree in every task
+    report_merge: ClassVar[Mapping[str, MergeRule]] = {
+        "batch": "same",
+        "reg": "same",
+        "protocol": "same",
+        "lazy": "same",
+        **CLIPPING_COUNTS,
+    }
 
     def __init__(
         self,

@@ -48,11 +48,13 @@ and ``"theory"`` (Zhou & Chowdhury's Lemma C.4) are available as for every LinUC
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
-from fedbandits.algorithms.base import LinUCBParams, Policy
+from fedbandits.algorithms.base import CLIPPING_COUNTS, LinUCBParams, MergeRule, Policy
 from fedbandits.core.clipping import clip_norm, clip_rewards
 from fedbandits.core.ridge import RidgeState, raise_eigenvalues, spd_inverse
 from fedbandits.core.ucb import ConfidenceRadius, UCBScorer
@@ -180,6 +182,20 @@ class FedUCBNoise:
         }
 
 
+#: merge rules of :meth:`FedUCBNoise.report`: the calibration is a function of the config alone
+NOISE_REPORT_MERGE: dict[str, MergeRule] = {
+    "privacy_depth_m": "same",
+    "privacy_nodes": "same",
+    "noise_std": "same",
+    "privacy_shift_lambda": "same",
+    "privacy_kappa": "same",
+    "schedule_noise_std": "same",
+    "epsilon_messages": "same",
+    "epsilon_spent": "same",
+    "guarantee": "same",
+}
+
+
 def calibrate_feducb(
     params: FedUCBParams,
     *,
@@ -291,6 +307,20 @@ class FedUCB(Policy):
 
     name = "feducb"
     description = "FedUCB with a controller: adaptive log-det sync + tree Privatizer (Dubey & Pentland Alg. 1-2)"
+    report_merge: ClassVar[Mapping[str, MergeRule]] = {
+        "rule": "same",
+        "schedule": "same",
+        "threshold_D": "same",
+        "rho_min": "same",
+        "rho_max": "same",
+        "sync_signals": "sum",
+        "protocol": "same",
+        "calibration": "same",
+        "epsilon": "same",
+        "delta": "same",
+        **NOISE_REPORT_MERGE,
+        **CLIPPING_COUNTS,
+    }
 
     def __init__(
         self,

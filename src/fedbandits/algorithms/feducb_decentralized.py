@@ -79,15 +79,17 @@ is not available here.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components, shortest_path
 
-from fedbandits.algorithms.base import Policy
+from fedbandits.algorithms.base import CLIPPING_COUNTS, MergeRule, Policy
 from fedbandits.algorithms.feducb import (
+    NOISE_REPORT_MERGE,
     SIGNAL_BYTES,
     FedUCBParams,
     calibrate_feducb,
@@ -389,6 +391,31 @@ class DecentralizedFedUCB(Policy):
 
     name = "feducb-decentralized"
     description = "FedUCB peer-to-peer: flooding with TTL gamma, gamma round-robin sets, clique sync (D&P Alg. 3)"
+    #: the graph (seeded by graph_seed, the same in every run) and the calibration come from the config
+    report_merge: ClassVar[Mapping[str, MergeRule]] = {
+        "graph": "same",
+        "graph_edges": "same",
+        "graph_diameter": "same",
+        "gamma": "same",
+        "clique_cover_size": "same",
+        "clique_sizes": "same",
+        "rule": "same",
+        "threshold_D": "same",
+        "rho_min": "same",
+        "rho_max": "same",
+        "sync_signals": "sum",
+        "releases": "sum",
+        "request_transmissions": "sum",
+        "stats_transmissions": "sum",
+        "protocol": "same",
+        "calibration": "same",
+        "epsilon": "same",
+        "delta": "same",
+        "privacy_streams": "same",
+        "stream_capacity": "same",
+        **NOISE_REPORT_MERGE,
+        **CLIPPING_COUNTS,
+    }
 
     def __init__(
         self,

@@ -270,7 +270,7 @@ def report(outcomes: list[Outcome], scale: str, wall_seconds: float) -> str:
         for panel, results in panels.items():
             lines += ["", *([f"Panel {panel}:", ""] if panel else []), *_privacy_rows(results)]
         summaries = [s for r in panels.values() for s in r.summary()["algorithms"]]
-        uncertified = [s["label"] for s in summaries if s.get("guarantee") == "no formal guarantee"]
+        uncertified = [s["label"] for s in summaries if str(s.get("guarantee", "")).startswith("no formal guarantee")]
         if uncertified:
             lines += [
                 "",

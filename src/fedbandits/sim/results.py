@@ -104,7 +104,7 @@ class Results:
             spent = s.get("epsilon_spent")
             if protocol in ("-", "none"):
                 spent_text = "-"
-            elif s.get("guarantee") == "no formal guarantee":
+            elif str(s.get("guarantee", "")).startswith("no formal guarantee"):  # FCLUB's carries a note
                 spent_text = f"{spent:.4g} > target {s.get('epsilon', float('nan')):.4g}: NO FORMAL GUARANTEE"
             else:
                 spent_text = f"{spent:.4g} (target {s.get('epsilon', float('nan')):.4g})"

@@ -6,7 +6,9 @@ tasks of ``runs_per_task`` runs (a function of the config alone), executes them 
 process, a local process pool or on a Ray cluster (:mod:`fedbandits.sim.backends`), optionally
 checkpointing each finished task (:mod:`fedbandits.sim.checkpoint`), and merges the results in
 run order as they arrive -- so results are identical bit for bit whatever the backend, the number
-of workers or the order tasks finish in.
+of workers or the order tasks finish in.  The policies' reports are merged over tasks by each
+policy class's rules (:mod:`fedbandits.sim.reports`): the same whatever the grouping of runs into
+tasks, up to float rounding in means.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from typing import Any
 
 import numpy as np
 
+from fedbandits.algorithms.base import Policy
 from fedbandits.config import Config
 from fedbandits.registry import ALGORITHMS, ENVIRONMENTS, PolicyContext
+from fedbandits.sim.reports import merge_reports
 from fedbandits.sim.results import AlgorithmResult, Results
 from fedbandits.sim.seeding import env_rngs, noise_rngs
 
@@ -323,7 +327,12 @@ class _Merger:
                 messages=arrays["messages"],
                 bytes_sent=arrays["bytes_sent"],
                 seconds=float(sum(self.seconds[i][lab] for i in order)),
-                report=_merge_reports([self.reports[i][lab] for i in order]),
+                report=merge_reports(
+                    [self.reports[i][lab] for i in order],
+                    [len(self.chunks[i]) for i in order],
+                    ALGORITHMS[alg.name].policy or Policy,
+                    lab,
+                ),
                 transcripts=[(run, transcripts[run]) for run in sorted(transcripts)],
             )
         return Results(
@@ -343,15 +352,6 @@ def _merge(config: Config, chunks: list[ChunkResult], wall: float) -> Results:
     for chunk in chunks:
         merger.add(index[tuple(chunk.runs)], chunk)
     return merger.results(wall)
-
-
-def _merge_reports(reports: list[dict[str, object]]) -> dict[str, object]:
-    """Counts (clipped values, repairs) add up over tasks; everything else is per-config."""
-    merged = dict(reports[0])
-    for key in merged:
-        if key.startswith("clipped") or key == "psd_repairs":
-            merged[key] = sum(int(r[key]) for r in reports)  # type: ignore[call-overload]
-    return merged
 
 
 def _split_transcript(chunk: ChunkResult, label: str) -> list[tuple[int, dict[str, np.ndarray]]]:
