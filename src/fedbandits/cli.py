@@ -7,7 +7,8 @@
     fedbandits list                       every environment, algorithm and protocol name
     fedbandits reproduce NAME|all [--scale quick|paper] [--runs N] [--out DIR] [--workers N]
                    [--backend local|ray] [--address HOST:PORT] [--resume]
-    fedbandits audit schedule [--trials N] [--agents M] [--epsilon E] [--json FILE]
+    fedbandits audit schedule [--algorithm feducb|cdp-fclub-dc] [--trials N] [--agents M] [--epsilon E]
+                   [--delta D] [--json FILE]
     fedbandits data export --config C.toml --rounds N --out DIR [--run R] [--format npz|csv]
                                           one data file per silo from a run's contexts (docs/data.md)
     fedbandits deploy local|certs|silo ...  real deployment on Flower (docs/deployment.md)
@@ -146,16 +147,35 @@ def build_parser() -> argparse.ArgumentParser:
         "audit",
         help="run a privacy attack and report what it certifies",
         description="Empirical privacy audits. `schedule`: the sync-schedule side channel of FedUCB "
-        "(Zhou & Chowdhury 2023, Example 3.1) against FedUCB and Private-FedLinUCB, side by side.",
+        "(Zhou & Chowdhury 2023, Example 3.1) against FedUCB and Private-FedLinUCB, side by side; with "
+        "`--algorithm cdp-fclub-dc`: the upload-timing side channel of CDP-FCLUB-DC (Liu et al. 2022, Eq. 5) "
+        "seen by the global server, with a control (docs/clustering.md).",
     )
     p_audit.add_argument("attack", choices=["schedule"], help="the attack to run")
+    p_audit.add_argument(
+        "--algorithm",
+        choices=["feducb", "cdp-fclub-dc"],
+        default="feducb",
+        help="feducb (default: FedUCB vs Private-FedLinUCB) or cdp-fclub-dc (upload timing)",
+    )
     p_audit.add_argument("--trials", type=_positive_int, default=2000, help="paired trials (default 2000)")
-    p_audit.add_argument("--agents", type=_positive_int, default=2, help="silos M >= 2 (default 2)")
-    p_audit.add_argument("--dim", type=_positive_int, default=5, help="feature dimension (default 5)")
+    p_audit.add_argument(
+        "--agents",
+        type=_positive_int,
+        help="silos M >= 2 (default 2); with cdp-fclub-dc: local servers L >= 1 (default 1)",
+    )
+    p_audit.add_argument(
+        "--dim", type=_positive_int, help="feature dimension (default 5; with cdp-fclub-dc: d >= 2, default 2)"
+    )
     p_audit.add_argument("--seed", type=_nonnegative_int, default=0, help="seed (default 0)")
     p_audit.add_argument("--epsilon", type=float, default=1.0, help="claimed epsilon (default 1)")
     p_audit.add_argument("--delta", type=float, default=0.1, help="claimed delta (default 0.1)")
-    p_audit.add_argument("--threshold-c", type=float, default=0.5, help="C / L^2 in (0, 1) (default 0.5)")
+    p_audit.add_argument(
+        "--threshold-c",
+        type=float,
+        default=0.5,
+        help="C / L^2 in (0, 1) (default 0.5); with cdp-fclub-dc: c, one user of norm^2 > c L^2 triggers",
+    )
     p_audit.add_argument("--json", type=Path, help="also write the results as JSON to this file")
 
     p_data = sub.add_parser(
@@ -183,6 +203,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _audit(args: argparse.Namespace) -> int:
+    if args.algorithm == "cdp-fclub-dc":
+        return _audit_upload_timing(args)
     import json
     from dataclasses import asdict
 
@@ -190,8 +212,8 @@ def _audit(args: argparse.Namespace) -> int:
 
     setup = AttackSetup(
         trials=args.trials,
-        agents=args.agents,
-        dim=args.dim,
+        agents=2 if args.agents is None else args.agents,
+        dim=5 if args.dim is None else args.dim,
         seed=args.seed,
         epsilon=args.epsilon,
         delta=args.delta,
@@ -207,6 +229,38 @@ def _audit(args: argparse.Namespace) -> int:
     print(
         "claims refuted (eps lower bound > claimed eps, 95% confidence): " + (", ".join(refuted) if refuted else "none")
     )
+    if args.json is not None:
+        args.json.write_text(json.dumps({"setup": asdict(setup), "results": [asdict(r) for r in results]}, indent=2))
+    return 0
+
+
+def _audit_upload_timing(args: argparse.Namespace) -> int:
+    import json
+    from dataclasses import asdict
+
+    from fedbandits.audit.schedule import format_table
+    from fedbandits.audit.upload_timing import TimingSetup, run_timing_attack
+
+    setup = TimingSetup(
+        trials=args.trials,
+        servers=1 if args.agents is None else args.agents,
+        dim=2 if args.dim is None else args.dim,
+        seed=args.seed,
+        epsilon=args.epsilon,
+        delta=args.delta,
+        threshold_c=args.threshold_c,
+    )
+    results = run_timing_attack(setup)
+    print(
+        f"upload-timing side channel of cdp-fclub-dc: the global server sees only when the victim's local cluster "
+        f"uploads; {setup.trials} paired trials, L={setup.servers}, d={setup.dim}, U: one user of norm^2 > "
+        f"{setup.threshold_c} L^2 triggers after 3 uploads (noise-free)"
+    )
+    print(format_table(results))
+    confidence = f"{1 - setup.alpha:.0%} confidence"
+    for claim, value in (("claimed eps", "claimed_epsilon"), ("reported eps spent", "reported_epsilon")):
+        refuted = [r.target for r in results if r.epsilon_lower_bound > getattr(r, value)]
+        print(f"{claim} refuted (eps lower bound > it, {confidence}): " + (", ".join(refuted) if refuted else "none"))
     if args.json is not None:
         args.json.write_text(json.dumps({"setup": asdict(setup), "results": [asdict(r) for r in results]}, indent=2))
     return 0

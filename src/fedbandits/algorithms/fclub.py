@@ -55,7 +55,9 @@ that tree's releases, every extra phase-start release adds 1), converted to epsi
 exactly; per (server, true cluster) the maximum over its users (Definition 1's (l', j')).  This
 is larger than the per-tree target ``epsilon`` of the paper's analysis, which accounts for one
 tree only.  Not covered by any accounting (as in the paper): the uploaded *membership* of local
-clusters and the *timing* of uploads/downloads, both computed from raw data.
+clusters (computed from raw data) and the *timing* of uploads (raw data plus the tentative noise of
+the next release; downloads follow from the uploads and their times), measured by
+:mod:`fedbandits.audit.upload_timing`.
 
 Choices where the paper is silent
 ---------------------------------

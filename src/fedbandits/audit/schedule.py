@@ -35,6 +35,7 @@ knowledge, as in Example 3.1); this is a choice of operating point, not a weakne
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -223,7 +224,7 @@ def run_attack(setup: AttackSetup) -> list[AttackResult]:
     return results
 
 
-def format_table(results: list[AttackResult]) -> str:
+def format_table(results: Sequence[AttackResult]) -> str:
     rows = [r.row() for r in results]
     keys = list(rows[0])
     widths = {k: max(len(k), *(len(str(r[k])) for r in rows)) for k in keys}
