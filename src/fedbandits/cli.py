@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, TypedDict
 
 from fedbandits import __version__
 from fedbandits.config import Config, ConfigError, load_config
@@ -266,7 +267,18 @@ def _audit_upload_timing(args: argparse.Namespace) -> int:
     return 0
 
 
-def _backend_kwargs(args: argparse.Namespace) -> dict[str, object]:
+class _BackendOptions(TypedDict):
+    """Keyword arguments of ``run_experiment`` and ``reproduce`` that choose where tasks run."""
+
+    workers: int | str
+    backend: str
+    address: str | None
+    max_retries: int
+    resume: bool
+    log: Callable[[str], None]
+
+
+def _backend_kwargs(args: argparse.Namespace) -> _BackendOptions:
     """The --backend/--address/--retries/--workers/--resume options, checked together."""
     if args.backend != "ray":
         for option, value in (("--address", args.address), ("--retries", args.retries)):
@@ -315,7 +327,7 @@ def _run(config: Config, args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         record_transcript=args.transcript,
         checkpoint=out / "checkpoint",
-        **backend,  # type: ignore[arg-type]
+        **backend,
     )
     results.save(out)
     figures = plot_results(results, out)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from abc import abstractmethod
 from dataclasses import dataclass, field
+from typing import overload
 
 import numpy as np
 from scipy.sparse import csr_array
@@ -54,13 +55,17 @@ class ClusterUCBParams:
         return ConfidenceRadius(kind=self.radius, scale=scale, alpha=self.alpha, noise_scale=self.noise_scale)
 
 
+@overload
+def confidence_width_f(count: np.ndarray) -> np.ndarray: ...
+@overload
+def confidence_width_f(count: float) -> float: ...
 def confidence_width_f(count: np.ndarray | float) -> np.ndarray | float:
     """F(T) = sqrt((1 + ln(1 + T)) / (1 + T)) (Liu et al. 2022, after Eq. (3))."""
     if np.isscalar(count):
         c = float(count)  # type: ignore[arg-type]
         return math.sqrt((1.0 + math.log1p(c)) / (1.0 + c))
-    c = np.asarray(count, dtype=np.float64)
-    return np.sqrt((1.0 + np.log1p(c)) / (1.0 + c))
+    counts = np.asarray(count, dtype=np.float64)
+    return np.sqrt((1.0 + np.log1p(counts)) / (1.0 + counts))
 
 
 def components(adjacency: np.ndarray) -> tuple[int, np.ndarray]:

@@ -186,6 +186,35 @@ def _logdet(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 class _Run:
     """The state of one run: users, local/global clusters, buffers, privatizers, counters."""
 
+    # Set by FCLUBBase._renew at the first detection (before arrival 1), then updated in place;
+    # c indexes local clusters (n_lc), k global clusters (n_gc).
+    gc_sizes: list[int]  # members (local clusters) of global cluster k
+    Sg: np.ndarray  # (n_gc, d, d) global Gram S^g_k
+    ug: np.ndarray  # (n_gc, d) global bias
+    Tg: np.ndarray  # (n_gc,) global counts
+    logdet_g: np.ndarray  # (n_gc,) log det S^g_k
+    S: np.ndarray  # (n_lc, d, d) local copy S^l_c
+    u: np.ndarray  # (n_lc, d) local copy of the bias
+    Tl: np.ndarray  # (n_lc,) local copy of the count
+    logdet_l: np.ndarray  # (n_lc,) log det S^l_c
+    bufS: np.ndarray  # (n_lc, d, d) upload buffer dS
+    bufu: np.ndarray  # (n_lc, d) upload buffer of the bias
+    bufT: list[int]  # upload buffer of the count
+    hbar_norm: list[float]  # ||h_bar_c|| (0 when non-private)
+    Ainv: np.ndarray  # (n_lc, d, d) (S^l + dS)^{-1}
+    ratio: list[float]  # log det(S^l + dS) - log det S^l
+    proj: np.ndarray  # (n_lc, d, d + 1) float32 [S^l^{-1} | theta]
+    beta: list[float]  # confidence radius per local cluster
+    # private only: the current and the pre-drawn next noise of every local cluster's tree
+    Hbar: np.ndarray  # (n_lc, d, d)
+    hbar: np.ndarray  # (n_lc, d)
+    Hnext: np.ndarray  # (n_lc, d, d)
+    hnext: np.ndarray  # (n_lc, d)
+    # synchronous (U = D = 1) only: caches of the global statistics
+    ginv: np.ndarray  # (n_gc, d, d) S^g^{-1}
+    gproj: np.ndarray  # (n_gc, d, d + 1) float32 [S^g^{-1} | theta^g]
+    gbeta: list[float]  # confidence radius per global cluster
+
     def __init__(self, n: int, dim: int, servers: Sequence[np.ndarray], rng: np.random.Generator) -> None:
         self.rng = rng
         self.V = np.zeros((n, dim, dim))

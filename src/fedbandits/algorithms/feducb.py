@@ -418,6 +418,7 @@ class FedUCB(Policy):
         super().end_round()
         fire = self.trigger()  # (R, M)
         runs = fire.any(axis=1)
+        assert isinstance(runs, np.ndarray)  # fire is 2-D, so this is (R,), never a numpy scalar
         if runs.any():
             self.signals += fire.sum(axis=1)
             self.sync(runs)
@@ -428,6 +429,7 @@ class FedUCB(Policy):
         elapsed = (self.t - self.t_last)[:, None].astype(np.float64)  # >= 1
         base = self.logdet_synced[:, None]
         if self.schedule_tree is not None:
+            assert self._sched_last is not None  # allocated together with schedule_tree
             # App. D.2: log det(V_last + noisy local Gram since t_last) - log det(V_last) > D / (t - t_last)
             q = np.zeros((self.n_runs, self.n_agents, self.dim + 1, self.dim + 1))
             q[..., : self.dim, : self.dim] = self._last_x[..., :, None] * self._last_x[..., None, :]

@@ -68,7 +68,7 @@ class UCBScorer:
         self._prod = np.empty((n_learners, n_arms, dim + 1), dtype=np.float32)
         self._width = np.empty((n_learners, n_arms), dtype=np.float32)
 
-    def scores(self, features: np.ndarray, inv: np.ndarray, theta: np.ndarray, beta: np.ndarray) -> np.ndarray:
+    def scores(self, features: np.ndarray, inv: np.ndarray, theta: np.ndarray, beta: np.ndarray | float) -> np.ndarray:
         """UCB of every arm, shape ``(N, K)``; ``beta`` has shape ``(N,)`` or is a scalar."""
         dim = self.shape[2]
         self._proj[:, :, :dim] = inv
@@ -81,6 +81,6 @@ class UCBScorer:
         self._width += self._prod[:, :, dim]
         return self._width
 
-    def select(self, features: np.ndarray, inv: np.ndarray, theta: np.ndarray, beta: np.ndarray) -> np.ndarray:
+    def select(self, features: np.ndarray, inv: np.ndarray, theta: np.ndarray, beta: np.ndarray | float) -> np.ndarray:
         """Index of the arm of maximal UCB per learner (first one on ties), shape ``(N,)``."""
         return self.scores(features, inv, theta, beta).argmax(axis=1)

@@ -58,7 +58,7 @@ def prefix_releases(k: int) -> list[int]:
 def nodes_containing(j: int, releases: int) -> list[int]:
     """Release indices (<= ``releases``) whose p-sum contains batch ``j``."""
     _check_release(j)
-    out = []
+    out: list[int] = []
     level = 0
     while True:
         size = 1 << level

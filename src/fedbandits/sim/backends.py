@@ -232,12 +232,12 @@ class RayBackend:
         max_retries: int = 3,
         connect_timeout: float | None = None,
     ) -> None:
-        workers = _check_workers(workers)
+        count = _check_workers(workers)
         if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
             raise ValueError(f"max_retries must be an integer >= 0, got {max_retries!r}")
         if address is not None and (not isinstance(address, str) or not address.strip()):
             raise ValueError(f"address must be a non-empty string like 'HOST:6379', got {address!r}")
-        self.workers = workers
+        self.workers = count
         self.address = address
         self.max_retries = max_retries
         ray = _import_ray()

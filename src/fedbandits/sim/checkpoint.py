@@ -91,7 +91,7 @@ def _file_name(runs: Sequence[int]) -> str:
 class Checkpoint:
     """The finished tasks of one configuration under ``root`` (see the module docstring)."""
 
-    def __init__(self, root: str | Path, config: Config, record_transcript: bool = False) -> None:
+    def __init__(self, root: str | os.PathLike[str], config: Config, record_transcript: bool = False) -> None:
         self.root = Path(root)
         if self.root.exists() and not self.root.is_dir():
             raise ValueError(f"checkpoint {self.root} exists and is not a folder")

@@ -20,11 +20,19 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
 from fedbandits.config import Config, ConfigError, load_config
+
+
+class TranscriptArrays(TypedDict):
+    """One run's recorded releases: ``sync (K,)``, ``messages (K, M, P)``, ``sigma (P,)``."""
+
+    sync: np.ndarray
+    messages: np.ndarray
+    sigma: np.ndarray
 
 
 @dataclass
@@ -39,7 +47,7 @@ class AlgorithmResult:
     seconds: float = math.nan
     report: dict[str, Any] = field(default_factory=dict)
     #: (run index, {"sync": (K,), "messages": (K, M, P), "sigma": (P,)}) when recorded
-    transcripts: list[tuple[int, dict[str, np.ndarray]]] = field(default_factory=list)
+    transcripts: list[tuple[int, TranscriptArrays]] = field(default_factory=list)
 
     @property
     def final_regret(self) -> np.ndarray:

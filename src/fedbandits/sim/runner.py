@@ -26,7 +26,7 @@ from fedbandits.algorithms.base import Policy
 from fedbandits.config import Config
 from fedbandits.registry import ALGORITHMS, ENVIRONMENTS, PolicyContext
 from fedbandits.sim.reports import merge_reports
-from fedbandits.sim.results import AlgorithmResult, Results
+from fedbandits.sim.results import AlgorithmResult, Results, TranscriptArrays
 from fedbandits.sim.seeding import env_rngs, noise_rngs
 
 
@@ -126,9 +126,9 @@ def simulate_runs(
         reports={lab: p.report() for lab, p in zip(labels, policies, strict=True)},
         env_seconds=env_seconds,
         transcripts={
-            lab: t
+            lab: transcript
             for lab, p in zip(labels, policies, strict=True)
-            if (t := getattr(getattr(p, "protocol", None), "transcript", None)) is not None
+            if (transcript := getattr(getattr(p, "protocol", None), "transcript", None)) is not None
         },
     )
 
@@ -284,7 +284,7 @@ class _Merger:
         self.reports: dict[int, dict[str, dict[str, object]]] = {}
         self.seconds: dict[int, dict[str, float]] = {}
         self.env_seconds: dict[int, float] = {}
-        self.transcripts: dict[str, dict[int, dict[str, np.ndarray]]] = {}
+        self.transcripts: dict[str, dict[int, TranscriptArrays]] = {}
 
     def add(self, index: int, chunk: ChunkResult) -> None:
         runs = list(chunk.runs)
@@ -354,12 +354,12 @@ def _merge(config: Config, chunks: list[ChunkResult], wall: float) -> Results:
     return merger.results(wall)
 
 
-def _split_transcript(chunk: ChunkResult, label: str) -> list[tuple[int, dict[str, np.ndarray]]]:
+def _split_transcript(chunk: ChunkResult, label: str) -> list[tuple[int, TranscriptArrays]]:
     """One transcript per run: sync index (K,), messages (K, M, P), noise std sigma (P,)."""
     records = chunk.transcripts.get(label)
     if not records:
         return []
     syncs = np.array([rec["sync"] for rec in records])
-    messages = np.stack([rec["messages"] for rec in records])  # (K, r, M, P)
+    messages = np.stack([np.asarray(rec["messages"]) for rec in records])  # (K, r, M, P)
     sigma = np.asarray(records[0]["sigma"])
     return [(run, {"sync": syncs, "messages": messages[:, i], "sigma": sigma}) for i, run in enumerate(chunk.runs)]
