@@ -181,8 +181,13 @@ def test_cli_audit_upload_timing(capsys: pytest.CaptureFixture[str], tmp_path) -
     assert main([*argv, "--json", str(out)]) == 0
     text = capsys.readouterr().out
     assert "upload-timing side channel of cdp-fclub-dc" in text and "control: U out of reach" in text
-    assert "claimed eps refuted" in text and "reported eps spent refuted" in text
     saved = json.loads(out.read_text())
+    # the verdict lines follow the bounds: 40 trials certify only a few units of eps (FPR_hi of 0/40
+    # is ~0.09), far below the claimed 300 and the ~234 spent, so nothing is refuted; the leak is seen
+    attack, control = saved["results"]
+    assert 1.0 < attack["epsilon_lower_bound"] < 10.0 and control["epsilon_lower_bound"] == 0.0
+    assert "claimed eps refuted (eps lower bound > it, 95% confidence): none" in text
+    assert "reported eps spent refuted (eps lower bound > it, 95% confidence): none" in text
     assert saved["setup"]["servers"] == 1 and saved["setup"]["dim"] == 2 and len(saved["results"]) == 2
     for bad, name in ((["--dim", "1"], "dim"), (["--threshold-c", "1.5"], "threshold_c"), (["--delta", "0"], "delta")):
         assert main([*argv, *bad]) == 2

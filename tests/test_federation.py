@@ -18,7 +18,7 @@ from fedbandits.config import loads_config
 from fedbandits.federation.parity import compare, reference_run, run_loopback
 from fedbandits.federation.server import Coordinator, Incoming, ServerStateError, validate_release
 from fedbandits.federation.silo import Silo, SiloError, load_silo_results
-from fedbandits.federation.spec import make_spec
+from fedbandits.federation.spec import make_spec, spec_from_json
 from fedbandits.sim.runner import run_experiment
 
 
@@ -142,10 +142,48 @@ def test_silos_on_their_own_data_files_match_the_simulator(tmp_path: Path) -> No
 def test_spec_makes_data_paths_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # each silo's ClientApp runs in a folder of Flower's: relative paths are resolved where the
     # deployment is started, as the simulator would read them
+    files = _export_silo_files(tmp_path, rounds=40)  # tmp_path/data/silo-<i>.npz, K = 20, d = 4
     monkeypatch.chdir(tmp_path)
-    spec = make_spec(loads_config(_data_files_config([Path("data/silo-0.npz"), Path("silo-1.npz")])))
-    assert spec.config.environment.params.paths == (str(tmp_path / "data" / "silo-0.npz"), str(tmp_path / "silo-1.npz"))
-    assert spec.silos == 2
+    spec = make_spec(loads_config(_data_files_config([Path("data/silo-0.npz"), Path("data/silo-2.npz")])))
+    params = spec.config.environment.params
+    assert params.paths == (str(files[0]), str(files[2]))
+    # K and d left to the files are read once, here, and stated in the spec every party receives
+    assert (spec.silos, params.arms, params.dim) == (2, 20, 4)
+
+
+def test_a_silo_opens_only_its_own_data_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import fedbandits.envs.files as files_module
+
+    files = _export_silo_files(tmp_path, rounds=40)
+    spec = make_spec(loads_config(_data_files_config(files)))  # paths, K and d from the files
+    opened: list[str] = []
+    real = files_module.read_data_file
+
+    def spy(path):  # type: ignore[no-untyped-def]
+        opened.append(str(path))
+        return real(path)
+
+    monkeypatch.setattr(files_module, "read_data_file", spy)
+    silo = Silo(spec_from_json(spec.to_json()), 1, tmp_path / "s")  # as a ClientApp rebuilds it
+    silo.release(1, None, 0)
+    Silo(spec_from_json(spec.to_json()), 1, tmp_path / "s").release(2, np.zeros(spec.width()), 1)
+    assert opened == [str(files[1])]
+
+
+def test_silo_refuses_a_spec_it_was_not_configured_for() -> None:
+    from fedbandits.federation.silo import check_pinned_spec
+
+    ldp = _spec("ldp")
+    check_pinned_spec(ldp, ldp.digest)
+    # a server asking for the non-private protocol (exact statistics) or another budget is refused
+    with pytest.raises(SiloError, match="protocol 'none'"):
+        check_pinned_spec(_spec("none"), ldp.digest)
+    with pytest.raises(SiloError, match="refused"):
+        check_pinned_spec(
+            make_spec(loads_config(_config("ldp").replace("epsilon = 5.0", "epsilon = 500.0"))), ldp.digest
+        )
+    with pytest.raises(SiloError, match="no pinned deployment spec"):
+        check_pinned_spec(ldp, None)
 
 
 def test_silo_data_file_errors_are_clear(tmp_path: Path) -> None:
@@ -390,8 +428,11 @@ def test_deploy_server_and_silo_refuse_bad_arguments_before_starting(tmp_path: P
         ServerDeployment(work, _spec("ldp", horizon=50), certs=creds).prepare()
 
     silo = ["deploy", "silo", "--silo-id", "0", "--ca", str(creds / "ca.pem"), "--key", str(creds / "silo-0"),
-            "--state-dir", str(tmp_path / "s")]  # fmt: skip
+            "--state-dir", str(tmp_path / "s"), "--config", str(config)]  # fmt: skip
     for bad, message in [
+        (["--superlink", "h:9092", "--silo-id", "3"], "must be < the config's 3 silos"),
+        (["--superlink", "h:9092", "--config", str(tmp_path / "none.toml")], "--config: no such file"),
+        (["--superlink", "h:9092", "--state-dir", str(tmp_path / 'q"x')], "must not contain quotes"),
         (["--superlink", "server.example.org"], "HOST:PORT"),
         (["--superlink", "h:99999"], "HOST:PORT"),
         (["--superlink", "h:9092", "--data", str(tmp_path / "none.npz")], "--data: no such file"),
@@ -402,6 +443,39 @@ def test_deploy_server_and_silo_refuse_bad_arguments_before_starting(tmp_path: P
     with pytest.raises(ValueError, match="--key: no such file"):
         run_deploy(_deploy_args([*silo[:6], "--key", str(creds / "silo-9"), *silo[8:], "--superlink", "h:1"]))
     assert not (tmp_path / "s").exists()
+
+
+def test_work_folder_lock_and_refusals_touch_no_process(tmp_path: Path) -> None:
+    import sys
+
+    from fedbandits.federation.certs import create_trial_credentials
+    from fedbandits.federation.launcher import DeployError, ServerDeployment
+
+    creds, work = tmp_path / "creds", tmp_path / "work"
+    create_trial_credentials(creds, 3)
+    first = ServerDeployment(work, _spec("ldp", horizon=30), certs=creds)
+    first.acquire()
+    # stands in for the running deployment's SuperLink (Flower children carry FLWR_HOME)
+    stand_in = start_process(
+        "stand-in", [sys.executable, "-c", "import time; time.sleep(120)"], tmp_path / "s.log",
+        flower_env(work / "home" / "link"),
+    )  # fmt: skip
+    try:
+        with pytest.raises(DeployError, match="another fedbandits deployment is running"):
+            with ServerDeployment(work, _spec("ldp", horizon=30), certs=creds) as second:
+                second.acquire()
+        assert stand_in.alive()  # a second instance on the folder is refused and kills nothing
+        first.release()  # the first instance dies (its SuperLink lives on: an orphan)
+        with pytest.raises(DeployError, match="holds another deployment"):
+            with ServerDeployment(work, _spec("ldp", horizon=50), certs=creds) as other:
+                other.acquire()
+        assert stand_in.alive()  # another deployment's folder: refused, nothing touched
+        again = ServerDeployment(work, _spec("ldp", horizon=30), certs=creds)
+        again.acquire()  # the same deployment started again clears the orphan
+        _wait(lambda: not stand_in.alive(), 10, "the orphan to be stopped")
+        again.stop_all()
+    finally:
+        stand_in.kill()
 
 
 def _deploy_args(argv: list[str]):  # type: ignore[no-untyped-def]
@@ -482,7 +556,7 @@ def test_deploy_server_and_silos_as_separate_commands_on_their_own_data(tmp_path
     env = flower_env(tmp_path / "home" / "cmd")
     server_cmd = [
         fb, "deploy", "server", "--config", str(server_config), "--creds", str(creds), "--workdir", str(work),
-        "--host", "127.0.0.1", "--port", str(port), "--round-timeout", "60", "--join-timeout", "180",
+        "--host", "127.0.0.1", "--port", str(port), "--round-timeout", "120", "--join-timeout", "180",
         "--timeout", "400",
     ]  # fmt: skip
     procs = {}
@@ -504,7 +578,7 @@ def test_deploy_server_and_silos_as_separate_commands_on_their_own_data(tmp_path
                 [fb, "deploy", "silo", "--superlink", f"127.0.0.1:{port}", "--silo-id", str(i),
                  "--ca", str(creds / "ca.pem"), "--key", str(creds / f"silo-{i}"),
                  "--state-dir", str(tmp_path / f"silo-{i}"), "--runtime-port", str(free_port()),
-                 "--noise-source", "derived", "--data", str(files[i])],
+                 "--noise-source", "derived", "--data", str(files[i]), "--config", str(server_config)],
                 tmp_path / f"silo-{i}.log", env,
             )  # fmt: skip
         _wait(lambda: completed() >= 1, 240, "round 1")
@@ -532,9 +606,25 @@ def test_deploy_server_and_silos_as_separate_commands_on_their_own_data(tmp_path
     served = make_spec(loads_config(server_config.read_text()))
     coord = Coordinator(served, work / "state" / "server")
     assert [r.round for r in coord.state.rounds] == [1, 2, 3] and coord.state.restarts >= 1
-    # every silo answered every round (the round deadline, 60 s, is far above a round's 5-13 s), so
-    # the deployment equals the simulator reading all three files, although each silo read its own
-    assert [r.missing for r in coord.state.rounds] == [[], [], []]
+    # parity with the simulator reading all three files, although each silo read only its own.  A
+    # silo still reconnecting after the server restart may miss rounds (its SuperNode backs off; on
+    # a loaded 2-CPU host this has taken more than the round deadline): then the documented
+    # semantics hold instead -- it skipped exactly those releases, and everything before the first
+    # missed round's batch still equals the simulator (after it, the synced sums differ by design)
     spec = make_spec(loads_config(_data_files_config(files, horizon=30)))
+    ref = reference_run(spec)
     dirs = {i: tmp_path / f"silo-{i}" for i in range(3)}
-    assert compare(spec, reference_run(spec), coord.synced_prefixes(), dirs) == []
+    missed = {i: [r.round for r in coord.state.rounds if i in r.missing] for i in range(3)}
+    if not any(missed.values()):
+        assert compare(spec, ref, coord.synced_prefixes(), dirs) == []
+    else:
+        first = min(k for rounds in missed.values() for k in rounds)
+        assert first >= 2  # round 1 closed before the kill, with every silo
+        cut = (first - 1) * spec.batch
+        assert np.array_equal(coord.synced_prefixes()[: first - 1], ref.prefixes[: first - 1])
+        for i in range(3):
+            state = load_silo_results(dirs[i], i)
+            assert np.array_equal(state.actions[:cut], ref.actions[:cut, i])
+            # a release it skipped was missing at the server (one it made to the killed server's
+            # ServerApp but delivered too late to the restarted one is missing there, yet not skipped)
+            assert set(state.skipped_releases) <= set(missed[i])

@@ -30,7 +30,7 @@ from flwr.common.constant import SUPERLINK_NODE_ID, ErrorCode
 from flwr.serverapp import Grid, ServerApp
 
 from fedbandits.federation.server import Coordinator, Incoming, validate_release
-from fedbandits.federation.silo import Silo, SiloError
+from fedbandits.federation.silo import Silo, SiloError, check_pinned_spec
 from fedbandits.federation.spec import atomic_write_bytes, spec_from_json
 
 log = logging.getLogger("fedbandits.federation")
@@ -263,6 +263,7 @@ def _silo(context: Context, meta: dict[str, Any]) -> Silo:
     spec = spec_from_json(str(meta["spec"]))
     if spec.digest != meta.get("digest"):
         raise SiloError("the request's config hash does not match its spec")
+    check_pinned_spec(spec, node.get("spec-digest"))
     data_file = str(node.get("data-file", "")) or None
     return Silo(spec, int(node["silo-id"]), state_dir, str(node.get("noise-source", "derived")), data_file)
 

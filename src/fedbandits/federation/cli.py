@@ -2,8 +2,9 @@
 
     fedbandits deploy local --config CONFIG.toml [--silos M] [--workdir DIR] [--algorithm LABEL] [--check-parity]
     fedbandits deploy certs --out DIR --silos M [--host HOST ...]
-    fedbandits deploy server --config CONFIG.toml --creds DIR --workdir DIR [--host 0.0.0.0] [--port 9092]
-    fedbandits deploy silo --superlink HOST:PORT --silo-id I --ca CA.pem --key silo-I --state-dir DIR [--data FILE]
+    fedbandits deploy server --config CONFIG.toml --creds DIR --workdir DIR [--host 127.0.0.1] [--port 9092]
+    fedbandits deploy silo --superlink HOST:PORT --silo-id I --config CONFIG.toml --ca CA.pem --key silo-I
+        --state-dir DIR [--data FILE]
 
 ``local`` starts a SuperLink, one SuperNode per silo and the app on 127.0.0.1 (TLS, SuperNode
 authentication), prints the simulator's summary table and stops every process it started.
@@ -59,10 +60,17 @@ def add_deploy_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     server.add_argument("--workdir", type=Path, required=True, help="durable server folder (run again to resume)")
     server.add_argument("--algorithm", help="label of the fedlinucb entry to deploy (if several)")
     server.add_argument("--run", type=int, default=0, help="which run of the config (seeds), default 0")
-    server.add_argument("--host", default="0.0.0.0", help="address the SuperLink listens on (default 0.0.0.0)")
+    server.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address the SuperLink listens on (default 127.0.0.1; its port also carries Flower's unauthenticated "
+        "Control API: expose only /v1/fleet/ and /health to the silos, see docs/deployment.md)",
+    )
     server.add_argument("--port", type=int, default=9092, help="port of the SuperLink (default 9092)")
     server.add_argument(
-        "--cli-host", default="127.0.0.1", help="name of this host in the server certificate (default 127.0.0.1)"
+        "--cli-host",
+        help="address and certificate name by which this host reaches its SuperLink (default: --host, or "
+        "127.0.0.1 when --host is a wildcard)",
     )
     server.add_argument("--round-timeout", type=float, default=60.0, help="seconds a round waits for silos")
     server.add_argument("--join-timeout", type=float, default=600.0, help="seconds the server waits for the silos")
@@ -70,6 +78,12 @@ def add_deploy_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
 
     silo = sub.add_parser("silo", help="run one silo's SuperNode (multi-machine use)")
     silo.add_argument("--superlink", required=True, help="server address HOST:PORT")
+    silo.add_argument(
+        "--config", type=Path, required=True, metavar="CONFIG.toml",
+        help="this silo's copy of the deployment's config: requests for any other deployment are refused",
+    )  # fmt: skip
+    silo.add_argument("--algorithm", help="label of the fedlinucb entry (if several)")
+    silo.add_argument("--run", type=int, default=0, help="which run of the config, default 0")
     silo.add_argument("--silo-id", type=int, required=True, help="this silo's index")
     silo.add_argument("--ca", type=Path, required=True, help="CA certificate that signed the server's")
     silo.add_argument("--key", type=Path, required=True, help="this silo's private authentication key")
@@ -103,17 +117,22 @@ def run_deploy(args: argparse.Namespace) -> int:
 
 @contextmanager
 def _terminate_cleanly() -> Iterator[None]:
-    """Turn SIGTERM into KeyboardInterrupt while the block runs, so that the processes a
-    deployment started are stopped (context managers run) when the command itself is stopped."""
+    """Turn SIGTERM / SIGINT into KeyboardInterrupt while the block runs, so that the processes a
+    deployment started are stopped (context managers run) when the command itself is stopped; later
+    signals are ignored until the block has exited, so they cannot cut the clean-up short."""
 
     def handler(signum: int, frame: Any) -> None:
+        # a second signal must not interrupt the clean-up the first one starts
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         raise KeyboardInterrupt(f"signal {signum}")
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def _check_common(args: argparse.Namespace) -> None:
@@ -194,8 +213,9 @@ def _server(args: argparse.Namespace) -> int:
         raise ValueError(f"--port must be in [1, 65535], got {args.port}")
     config = load_config(args.config)
     spec = make_spec(config, args.algorithm, args.run)
+    cli_host = args.cli_host or ("127.0.0.1" if args.host in ("0.0.0.0", "::", "") else args.host)
     dep = ServerDeployment(
-        args.workdir, spec, certs=args.creds, host=args.host, port=args.port, cli_host=args.cli_host,
+        args.workdir, spec, certs=args.creds, host=args.host, port=args.port, cli_host=cli_host,
         round_timeout=args.round_timeout, join_timeout=args.join_timeout,
     )  # fmt: skip
     missing = dep.missing_credentials()
@@ -215,7 +235,16 @@ def _server(args: argparse.Namespace) -> int:
 
 
 def _silo(args: argparse.Namespace) -> int:
-    from fedbandits.federation.launcher import flower_env, supernode_command
+    from fedbandits.config import load_config
+    from fedbandits.federation.launcher import (
+        DeployError,
+        check_quotable,
+        flower_env,
+        hold_lock,
+        kill_processes_under,
+        supernode_command,
+    )
+    from fedbandits.federation.spec import make_spec
     from fedbandits.federation.supervisor import supervise
 
     host, _, port = str(args.superlink).rpartition(":")
@@ -225,24 +254,33 @@ def _silo(args: argparse.Namespace) -> int:
         raise ValueError(f"--silo-id must be >= 0, got {args.silo_id}")
     if not 1 <= args.runtime_port <= 65535:
         raise ValueError(f"--runtime-port must be in [1, 65535], got {args.runtime_port}")
-    for name in ("ca", "key", "data"):
+    for name in ("ca", "key", "data", "config"):
         path = getattr(args, name)
         if path is not None and not path.is_file():
             raise ValueError(f"--{name}: no such file {path}")
-    extra = f'noise-source="{args.noise_source}"'
-    paths = [args.state_dir.resolve()]
-    if args.data is not None:
-        data = args.data.resolve()
-        paths.append(data)
-        extra += f' data-file="{data}"'
-    for path in paths:  # Flower's --node-config is a quoted TOML-like list of key=value pairs
-        if '"' in str(path) or "\\" in str(path):
-            raise ValueError(f"paths must not contain quotes or backslashes: {path}")
+    # the silo decides what it runs: the spec's hash from its own copy of the config is pinned
+    spec = make_spec(load_config(args.config), args.algorithm, args.run)
+    if args.silo_id >= spec.silos:
+        raise ValueError(f"--silo-id must be < the config's {spec.silos} silos, got {args.silo_id}")
+    state_dir = args.state_dir.resolve()
+    extra = f'noise-source="{args.noise_source}" spec-digest="{spec.digest}"'
+    try:
+        if args.data is not None:
+            extra += f' data-file="{check_quotable("--data", args.data.resolve())}"'
+        check_quotable("--state-dir", state_dir)
+    except DeployError as exc:
+        raise ValueError(str(exc)) from None
     cmd = supernode_command(
-        args.superlink, args.ca.resolve(), args.key.resolve(), args.silo_id, args.state_dir.resolve(),
-        args.runtime_port, extra,
-    )  # fmt: skip
-    print("starting: " + " ".join(cmd), flush=True)
-    # a silo restarted soon after a crash is refused until the server sees its old instance time
-    # out (<= 60 s): keep trying for a bounded time (see fedbandits.federation.supervisor)
-    return supervise(cmd, env=flower_env(args.state_dir.resolve() / "flwr-home"))
+        args.superlink, args.ca.resolve(), args.key.resolve(), args.silo_id, state_dir, args.runtime_port, extra
+    )
+    home = state_dir / "flwr-home"
+    with hold_lock(state_dir, "silo"):
+        # a SuperNode left by a SIGKILLed earlier `deploy silo` on this state folder (no other live
+        # instance can use it: we hold its lock) would hold the key and the port
+        killed = kill_processes_under(home)
+        if killed:
+            print(f"stopped {len(killed)} process(es) left by an earlier instance of this silo", flush=True)
+        print("starting: " + " ".join(cmd), flush=True)
+        # a silo restarted soon after a crash is refused until the server sees its old instance time
+        # out (<= 60 s): keep trying for a bounded time (see fedbandits.federation.supervisor)
+        return supervise(cmd, env=flower_env(home))

@@ -17,6 +17,8 @@ SuperNodes; the fedbandits code itself comes from the installed package.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -27,6 +29,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -183,6 +186,44 @@ def processes_under(home: Path) -> list[int]:
     return out
 
 
+def kill_processes_under(home: Path) -> list[int]:
+    """SIGKILL every live process whose ``FLWR_HOME`` lies under ``home`` (:func:`processes_under`)."""
+    killed: list[int] = []
+    for _ in range(3):
+        left = processes_under(home)
+        if not left:
+            break
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.2)
+    return killed
+
+
+def take_lock(folder: Path, what: str) -> int:
+    """An exclusive lock on ``folder/.lock`` (not waiting); the returned fd holds it until closed."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise DeployError(f"another fedbandits {what} is running in {folder}") from None
+    return fd
+
+
+@contextlib.contextmanager
+def hold_lock(folder: Path, what: str) -> Iterator[None]:
+    fd = take_lock(folder, what)
+    try:
+        yield
+    finally:
+        os.close(fd)
+
+
 def start_process(name: str, cmd: list[str], log: Path, env: dict[str, str]) -> Proc:
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as fh:
@@ -217,8 +258,20 @@ def run_cli(args: list[str], env: dict[str, str], timeout: float) -> subprocess.
         raise DeployError(f"`flwr {' '.join(args)}` did not finish within {timeout:.0f} s") from None
 
 
+def check_quotable(what: str, value: object) -> str:
+    """``value`` as it goes between double quotes into Flower's ``--node-config`` or a TOML file:
+    refused if it could end the quotes (no quote, backslash or line break) -- a crafted path must not
+    inject keys."""
+    text = str(value)
+    if any(c in text for c in '"\\\n\r'):
+        raise DeployError(f"{what} must not contain quotes, backslashes or line breaks: {text!r}")
+    return text
+
+
 def write_connection(home: Path, port: int, ca: Path, host: str = "127.0.0.1") -> None:
     """The Flower CLI's SuperLink connection (FLWR_HOME/config.toml): TLS, verified with the CA."""
+    check_quotable("the CA path", ca)
+    check_quotable("the server host", host)
     home.mkdir(parents=True, exist_ok=True)
     text = (
         f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
@@ -272,7 +325,8 @@ def supervised(cmd: list[str], patience: float) -> list[str]:
 def supernode_command(
     superlink: str, ca: Path, key: Path, silo: int, state_dir: Path, runtime_port: int, extra: str = ""
 ) -> list[str]:
-    node_config = f'silo-id={silo} state-dir="{state_dir}"' + (f" {extra}" if extra else "")
+    node_config = f'silo-id={silo} state-dir="{check_quotable("the state folder", state_dir)}"'
+    node_config += f" {extra}" if extra else ""
     return [
         flower_bin("flower-supernode"),
         "--superlink",
@@ -321,6 +375,8 @@ class ServerDeployment:
         self.logs = self.workdir / "logs"
         self.cli_home = self.workdir / "home" / "cli"
         self.run_id: str | None = None
+        self._lock: int | None = None  # fd of the work folder's lock while this object runs it
+        self._owns = False  # whether this object may clean up the work folder's processes
         ports = self._ports()
         self.port = int(ports["superlink"]) if not self.port else int(self.port)  # type: ignore[call-overload]
 
@@ -486,24 +542,28 @@ class ServerDeployment:
         """SIGKILL what an earlier, killed instance of this deployment left running (its SuperLink
         lives in a session of its own and outlives a SIGKILLed ``deploy server``, holding the port
         and the database).  Only processes whose ``FLWR_HOME`` lies in this work folder."""
-        killed: list[int] = []
-        for _ in range(3):
-            left = self.leftovers()
-            if not left:
-                break
-            for pid in left:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                    killed.append(pid)
-                except (ProcessLookupError, PermissionError):
-                    pass
-            time.sleep(0.2)
-        return killed
+        return kill_processes_under(self.workdir / "home")
+
+    def acquire(self) -> None:
+        """Take the work folder's lock (``.lock``, exclusive, not waiting) and check the folder
+        (:meth:`prepare`); only then may this object clean up what a dead earlier instance left
+        running.  A second instance on the same folder, or a folder of another deployment, is
+        refused without touching any process."""
+        if self._lock is None:
+            self._lock = take_lock(self.workdir, "deployment")
+        self.prepare()
+        self._owns = True
+        self.stop_leftovers()
+
+    def release(self) -> None:
+        if self._lock is not None:
+            os.close(self._lock)  # closing drops the flock
+            self._lock = None
+        self._owns = False
 
     def start(self) -> None:
         """Everything up to a submitted run: SuperLink, registration of the silos' keys, the app."""
-        self.prepare()
-        self.stop_leftovers()
+        self.acquire()
         self.start_superlink()
         self.register_silos()
         self.submit()
@@ -525,7 +585,9 @@ class ServerDeployment:
         for name in sorted(self.procs, key=lambda n: n == "superlink"):
             self.procs[name].stop()
         self.procs.clear()
-        self.stop_leftovers()
+        if self._owns:  # never for an instance that was refused the folder
+            self.stop_leftovers()
+        self.release()
 
     def leftovers(self) -> list[int]:
         """Processes of this deployment still alive (see :func:`processes_under`)."""
@@ -568,7 +630,7 @@ class LocalDeployment(ServerDeployment):
             i,
             self.state / f"silo-{i}",
             self.silo_ports[i],
-            self.node_extra.get(i, ""),
+            " ".join(filter(None, [f'spec-digest="{self.spec.digest}"', self.node_extra.get(i, "")])),
         )
         cmd = supervised(cmd, self.rejoin_patience)
         proc = start_process(
@@ -579,8 +641,7 @@ class LocalDeployment(ServerDeployment):
 
     def start(self) -> None:
         """Everything up to a submitted run: credentials, SuperLink, registration, SuperNodes."""
-        self.prepare()
-        self.stop_leftovers()
+        self.acquire()
         self.start_superlink()
         self.register_silos()
         for i in range(self.spec.silos):

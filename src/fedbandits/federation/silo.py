@@ -118,6 +118,22 @@ class SiloState:
     data_sha256: str | None = None  # of the silo's data file, if it reads one
 
 
+def check_pinned_spec(spec: DeploySpec, pinned: object) -> None:
+    """Refuse a request whose spec is not the one the silo's operator configured.
+
+    The silo must not take the algorithm, protocol or privacy budget from the server: a server
+    that sent ``protocol = "none"`` or a huge epsilon would otherwise receive exact or weakly noised
+    statistics.  ``deploy silo --config`` computes the hash of the deployment spec from the silo's
+    own copy of the config and pins it in the SuperNode's node config (``spec-digest``)."""
+    if not isinstance(pinned, str) or len(pinned) != 64:
+        raise SiloError("this silo has no pinned deployment spec (node config spec-digest): start it with --config")
+    if spec.digest != pinned:
+        raise SiloError(
+            f"the server requested deployment {spec.digest[:12]} (protocol {spec.params.protocol!r}, label "
+            f"{spec.label!r}), but this silo's config gives {pinned[:12]}: refused; compare the config files"
+        )
+
+
 def file_sha256(path: str | Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -162,9 +178,10 @@ class Silo:
                     f"state file {self.path} belongs to another deployment (config hash {state.digest[:12]}, "
                     f"silo {state.silo_id}); use a fresh state directory"
                 )
-            if self.data_file is not None and state.data_sha256 != file_sha256(self.data_file):
+            path = self._data_path()
+            if state.data_sha256 is not None and path is not None and state.data_sha256 != file_sha256(path):
                 raise SiloError(
-                    f"data file {self.data_file} changed since this silo started (SHA-256 differs from its "
+                    f"data file {path} changed since this silo started (SHA-256 differs from its "
                     "durable state): a silo must keep serving the users it started with"
                 )
             return state
@@ -202,11 +219,10 @@ class Silo:
         from fedbandits.envs.files import DataFiles
 
         params = spec.config.environment.params
-        path = self.data_file
+        path = self._data_path()
         if path is None:
-            if len(params.paths) <= self.silo_id:
-                raise SiloError(f"silo {self.silo_id} has no data file: give one (--data) or list it in paths")
-            path = Path(params.paths[self.silo_id])
+            raise SiloError(f"silo {self.silo_id} has no data file: give one (--data) or list it in paths")
+        digest = file_sha256(path)  # before reading: a file replaced meanwhile fails the next check
         try:
             env = DataFiles.for_agent(env_rngs(spec.config.experiment.seed, [spec.run]), params, self.silo_id, path)
         except (OSError, ValueError) as exc:
@@ -214,7 +230,15 @@ class Silo:
         available = getattr(env, "rounds_available", None)
         if available is not None and available < spec.horizon:
             raise SiloError(f"data file {path} has {available} users; the run needs T = {spec.horizon}")
-        return env, 0, file_sha256(path)
+        return env, 0, digest
+
+    def _data_path(self) -> Path | None:
+        """The silo's data file: ``--data``, else its entry of the config's ``paths`` (data-files only)."""
+        if self.data_file is not None:
+            return self.data_file
+        env = self.spec.config.environment
+        paths = getattr(env.params, "paths", ()) if env.name == "data-files" else ()
+        return Path(paths[self.silo_id]) if len(paths) > self.silo_id else None
 
     def _noise_stream(self) -> np.random.Generator:
         """``derived``: the stream the simulator gives silo i (parity); ``os``: fresh secret entropy."""

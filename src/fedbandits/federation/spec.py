@@ -162,12 +162,23 @@ def make_spec(config: Config, label: str | None = None, run: int = 0) -> DeployS
 
 def _absolute_data_paths(config: Config) -> Config:
     """``data-files`` paths made absolute (relative to the current folder, as the simulator reads
-    them): Flower runs each silo's ClientApp in a folder of its own."""
+    them): Flower runs each silo's ClientApp in a folder of its own.  K and d left to the files
+    (0) are read from the first file here, once, so that the spec every party receives states
+    them and no silo ever opens another silo's file to learn them."""
     env = config.environment
     paths = getattr(env.params, "paths", None)
     if env.name != "data-files" or not paths:
         return config
-    params = dataclasses.replace(env.params, paths=tuple(str(Path(p).resolve()) for p in paths))
+    changes: dict[str, Any] = {"paths": tuple(str(Path(p).resolve()) for p in paths)}
+    if not env.params.dim or not env.params.arms:
+        from fedbandits.envs.files import read_data_file
+
+        try:
+            _, arms, dim = read_data_file(changes["paths"][0]).features.shape
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"environment data-files: {exc}") from None
+        changes.update(arms=env.params.arms or int(arms), dim=env.params.dim or int(dim))
+    params = dataclasses.replace(env.params, **changes)
     return dataclasses.replace(config, environment=dataclasses.replace(env, params=params))
 
 
