@@ -136,6 +136,9 @@ def test_silos_on_their_own_data_files_match_the_simulator(tmp_path: Path) -> No
     files[1].write_bytes(files[0].read_bytes())
     with pytest.raises(SiloError, match="changed since this silo started"):
         Silo(served, 1, dirs[1], data_file=files[1])
+    files[1].unlink()
+    with pytest.raises(SiloError, match="changed since this silo started"):
+        Silo(served, 1, dirs[1], data_file=files[1])
     assert (dirs[1] / "silo-1.pkl").read_bytes() == before
 
 
@@ -199,6 +202,8 @@ def test_silo_data_file_errors_are_clear(tmp_path: Path) -> None:
     np.savez(bad, features=np.zeros((40, 20, 5)), rewards=np.zeros((40, 20)))  # d = 5, config says 4
     with pytest.raises(SiloError, match="cannot use data file"):
         Silo(served, 0, tmp_path / "d", data_file=bad)
+    with pytest.raises(SiloError, match="cannot use data file"):
+        Silo(served, 0, tmp_path / "d", data_file=tmp_path / "missing.npz")
     for folder in ("b", "c", "d"):  # nothing was written for a silo that could not start
         assert not (tmp_path / folder / "silo-0.pkl").exists()
 

@@ -142,6 +142,13 @@ def file_sha256(path: str | Path) -> str:
     return h.hexdigest()
 
 
+def _sha256_or_none(path: Path) -> str | None:
+    try:
+        return file_sha256(path)
+    except OSError:  # a missing or unreadable file is a changed file
+        return None
+
+
 class Silo:
     """The silo's logic, independent of the transport (Flower calls it from its ClientApp)."""
 
@@ -179,7 +186,7 @@ class Silo:
                     f"silo {state.silo_id}); use a fresh state directory"
                 )
             path = self._data_path()
-            if state.data_sha256 is not None and path is not None and state.data_sha256 != file_sha256(path):
+            if state.data_sha256 is not None and path is not None and state.data_sha256 != _sha256_or_none(path):
                 raise SiloError(
                     f"data file {path} changed since this silo started (SHA-256 differs from its "
                     "durable state): a silo must keep serving the users it started with"
@@ -222,8 +229,8 @@ class Silo:
         path = self._data_path()
         if path is None:
             raise SiloError(f"silo {self.silo_id} has no data file: give one (--data) or list it in paths")
-        digest = file_sha256(path)  # before reading: a file replaced meanwhile fails the next check
         try:
+            digest = file_sha256(path)  # before reading: a file replaced meanwhile fails the next check
             env = DataFiles.for_agent(env_rngs(spec.config.experiment.seed, [spec.run]), params, self.silo_id, path)
         except (OSError, ValueError) as exc:
             raise SiloError(f"silo {self.silo_id}: cannot use data file {path}: {exc}") from None
