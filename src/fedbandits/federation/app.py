@@ -6,7 +6,10 @@ Messages (Flower Message API, one per silo per synchronisation):
   k-1, spec (the deployment spec as JSON)}, ArrayRecord ``synced`` {"prefix": the synced
   prefix after k-1} (absent for k = 1);
 * silo -> server reply: ``meta`` {silo_id, digest, phase, round}, ArrayRecord {"psum": the
-  silo's released noisy p-sum (``ldp``) or exact batch statistics (``none``)};
+  silo's released noisy p-sum (``ldp``) or exact batch statistics (``none``)}; with
+  ``sdp-amplification`` the p-sum goes to the shuffler instead
+  (:mod:`fedbandits.federation.shuffler`) and the reply carries no arrays: the server takes the
+  round's anonymous batch from the shuffler when the round closes;
 * server -> silo ``evaluate`` (phase "finish") with the last prefix; the reply is the silo's
   trial report (regret curve on the time grid and counts).
 
@@ -100,6 +103,13 @@ def _serve(grid: Grid, cfg: dict[str, Any], state_dir: Path, run_id: int) -> Non
     if registry_file:
         registry = {int(node): int(silo) for node, silo in json.loads(Path(registry_file).read_text()).items()}
     coord = Coordinator(spec, state_dir)
+    shuffler = None
+    if spec.shuffled:
+        from fedbandits.federation.shuffler import ShufflerClient
+
+        shuffler = ShufflerClient(
+            str(cfg["shuffler"]), str(cfg["shuffler-ca"]), str(cfg["shuffler-cert"]), str(cfg["shuffler-key"])
+        )
     started = time.time()
     log.info("server up (run %s): %s, M=%d silos, K=%d synchronisations", run_id, spec.label, spec.silos, spec.releases)
 
@@ -128,8 +138,23 @@ def _serve(grid: Grid, cfg: dict[str, Any], state_dir: Path, run_id: int) -> Non
                 continue
             seen.add(res[0])
             accepted[res[0]] = res[1]  # type: ignore[assignment]
-        coord.close_round(k, accepted, rejected)
-        log.info("round %d closed: silos %s accepted, %d rejected", k, sorted(accepted), len(rejected))
+        if shuffler is None:
+            coord.close_round(k, accepted, rejected)
+            log.info("round %d closed: silos %s accepted, %d rejected", k, sorted(accepted), len(rejected))
+        else:
+            # the p-sums went to the shuffler; it permutes them once and hands over the batch
+            batch, size = shuffler.close(spec.digest, k, coord.width, patience=round_timeout)
+            if not np.isfinite(batch).all() or len(batch) > spec.silos:
+                raise RuntimeError(f"round {k}: the shuffler's batch is malformed (shape {batch.shape})")
+            coord.state.shuffler_bytes += size
+            coord.close_shuffled_round(k, batch, sorted(accepted), rejected)
+            log.info(
+                "round %d closed: %d shuffled message(s); silos %s acknowledged, %d rejected",
+                k,
+                len(batch),
+                sorted(accepted),
+                len(rejected),
+            )
 
     # finish: last prefix down, trial reports up
     if not coord.state.finished:
@@ -179,6 +204,7 @@ def _serve(grid: Grid, cfg: dict[str, Any], state_dir: Path, run_id: int) -> Non
         "uplink_bytes": coord.state.uplink_bytes,
         "downlink_bytes": coord.state.downlink_bytes,
         "payload_bytes": coord.state.payload_bytes,
+        "shuffler_bytes": coord.state.shuffler_bytes,
         "restarts": coord.state.restarts,
         "missing": {r.round: r.missing for r in coord.state.rounds if r.missing},
     }
@@ -286,9 +312,28 @@ def _faults(context: Context) -> dict[int, str]:
     return out
 
 
+def _shuffler(context: Context):  # type: ignore[no-untyped-def]
+    """The silo's connection to the shuffler, from its node config (address and TLS files)."""
+    from fedbandits.federation.shuffler import ShufflerClient
+
+    node = context.node_config
+    keys = ("shuffler", "shuffler-ca", "shuffler-cert", "shuffler-key")
+    missing = [k for k in keys if not str(node.get(k, ""))]
+    if missing:
+        raise SiloError(f"a shuffled protocol needs the node config {', '.join(missing)} (deploy silo --shuffler ...)")
+    address, ca, cert, key = (str(node[k]) for k in keys)
+    return ShufflerClient(address, ca, cert, key)
+
+
+def _patience(context: Context) -> float:
+    value = context.node_config.get("shuffler-patience", 30.0)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 30.0
+
+
 def _reply(msg: Message, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> Message:
     content = RecordDict({"meta": ConfigRecord(meta)})
-    content["data"] = ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()})
+    if arrays:
+        content["data"] = ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()})
     return Message(content, reply_to=msg)
 
 
@@ -302,6 +347,13 @@ def silo_sync(msg: Message, context: Context) -> Message:
     psum = silo.release(k, prefix, _meta_int(meta, "prefix_round"))
     out_meta = {"silo_id": silo.silo_id, "digest": silo.spec.digest, "phase": "sync", "round": k}
     fault = _faults(context).get(k)
+    if silo.spec.shuffled:
+        # the p-sum goes to the shuffler (mutual TLS); the server only hears that it was sent
+        status = _shuffler(context).send(silo.silo_id, silo.spec.digest, k, psum, patience=_patience(context))
+        log.info("silo %d: release %d handed to the shuffler (%s)", silo.silo_id, k, status)
+        if fault == "leak":  # test hook: a silo that also sends its p-sum to the server
+            return _reply(msg, out_meta, {"psum": psum})
+        return _reply(msg, out_meta, {})
     if fault == "nan":
         psum = psum.copy()
         psum[0] = np.nan

@@ -9,6 +9,11 @@
 
 Flower's SuperNodes authenticate with these keys (signed requests), not with TLS client
 certificates; TLS authenticates the server to the silos and encrypts every connection.
+
+For a shuffled protocol (``sdp-amplification``) the shuffler is a separate party that speaks
+mutual TLS: ``shuffler.pem`` / ``shuffler.key`` (its server certificate) and one TLS client
+certificate per party, ``server-client.pem`` / ``.key`` and ``silo-<i>-client.pem`` / ``.key``,
+whose common name (``server``, ``silo-<i>``) is the identity the shuffler checks.
 """
 
 from __future__ import annotations
@@ -75,41 +80,72 @@ def create_ca(out: str | Path, days: int = 30, name: str = "fedbandits trial CA"
     return out / "ca.pem", out / "ca.key"
 
 
-def create_server_cert(
-    out: str | Path, hosts: list[str] | None = None, days: int = 30, ca_dir: str | Path | None = None
+def _issue(
+    out: Path,
+    stem: str,
+    common_name: str,
+    usage: x509.ObjectIdentifier,
+    hosts: list[str] | None,
+    days: int,
+    ca_dir: Path,
 ) -> tuple[Path, Path]:
-    """``server.pem`` / ``server.key`` for ``hosts`` plus the loopback names 127.0.0.1, ::1 and
-    localhost (the server operator's own ``flwr`` CLI reaches the SuperLink over loopback), signed by
-    the CA in ``ca_dir`` (default ``out``).  The first host is the certificate's common name."""
-    out = Path(out)
-    ca_dir = Path(ca_dir) if ca_dir is not None else out
-    hosts = list(dict.fromkeys([*(hosts or []), *LOOPBACK]))
+    """``<stem>.pem`` / ``<stem>.key``: a certificate for ``common_name`` signed by the CA in
+    ``ca_dir``, for TLS server or client authentication (``usage``), with ``hosts`` as its Subject
+    Alternative Names (server certificates)."""
     ca_cert = x509.load_pem_x509_certificate((ca_dir / "ca.pem").read_bytes())
     ca_key = serialization.load_pem_private_key((ca_dir / "ca.key").read_bytes(), password=None)
     key = ec.generate_private_key(ec.SECP384R1())
-    sans: list[x509.GeneralName] = []
-    for h in hosts:
-        try:
-            sans.append(x509.IPAddress(ipaddress.ip_address(h)))
-        except ValueError:
-            sans.append(x509.DNSName(h))
     now = dt.datetime.now(dt.UTC)
-    cert = (
+    builder = (
         x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]))
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
         .issuer_name(ca_cert.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - dt.timedelta(minutes=5))
         .not_valid_after(now + dt.timedelta(days=days))
-        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .sign(ca_key, hashes.SHA384())  # type: ignore[arg-type]
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
     )
-    _write(out / "server.pem", cert.public_bytes(serialization.Encoding.PEM))
-    _write(out / "server.key", _key_pem(key), private=True)
-    return out / "server.pem", out / "server.key"
+    if hosts:
+        sans: list[x509.GeneralName] = []
+        for h in hosts:
+            try:
+                sans.append(x509.IPAddress(ipaddress.ip_address(h)))
+            except ValueError:
+                sans.append(x509.DNSName(h))
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    cert = builder.sign(ca_key, hashes.SHA384())  # type: ignore[arg-type]
+    _write(out / f"{stem}.pem", cert.public_bytes(serialization.Encoding.PEM))
+    _write(out / f"{stem}.key", _key_pem(key), private=True)
+    return out / f"{stem}.pem", out / f"{stem}.key"
+
+
+def create_server_cert(
+    out: str | Path,
+    hosts: list[str] | None = None,
+    days: int = 30,
+    ca_dir: str | Path | None = None,
+    stem: str = "server",
+) -> tuple[Path, Path]:
+    """``server.pem`` / ``server.key`` for ``hosts`` plus the loopback names 127.0.0.1, ::1 and
+    localhost (the server operator's own ``flwr`` CLI reaches the SuperLink over loopback), signed by
+    the CA in ``ca_dir`` (default ``out``).  The first host is the certificate's common name.
+    ``stem = "shuffler"`` gives the shuffler's certificate."""
+    out = Path(out)
+    hosts = list(dict.fromkeys([*(hosts or []), *LOOPBACK]))
+    ca = Path(ca_dir) if ca_dir is not None else out
+    return _issue(out, stem, hosts[0], ExtendedKeyUsageOID.SERVER_AUTH, hosts, days, ca)
+
+
+def create_client_cert(
+    out: str | Path, name: str, days: int = 30, ca_dir: str | Path | None = None
+) -> tuple[Path, Path]:
+    """``<name>-client.pem`` / ``.key``: a TLS client certificate with common name ``name``
+    (``silo-<i>`` or ``server``), by which the shuffler knows who is talking to it."""
+    out = Path(out)
+    ca = Path(ca_dir) if ca_dir is not None else out
+    return _issue(out, f"{name}-client", name, ExtendedKeyUsageOID.CLIENT_AUTH, None, days, ca)
 
 
 def create_silo_key(out: str | Path, silo: int) -> tuple[Path, Path]:
@@ -125,11 +161,18 @@ def create_silo_key(out: str | Path, silo: int) -> tuple[Path, Path]:
     return out / f"silo-{silo}", out / f"silo-{silo}.pub"
 
 
-def create_trial_credentials(out: str | Path, silos: int, hosts: list[str] | None = None) -> Path:
-    """CA, server certificate and ``silos`` silo keys in ``out`` (for a trial; see the module doc)."""
+def create_trial_credentials(
+    out: str | Path, silos: int, hosts: list[str] | None = None, shuffler_hosts: list[str] | None = None
+) -> Path:
+    """CA, server certificate and ``silos`` silo keys in ``out`` (for a trial; see the module doc),
+    plus what a shuffled protocol needs: the shuffler's certificate (for ``shuffler_hosts`` and
+    loopback) and TLS client certificates for the server and every silo."""
     out = Path(out)
     create_ca(out)
     create_server_cert(out, hosts)
+    create_server_cert(out, shuffler_hosts, stem="shuffler")
+    create_client_cert(out, "server")
     for i in range(silos):
         create_silo_key(out, i)
+        create_client_cert(out, f"silo-{i}")
     return out

@@ -4,14 +4,17 @@
     fedbandits deploy certs --out DIR --silos M [--host HOST ...]
     fedbandits deploy server --config CONFIG.toml --creds DIR --workdir DIR [--host 127.0.0.1] [--port 9092]
     fedbandits deploy silo --superlink HOST:PORT --silo-id I --config CONFIG.toml --ca CA.pem --key silo-I
-        --state-dir DIR [--data FILE]
+        --state-dir DIR [--data FILE] [--shuffler HOST:PORT --tls-cert silo-I-client.pem --tls-key ...]
+    fedbandits deploy shuffler --config CONFIG.toml --listen HOST:PORT --ca CA.pem --cert shuffler.pem
+        --key shuffler.key --state-dir DIR
 
 ``local`` starts a SuperLink, one SuperNode per silo and the app on 127.0.0.1 (TLS, SuperNode
 authentication), prints the simulator's summary table and stops every process it started.
 ``certs`` creates a trial CA, the server certificate and the silo keys; ``server`` runs the server
 side on its own machine (SuperLink, registration of the silos' keys, the app; it waits for the silos,
 prints the summary and stops its processes; run it again with the same work folder to resume);
-``silo`` runs one silo's SuperNode on its own machine, optionally on its own data file.
+``silo`` runs one silo's SuperNode on its own machine, optionally on its own data file;
+``shuffler`` runs the shuffler party of ``sdp-amplification`` (mutual TLS; ``local`` starts one).
 """
 
 from __future__ import annotations
@@ -51,6 +54,9 @@ def add_deploy_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     certs.add_argument("--out", type=Path, required=True, help="output folder")
     certs.add_argument("--silos", type=int, required=True, help="number of silo keys")
     certs.add_argument("--host", action="append", help="server host name / IP for the certificate (repeatable)")
+    certs.add_argument(
+        "--shuffler-host", action="append", help="shuffler host name / IP for its certificate (repeatable)"
+    )
 
     server = sub.add_parser("server", help="run the server side (multi-machine use): SuperLink, silo keys, the app")
     server.add_argument("--config", type=Path, required=True, metavar="CONFIG.toml", help="experiment configuration")
@@ -71,6 +77,9 @@ def add_deploy_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
         "--cli-host",
         help="address and certificate name by which this host reaches its SuperLink (default: --host, or "
         "127.0.0.1 when --host is a wildcard)",
+    )
+    server.add_argument(
+        "--shuffler", metavar="HOST:PORT", help="the shuffler party (sdp-amplification); uses creds/server-client.pem"
     )
     server.add_argument("--round-timeout", type=float, default=60.0, help="seconds a round waits for silos")
     server.add_argument("--join-timeout", type=float, default=600.0, help="seconds the server waits for the silos")
@@ -93,6 +102,27 @@ def add_deploy_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     silo.add_argument(
         "--data", type=Path, help="this silo's users (.npz or .csv; the config's environment must be data-files)"
     )
+    silo.add_argument("--shuffler", metavar="HOST:PORT", help="the shuffler party (sdp-amplification only)")
+    silo.add_argument("--tls-cert", type=Path, help="this silo's TLS client certificate for the shuffler")
+    silo.add_argument("--tls-key", type=Path, help="its private key")
+
+    shuf = sub.add_parser(
+        "shuffler", help="run the shuffler party of a shuffled protocol (sdp-amplification): mutual TLS"
+    )
+    source = shuf.add_mutually_exclusive_group(required=True)
+    source.add_argument("--config", type=Path, metavar="CONFIG.toml", help="the deployment's config")
+    source.add_argument("--spec", type=Path, help="a deployment work folder's spec.json (instead of --config)")
+    shuf.add_argument("--algorithm", help="label of the fedlinucb entry (if several)")
+    shuf.add_argument("--run", type=int, default=0, help="which run of the config, default 0")
+    shuf.add_argument("--listen", default="127.0.0.1:9095", metavar="HOST:PORT", help="default 127.0.0.1:9095")
+    shuf.add_argument("--ca", type=Path, required=True, help="CA that signed every party's certificate")
+    shuf.add_argument("--cert", type=Path, required=True, help="the shuffler's certificate (shuffler.pem)")
+    shuf.add_argument("--key", type=Path, required=True, help="its private key (shuffler.key)")
+    shuf.add_argument("--state-dir", type=Path, required=True, help="durable state folder (run again to resume)")
+    shuf.add_argument(
+        "--shuffle-source", choices=["os", "derived"], default="os",
+        help="os: the OS's CSPRNG (default); derived: the simulator's permutations (parity trials only)",
+    )  # fmt: skip
     return p
 
 
@@ -105,14 +135,19 @@ def run_deploy(args: argparse.Namespace) -> int:
 
         if args.silos < 1:
             raise ValueError(f"--silos must be >= 1, got {args.silos}")
-        out = create_trial_credentials(args.out, args.silos, args.host)
-        print(f"wrote ca.pem, ca.key (keep offline), server.pem, server.key, silo-<i>[.pub] to {out}")
+        out = create_trial_credentials(args.out, args.silos, args.host, args.shuffler_host)
+        print(
+            f"wrote ca.pem, ca.key (keep offline), server.pem, server.key, silo-<i>[.pub] and, for a shuffler, "
+            f"shuffler.pem/.key, server-client.pem/.key, silo-<i>-client.pem/.key to {out}"
+        )
         return 0
     if mode == "server":
         return _server(args)
     if mode == "silo":
         return _silo(args)
-    raise ValueError("choose a deploy mode: local, certs, server or silo (see `fedbandits deploy --help`)")
+    if mode == "shuffler":
+        return _shuffler(args)
+    raise ValueError("choose a deploy mode: local, certs, server, silo or shuffler (see `fedbandits deploy --help`)")
 
 
 @contextmanager
@@ -214,9 +249,10 @@ def _server(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     spec = make_spec(config, args.algorithm, args.run)
     cli_host = args.cli_host or ("127.0.0.1" if args.host in ("0.0.0.0", "::", "") else args.host)
+    _check_shuffler_flag(spec, args.shuffler)
     dep = ServerDeployment(
         args.workdir, spec, certs=args.creds, host=args.host, port=args.port, cli_host=cli_host,
-        round_timeout=args.round_timeout, join_timeout=args.join_timeout,
+        round_timeout=args.round_timeout, join_timeout=args.join_timeout, shuffler=args.shuffler,
     )  # fmt: skip
     missing = dep.missing_credentials()
     if missing:  # before anything starts
@@ -263,10 +299,23 @@ def _silo(args: argparse.Namespace) -> int:
     if args.silo_id >= spec.silos:
         raise ValueError(f"--silo-id must be < the config's {spec.silos} silos, got {args.silo_id}")
     state_dir = args.state_dir.resolve()
+    _check_shuffler_flag(spec, args.shuffler)
+    for name in ("tls_cert", "tls_key"):
+        path = getattr(args, name)
+        flag = "--" + name.replace("_", "-")
+        if spec.shuffled and path is None:
+            raise ValueError(f"{flag} is required with protocol {spec.params.protocol!r} (the shuffler's client TLS)")
+        if path is not None and not path.is_file():
+            raise ValueError(f"{flag}: no such file {path}")
     extra = f'noise-source="{args.noise_source}" spec-digest="{spec.digest}"'
     try:
         if args.data is not None:
             extra += f' data-file="{check_quotable("--data", args.data.resolve())}"'
+        if spec.shuffled:
+            extra += f' shuffler="{check_quotable("--shuffler", args.shuffler)}"'
+            extra += f' shuffler-ca="{check_quotable("--ca", args.ca.resolve())}"'
+            extra += f' shuffler-cert="{check_quotable("--tls-cert", args.tls_cert.resolve())}"'
+            extra += f' shuffler-key="{check_quotable("--tls-key", args.tls_key.resolve())}"'
         check_quotable("--state-dir", state_dir)
     except DeployError as exc:
         raise ValueError(str(exc)) from None
@@ -284,3 +333,55 @@ def _silo(args: argparse.Namespace) -> int:
         # a silo restarted soon after a crash is refused until the server sees its old instance time
         # out (<= 60 s): keep trying for a bounded time (see fedbandits.federation.supervisor)
         return supervise(cmd, env=flower_env(home))
+
+
+def _check_shuffler_flag(spec: DeploySpec, address: str | None) -> None:
+    """``--shuffler`` is required exactly for the shuffled protocols, and must be HOST:PORT."""
+    from fedbandits.federation.shuffler import split_address
+
+    if spec.shuffled and not address:
+        raise ValueError(f"--shuffler HOST:PORT is required with protocol {spec.params.protocol!r}")
+    if not spec.shuffled and address:
+        raise ValueError(f"--shuffler is only for a shuffled protocol, not {spec.params.protocol!r}")
+    if address:
+        split_address(address, "--shuffler")
+
+
+def _shuffler(args: argparse.Namespace) -> int:
+    import logging
+    import threading
+
+    from fedbandits.config import ConfigError, load_config
+    from fedbandits.federation.launcher import hold_lock
+    from fedbandits.federation.shuffler import ShufflerError, serve, split_address
+    from fedbandits.federation.spec import make_spec, spec_from_json
+
+    _check_common(args)
+    host, port = split_address(args.listen, "--listen")
+    for name in ("ca", "cert", "key", "config", "spec"):
+        path = getattr(args, name, None)
+        if path is not None and not path.is_file():
+            raise ValueError(f"--{name}: no such file {path}")
+    if args.spec is not None:
+        try:
+            spec = spec_from_json(args.spec.read_text())
+        except ValueError as exc:  # JSON errors, ConfigError
+            raise ConfigError(f"--spec {args.spec}: {exc}") from None
+    else:
+        spec = make_spec(load_config(args.config), args.algorithm, args.run)
+    if not spec.shuffled:
+        raise ValueError(f"protocol {spec.params.protocol!r} has no shuffler (only sdp-amplification)")
+    state_dir = args.state_dir.resolve()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    stop = threading.Event()
+    with hold_lock(state_dir, "shuffler"), _terminate_cleanly():
+        where = f"{host}:{port} (mutual TLS), state in {state_dir}"
+        print(f"shuffler for deployment {spec.digest[:12]} on {where}", flush=True)
+        try:
+            serve(spec, state_dir, host, port, args.ca, args.cert, args.key, args.shuffle_source, stop=stop)
+        except ShufflerError as exc:
+            raise ValueError(str(exc)) from None
+        except KeyboardInterrupt:
+            stop.set()
+            print("shuffler stopped", flush=True)
+    return 0

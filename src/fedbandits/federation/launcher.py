@@ -249,6 +249,32 @@ def wait_https(port: int, ca: Path, timeout: float, proc: Proc | None = None, ho
     raise DeployError(f"SuperLink on port {port} not ready within {timeout:.0f} s ({last})")
 
 
+def wait_shuffler(address: str, ca: Path, cert: Path, key: Path, timeout: float, proc: Proc | None = None) -> None:
+    """Wait (at most ``timeout`` s) until the shuffler answers GET /health over mutual TLS."""
+    import http.client
+
+    from fedbandits.federation.shuffler import client_context, split_address
+
+    host, port = split_address(address)
+    ctx = client_context(ca, cert, key)
+    deadline = time.time() + timeout
+    last: Exception | None = None
+    while time.time() < deadline:
+        if proc is not None and not proc.alive():
+            raise DeployError(f"{proc.name} exited (status {proc.popen.returncode}); see {proc.log}")
+        conn = http.client.HTTPSConnection(host, port, context=ctx, timeout=2)
+        try:
+            conn.request("GET", "/health")
+            if conn.getresponse().status == 200:
+                return
+        except Exception as exc:
+            last = exc
+        finally:
+            conn.close()
+        time.sleep(0.2)
+    raise DeployError(f"shuffler at {address} not ready within {timeout:.0f} s ({last})")
+
+
 def run_cli(args: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
     try:
         return subprocess.run(
@@ -366,6 +392,8 @@ class ServerDeployment:
     round_timeout: float = 60.0
     join_timeout: float = 60.0
     start_timeout: float = 60.0
+    #: HOST:PORT of the shuffler party (shuffled protocols only; see fedbandits.federation.shuffler)
+    shuffler: str | None = None
     procs: dict[str, Proc] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -405,6 +433,8 @@ class ServerDeployment:
     def missing_credentials(self) -> list[Path]:
         """Credential files the server needs but ``certs`` lacks (checked before anything starts)."""
         need = [self.creds / n for n in ("ca.pem", "server.pem", "server.key")]
+        if self.spec.shuffled:  # the server's TLS identity towards the shuffler
+            need += [self.creds / n for n in ("server-client.pem", "server-client.key")]
         need += [self.silo_public_key(i) for i in range(self.spec.silos)]
         return [f for f in need if not f.is_file()]
 
@@ -433,6 +463,17 @@ class ServerDeployment:
             "join-timeout": float(self.join_timeout),
             "poll-interval": 0.2,
         }
+        if self.spec.shuffled:
+            if not self.shuffler:
+                raise DeployError(f"protocol {self.spec.params.protocol!r} needs a shuffler address (HOST:PORT)")
+            settings.update(
+                {
+                    "shuffler": check_quotable("the shuffler address", self.shuffler),
+                    "shuffler-ca": str(self.creds / "ca.pem"),
+                    "shuffler-cert": str(self.creds / "server-client.pem"),
+                    "shuffler-key": str(self.creds / "server-client.key"),
+                }
+            )
         write_app(self.workdir / "app", settings)
 
     # -- processes ---------------------------------------------------------------------------
@@ -610,12 +651,55 @@ class LocalDeployment(ServerDeployment):
     #: extra node config per silo (e.g. the test hook ``inject-fault="nan@2"``)
     node_extra: dict[int, str] = field(default_factory=dict)
 
+    #: how long a silo's ClientApp retries an unreachable shuffler before the round goes on without it
+    shuffler_patience: float = 30.0
+
     def __post_init__(self) -> None:
         super().__post_init__()
-        self.silo_ports = [int(p) for p in self._ports()["silos"]]  # type: ignore[attr-defined]
+        ports = self._ports()
+        self.silo_ports = [int(p) for p in ports["silos"]]  # type: ignore[attr-defined]
+        if self.spec.shuffled:
+            self.shuffler = f"127.0.0.1:{int(ports['shuffler'])}"  # type: ignore[call-overload]
 
     def _new_ports(self) -> dict[str, object]:
-        return {**super()._new_ports(), "silos": [free_port() for _ in range(self.spec.silos)]}
+        ports = {**super()._new_ports(), "silos": [free_port() for _ in range(self.spec.silos)]}
+        if self.spec.shuffled:
+            ports["shuffler"] = free_port()
+        return ports
+
+    def start_shuffler(self) -> Proc:
+        """The shuffler party (``fedbandits deploy shuffler``) on loopback, with the simulator's
+        permutations (``derived``, for parity trials); waits until it answers over mutual TLS."""
+        assert self.shuffler is not None
+        cmd = [
+            sys.executable, "-m", "fedbandits.cli", "deploy", "shuffler",
+            "--spec", str(self.workdir / "spec.json"),
+            "--listen", self.shuffler,
+            "--ca", str(self.creds / "ca.pem"),
+            "--cert", str(self.creds / "shuffler.pem"),
+            "--key", str(self.creds / "shuffler.key"),
+            "--state-dir", str(self.state / "shuffler"),
+            "--shuffle-source", "derived",
+        ]  # fmt: skip
+        env = flower_env(self.workdir / "home" / "shuffler")  # FLWR_HOME: found by stop_leftovers
+        proc = start_process("shuffler", cmd, self.logs / "shuffler.log", env)
+        self.procs["shuffler"] = proc
+        wait_shuffler(
+            self.shuffler, self.creds / "ca.pem", self.creds / "server-client.pem", self.creds / "server-client.key",
+            self.start_timeout, proc,
+        )  # fmt: skip
+        return proc
+
+    def _shuffler_node_config(self, i: int) -> str:
+        if not self.spec.shuffled:
+            return ""
+        files = {
+            "shuffler-ca": self.creds / "ca.pem",
+            "shuffler-cert": self.creds / f"silo-{i}-client.pem",
+            "shuffler-key": self.creds / f"silo-{i}-client.key",
+        }
+        text = f'shuffler="{self.shuffler}" shuffler-patience={float(self.shuffler_patience)}'
+        return text + "".join(f' {k}="{check_quotable(k, v)}"' for k, v in files.items())
 
     def prepare(self) -> None:
         if not (self.creds / "ca.pem").exists():
@@ -630,7 +714,12 @@ class LocalDeployment(ServerDeployment):
             i,
             self.state / f"silo-{i}",
             self.silo_ports[i],
-            " ".join(filter(None, [f'spec-digest="{self.spec.digest}"', self.node_extra.get(i, "")])),
+            " ".join(
+                filter(
+                    None,
+                    [f'spec-digest="{self.spec.digest}"', self._shuffler_node_config(i), self.node_extra.get(i, "")],
+                )
+            ),
         )
         cmd = supervised(cmd, self.rejoin_patience)
         proc = start_process(
@@ -642,6 +731,8 @@ class LocalDeployment(ServerDeployment):
     def start(self) -> None:
         """Everything up to a submitted run: credentials, SuperLink, registration, SuperNodes."""
         self.acquire()
+        if self.spec.shuffled:
+            self.start_shuffler()
         self.start_superlink()
         self.register_silos()
         for i in range(self.spec.silos):

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from fedbandits.federation.server import Coordinator, Incoming, validate_release
+from fedbandits.federation.shuffler import SERVER_ROLE, ShufflerCore, encode_array
 from fedbandits.federation.silo import Silo, load_silo_results
 from fedbandits.federation.spec import DeploySpec
 from fedbandits.privacy.mechanisms import pack
@@ -81,7 +82,8 @@ def run_loopback(
     spec: DeploySpec, state_dir: str | Path, data_files: dict[int, str | Path] | None = None
 ) -> Coordinator:
     """The whole protocol in one process, messages passed as Python objects: for tests and checks
-    of the logic independent of the network.  The same validation as over the network.
+    of the logic independent of the network.  The same validation as over the network; a shuffled
+    protocol goes through a :class:`ShufflerCore` with the simulator's permutations.
     ``data_files`` gives silos their own data file (``data-files`` environment)."""
     state_dir = Path(state_dir)
     coord = Coordinator(spec, state_dir / "server")
@@ -89,6 +91,7 @@ def run_loopback(
     silos = [Silo(spec, i, state_dir / f"silo-{i}", data_file=files.get(i)) for i in range(spec.silos)]
     registry = {1000 + i: i for i in range(spec.silos)}
     width = coord.width
+    shuffler = ShufflerCore(spec, state_dir / "shuffler", "derived") if spec.shuffled else None
     for k in range(coord.next_round, spec.releases + 1):
         prefix = coord.state.prefix
         accepted: dict[int, np.ndarray] = {}
@@ -97,9 +100,13 @@ def run_loopback(
         for i, silo in enumerate(silos):
             msg = silo.release(k, prefix, k - 1)
             meta = {"silo_id": i, "digest": spec.digest, "phase": "sync", "round": k}
+            arrays = {"psum": msg}
+            if shuffler is not None:  # the p-sum goes to the shuffler, the server gets an acknowledgement
+                shuffler.submit(f"silo-{i}", {**meta, "psum": encode_array(msg)})
+                arrays = {}
             res = validate_release(
                 spec,
-                Incoming(1000 + i, meta, {"psum": msg}),
+                Incoming(1000 + i, meta, arrays),
                 phase="sync",
                 round_=k,
                 registry=registry,
@@ -112,7 +119,11 @@ def run_loopback(
                 assert isinstance(res[1], np.ndarray)  # a sync payload is the p-sum
                 seen.add(res[0])
                 accepted[res[0]] = res[1]
-        coord.close_round(k, accepted, rejected)
+        if shuffler is None:
+            coord.close_round(k, accepted, rejected)
+        else:
+            batch = shuffler.close(SERVER_ROLE, {"digest": spec.digest, "round": k})
+            coord.close_shuffled_round(k, batch, sorted(accepted), rejected)
     for i, silo in enumerate(silos):
         coord.state.reports[i] = silo.finish(coord.state.prefix, spec.releases)
     coord.state.finished = True

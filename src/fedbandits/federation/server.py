@@ -46,10 +46,10 @@ class Incoming:
 @dataclass
 class RoundRecord:
     round: int
-    accepted: list[int]
+    accepted: list[int]  # silos whose release was accepted (shuffled: who acknowledged sending)
     missing: list[int]
     rejected: list[tuple[int, str]]  # (node id, reason)
-    messages: np.ndarray  # (M, P): accepted releases, NaN rows where missing
+    messages: np.ndarray  # (M, P): accepted releases, NaN rows where missing; shuffled: the (n, P) batch
     prefix: np.ndarray  # (P,): the synced prefix released after this round
 
 
@@ -68,6 +68,7 @@ class ServerState:
     uplink_bytes: int = 0
     downlink_bytes: int = 0
     payload_bytes: int = 0
+    shuffler_bytes: int = 0  # shuffled protocols: bytes of the batches the shuffler sent the server
     rejections: int = 0
     restarts: int = 0
     finished: bool = False
@@ -116,6 +117,11 @@ def validate_release(
     arrays = incoming.arrays or {}
     if phase == "setup":
         return silo, dict(meta)
+    if phase == "sync" and spec.shuffled:
+        # the p-sum went to the shuffler; a payload here would tell the server who sent it
+        if arrays:
+            return f"silo {silo}: a shuffled protocol's acknowledgement must carry no arrays, got {sorted(arrays)}"
+        return silo, np.zeros(0)
     if phase == "sync":
         if set(arrays) != {"psum"}:
             return f"silo {silo}: expected exactly one array 'psum', got {sorted(arrays)}"
@@ -183,26 +189,48 @@ class Coordinator:
 
     def close_round(self, k: int, accepted: dict[int, np.ndarray], rejected: list[tuple[int, str]]) -> np.ndarray:
         """Aggregate the accepted releases of synchronisation k; persist; return the synced prefix."""
-        s = self.state
-        if k != s.completed + 1:
-            raise ValueError(f"round {k} cannot close: {s.completed} rounds are completed")
         M, P = self.spec.silos, self.width
         rows = np.zeros((1, M, P))
         record = np.full((M, P), np.nan)
         for silo, x in accepted.items():
             rows[0, silo] = x
             record[silo] = x
+        return self._close(k, rows, record, sorted(accepted), rejected)
+
+    def close_shuffled_round(
+        self, k: int, batch: np.ndarray, acknowledged: list[int], rejected: list[tuple[int, str]]
+    ) -> np.ndarray:
+        """As :meth:`close_round` for a shuffled protocol: ``batch (n, P)`` is the shuffler's
+        anonymous batch of round k, summed in the order the shuffler chose (as the simulator
+        sums its shuffled messages); ``acknowledged`` lists the silos that said they sent."""
+        if batch.ndim != 2 or batch.shape[1] != self.width or batch.shape[0] > self.spec.silos:
+            raise ValueError(f"a shuffled batch is at most {self.spec.silos} rows of {self.width}, got {batch.shape}")
+        if len(batch) != len(acknowledged):
+            log.warning(
+                "round %d: the shuffler's batch holds %d message(s), %d silo(s) acknowledged",
+                k,
+                len(batch),
+                len(acknowledged),
+            )
+        return self._close(k, batch[None].copy(), batch.copy(), sorted(acknowledged), rejected)
+
+    def _close(
+        self, k: int, rows: np.ndarray, record: np.ndarray, accepted: list[int], rejected: list[tuple[int, str]]
+    ) -> np.ndarray:
+        s = self.state
+        if k != s.completed + 1:
+            raise ValueError(f"round {k} cannot close: {s.completed} rounds are completed")
         if s.analyzer is not None:
             prefix = s.analyzer.release(rows)[0]
         else:
             assert s.total is not None
             s.total += rows.sum(axis=1)
             prefix = s.total[0].copy()
-        missing = [i for i in range(M) if i not in accepted]
-        s.rounds.append(RoundRecord(k, sorted(accepted), missing, list(rejected), record, prefix.copy()))
+        missing = [i for i in range(self.spec.silos) if i not in accepted]
+        s.rounds.append(RoundRecord(k, accepted, missing, list(rejected), record, prefix.copy()))
         s.prefix = prefix.copy()
         s.completed = k
-        s.payload_bytes += len(accepted) * P * 8
+        s.payload_bytes += int(np.isfinite(record).all(axis=1).sum()) * self.width * 8
         s.rejections += len(rejected)
         self.save()
         if missing:

@@ -36,7 +36,7 @@ import numpy as np
 from fedbandits.algorithms.fedlinucb import FedLinUCB
 from fedbandits.envs.base import Round
 from fedbandits.federation.spec import DeploySpec, load_pickle, save_pickle
-from fedbandits.privacy.mechanisms import TreeRandomizer, pack, silo_noise_rng, unpack
+from fedbandits.privacy.mechanisms import TreeRandomizer, pack, protocol_streams, silo_noise_rng, unpack
 from fedbandits.privacy.tree import lowest_set_bit
 from fedbandits.protocols.base import Protocol
 from fedbandits.sim.runner import time_grid
@@ -253,7 +253,7 @@ class Silo:
             return np.random.Generator(np.random.SFC64(np.random.SeedSequence()))
         spec = self.spec
         run_rng = noise_rngs(spec.noise_seed, [spec.run], spec.algorithm_index)[0]
-        protocol_rng = run_rng.spawn(1)[0]  # GaussianTreeProtocol's noise stream of the run
+        protocol_rng = protocol_streams(run_rng)[0]  # GaussianTreeProtocol's noise stream of the run
         return silo_noise_rng(protocol_rng, spec.silos, self.silo_id)
 
     def _save(self, state: SiloState | None = None) -> None:

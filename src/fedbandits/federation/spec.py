@@ -1,11 +1,11 @@
 """What server and silos agree on before the first message: the deployed algorithm and its constants.
 
 A deployment runs *one* run (index ``run``) of *one* ``fedlinucb`` entry of an ordinary
-fedbandits config, with the ``none`` (non-private) or ``ldp`` (silo-level LDP, Algorithm 2)
-protocol.  Both sides derive everything else -- the number of silos M, the number of
-synchronisations K = T // B, the packed message width P, the calibrated noise, the ridge
-regulariser -- from the config with exactly the code the simulator uses, and pin the config by a
-hash that every message carries.
+fedbandits config, with the ``none`` (non-private), ``ldp`` (silo-level LDP, Algorithm 2) or
+``sdp-amplification`` (Algorithm 2 with a shuffler party) protocol.  Every party derives
+everything else -- the number of silos M, the number of synchronisations K = T // B, the packed
+message width P, the calibrated noise, the ridge regulariser -- from the config with exactly the
+code the simulator uses, and pins the config by a hash that every message carries.
 """
 
 from __future__ import annotations
@@ -28,8 +28,12 @@ from fedbandits.config import Config, ConfigError, config_from_dict
 from fedbandits.privacy.calibration import NoiseCalibration
 from fedbandits.privacy.mechanisms import packed_width
 
-#: protocols a deployment runs: the non-private baseline and silo-level LDP (Algorithm 2)
-DEPLOY_PROTOCOLS = ("none", "ldp")
+#: protocols a deployment runs: the non-private baseline, silo-level LDP (Algorithm 2) and shuffle
+#: DP by amplification (Algorithm 2 with a shuffler party, :mod:`fedbandits.federation.shuffler`)
+DEPLOY_PROTOCOLS = ("none", "ldp", "sdp-amplification")
+
+#: protocols whose messages go through the shuffler instead of straight to the server
+SHUFFLED_PROTOCOLS = ("sdp-amplification",)
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,11 @@ class DeploySpec:
     @property
     def private(self) -> bool:
         return self.params.private
+
+    @property
+    def shuffled(self) -> bool:
+        """Whether the silos' messages reach the server only through the shuffler."""
+        return self.params.protocol in SHUFFLED_PROTOCOLS
 
     @property
     def noise_seed(self) -> int:
@@ -153,7 +162,7 @@ def make_spec(config: Config, label: str | None = None, run: int = 0) -> DeployS
     if params.protocol not in DEPLOY_PROTOCOLS:
         raise ConfigError(
             f"protocol {params.protocol!r} does not deploy; deployable protocols: {', '.join(DEPLOY_PROTOCOLS)} "
-            "(see docs/deployment.md for where a shuffler would run)"
+            "(sdp-vector-sum's shuffled integer messages are not deployed: see docs/deployment.md)"
         )
     if config.environment.params.agents < 1:
         raise ConfigError("the environment needs at least one agent (silo)")

@@ -104,6 +104,14 @@ class TreeRandomizer:
         return self.noisy[prefix_levels(self.k)].sum(axis=0)
 
 
+def protocol_streams(run_rng: np.random.Generator) -> tuple[np.random.Generator, np.random.Generator]:
+    """A Gaussian tree protocol's two streams of one run: the silos' noise and the shuffler's
+    permutations (spawned from the run's fresh privacy Generator, in that order).  The deployment
+    rebuilds them with this function too, so its silos and shuffler match the simulator."""
+    noise, shuffle = run_rng.spawn(2)
+    return noise, shuffle
+
+
 def silo_noise_rng(run_rng: np.random.Generator, n_silos: int, silo: int) -> np.random.Generator:
     """Silo ``silo``'s noise stream as :class:`TreeRandomizer` derives it from a fresh run Generator.
 

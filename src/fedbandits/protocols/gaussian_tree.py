@@ -23,6 +23,7 @@ from fedbandits.privacy.mechanisms import (
     TreeRandomizer,
     pack,
     packed_width,
+    protocol_streams,
     shuffle_messages,
     unpack,
 )
@@ -51,8 +52,9 @@ class GaussianTreeProtocol(Protocol):
         sigma = np.concatenate([np.full(n_tri, calibration.sigma_cov), np.full(dim, calibration.sigma_bias)])
         self.sigma = sigma
         # independent streams for the silos' noise and for the shuffler's permutations
-        noise_rngs = [rng.spawn(1)[0] for rng in rngs]
-        self.shuffle_rngs = [rng.spawn(1)[0] for rng in rngs]
+        streams = [protocol_streams(rng) for rng in rngs]
+        noise_rngs = [noise for noise, _ in streams]
+        self.shuffle_rngs = [shuffle for _, shuffle in streams]
         self.randomizer = TreeRandomizer(n_runs, n_agents, sigma, noise_rngs, calibration.releases)
         self.analyzer = TreeAnalyzer(n_runs, packed_width(dim), calibration.releases)
         self.transcript: list[dict[str, object]] | None = [] if record else None

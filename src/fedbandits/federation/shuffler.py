@@ -1,0 +1,453 @@
+"""The shuffler S of the shuffle model, deployed as its own party (``fedbandits deploy shuffler``).
+
+``sdp-amplification`` (Zhou & Chowdhury 2023, Algorithm 2 with S = shuffle) needs a party
+between the silos and the server that receives the M noisy p-sums of a release *with* their
+senders and hands the server only the multiset, in a uniformly random order.  Flower is
+hub-and-spoke (every message passes through the SuperLink, which sees the sender's node id), so
+the shuffler is not a Flower component: it is a small HTTPS service with mutual TLS.
+
+* A silo's ClientApp posts its released p-sum to ``POST /v1/message`` (identity: its TLS client
+  certificate, common name ``silo-<i>``) and answers the server's Flower request with an
+  acknowledgement that carries **no payload**.
+* The server (client certificate ``server``) closes the round with ``POST /v1/close``: the
+  shuffler permutes the round's messages, persists the batch, and returns it -- without sender
+  identities.  Closing a closed round returns the same batch (the permutation is drawn once and
+  never redrawn), so a restarted server resumes without a second, different view.
+
+Trust: the shuffler sees every silo's noisy p-sum with its sender, exactly what the server sees
+under ``ldp``; each silo's messages are protected against it only by the silo's own noise (the
+calibration's ``epsilon_silo``).  The server sees an anonymous multiset; the guarantee of
+``sdp-amplification`` holds as long as shuffler and server do not collude.  What the shuffler
+keeps: the pending round's messages by sender (until the round closes), then per closed round
+the anonymous batch and, per sender, the SHA-256 of its message (so that an identical resend
+after the close is recognised); nothing links a position in a batch to a sender.
+
+:class:`ShufflerCore` is the transport-free logic (validation, rounds, durable state);
+:func:`serve` runs it behind HTTPS; :class:`ShufflerClient` is what silos and the server use.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import http.client
+import json
+import logging
+import random
+import ssl
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedbandits.federation.spec import DeploySpec, load_pickle, save_pickle
+from fedbandits.privacy.mechanisms import protocol_streams
+from fedbandits.sim.seeding import noise_rngs
+
+log = logging.getLogger("fedbandits.federation.shuffler")
+
+#: where the permutations come from: "os" (the operating system's CSPRNG, secret to the shuffler)
+#: or "derived" (the simulator's shuffle stream of the run, for parity trials only: anybody who
+#: knows the config can undo such a shuffle)
+SHUFFLE_SOURCES = ("os", "derived")
+
+#: largest request body accepted (a p-sum is d(d+1)/2 + d float64 numbers: 2.8 KiB at d = 25)
+MAX_BODY = 1 << 20
+
+#: the common name of the server's client certificate (silos use ``silo-<i>``)
+SERVER_ROLE = "server"
+
+
+class ShufflerError(RuntimeError):
+    """A request the shuffler refuses (with the HTTP status to answer); nothing changed."""
+
+    def __init__(self, reason: str, status: int = 400) -> None:
+        super().__init__(reason)
+        self.status = status
+
+
+def derived_shuffle_rng(spec: DeploySpec) -> np.random.Generator:
+    """The shuffle stream the simulator's shuffler uses in this run (see
+    :class:`~fedbandits.protocols.gaussian_tree.GaussianTreeProtocol`)."""
+    run_rng = noise_rngs(spec.noise_seed, [spec.run], spec.algorithm_index)[0]
+    return protocol_streams(run_rng)[1]
+
+
+def encode_array(x: np.ndarray) -> str:
+    return base64.b64encode(np.ascontiguousarray(x, dtype="<f8").tobytes()).decode("ascii")
+
+
+def decode_array(text: object, width: int, what: str) -> np.ndarray:
+    """A base64 string of little-endian float64 numbers, reshaped to rows of ``width``."""
+    if not isinstance(text, str):
+        raise ShufflerError(f"{what} must be a base64 string of float64 numbers")
+    try:
+        raw = base64.b64decode(text.encode("ascii"), validate=True)
+    except (ValueError, UnicodeEncodeError):
+        raise ShufflerError(f"{what} is not valid base64") from None
+    if len(raw) % (8 * width):
+        raise ShufflerError(f"{what} must hold a multiple of {width} float64 numbers, got {len(raw)} bytes")
+    return np.frombuffer(raw, dtype="<f8").astype(np.float64).reshape(-1, width)
+
+
+@dataclass
+class ShufflerState:
+    digest: str
+    silos: int
+    width: int
+    releases: int
+    source: str
+    rng: np.random.Generator | None  # the derived stream (None: OS randomness, nothing to keep)
+    closed: int = 0  # rounds closed (their batches released to the server)
+    pending: dict[int, np.ndarray] = field(default_factory=dict)  # round closed + 1: silo -> message
+    batches: dict[int, np.ndarray] = field(default_factory=dict)  # closed round -> shuffled (n, P)
+    included: dict[int, dict[int, str]] = field(default_factory=dict)  # closed round -> silo -> sha256
+    accepted: int = 0
+    rejections: int = 0
+    bytes_in: int = 0  # request bytes of accepted silo messages
+    bytes_out: int = 0  # response bytes of batches sent to the server
+
+
+def _sha256(x: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(x, dtype="<f8").tobytes()).hexdigest()
+
+
+class ShufflerCore:
+    """The shuffler's logic and durable state, independent of the transport.
+
+    Every accepted message and every closed round is written atomically to ``state_dir`` before
+    the answer leaves, so a restarted shuffler loses nothing it acknowledged and serves a closed
+    round's batch again byte for byte.  Thread-safe (one lock)."""
+
+    def __init__(self, spec: DeploySpec, state_dir: str | Path, source: str = "os") -> None:
+        if source not in SHUFFLE_SOURCES:
+            raise ShufflerError(f"shuffle source must be one of {SHUFFLE_SOURCES}, got {source!r}")
+        if not spec.shuffled:
+            raise ShufflerError(f"protocol {spec.params.protocol!r} has no shuffler; use sdp-amplification")
+        self.spec = spec
+        self.path = Path(state_dir) / "shuffler.pkl"
+        self.lock = threading.Lock()
+        self._sysrandom = random.SystemRandom()
+        if self.path.exists():
+            state: ShufflerState = load_pickle(self.path)
+            if state.digest != spec.digest:
+                raise ShufflerError(
+                    f"shuffler state {self.path} belongs to another deployment (config hash {state.digest[:12]})"
+                )
+            if state.source != source:
+                raise ShufflerError(f"shuffler state {self.path} was started with shuffle source {state.source!r}")
+            self.state = state
+            log.info("resuming: %d of %d rounds closed", state.closed, state.releases)
+        else:
+            self.state = ShufflerState(
+                digest=spec.digest,
+                silos=spec.silos,
+                width=spec.width(),
+                releases=spec.releases,
+                source=source,
+                rng=derived_shuffle_rng(spec) if source == "derived" else None,
+            )
+            save_pickle(self.path, self.state)
+
+    # -- silo side ---------------------------------------------------------------------------
+    def submit(self, identity: str, body: dict[str, Any], size: int = 0) -> str:
+        """Take silo ``identity``'s message; return "accepted", "duplicate" or "included" (an
+        identical resend of a message already in a closed batch); raise :class:`ShufflerError`."""
+        with self.lock:
+            try:
+                status = self._submit(identity, body)
+            except ShufflerError as exc:
+                self.state.rejections += 1
+                log.warning("rejected a message from %s: %s", identity, exc)
+                raise
+            if status == "accepted":
+                self.state.accepted += 1
+                self.state.bytes_in += size
+                save_pickle(self.path, self.state)  # durable before the silo hears "accepted"
+            return status
+
+    def _submit(self, identity: str, body: dict[str, Any]) -> str:
+        s = self.state
+        silo = body.get("silo_id")
+        if isinstance(silo, bool) or not isinstance(silo, int) or not 0 <= silo < s.silos:
+            raise ShufflerError(f"silo_id must be an integer in [0, {s.silos}), got {silo!r}")
+        if identity != f"silo-{silo}":
+            raise ShufflerError(f"client certificate {identity!r} may not send for silo {silo}", 403)
+        if body.get("digest") != s.digest:
+            raise ShufflerError(f"config hash {str(body.get('digest'))[:12]!r} is not this deployment's", 409)
+        if body.get("phase") != "sync":
+            raise ShufflerError(f"phase {body.get('phase')!r}, expected 'sync'")
+        k = body.get("round")
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= s.releases:
+            raise ShufflerError(f"round must be an integer in [1, {s.releases}], got {k!r}")
+        rows = decode_array(body.get("psum"), s.width, "psum")
+        if rows.shape != (1, s.width):
+            raise ShufflerError(f"psum must be exactly {s.width} float64 numbers, got {rows.size}")
+        x = rows[0]
+        if not np.isfinite(x).all():
+            raise ShufflerError(f"psum has {int((~np.isfinite(x)).sum())} non-finite entries")
+        if k <= s.closed:
+            if s.included.get(k, {}).get(silo) == _sha256(x):
+                return "included"
+            raise ShufflerError(f"round {k} is closed without this message (stale or replayed)", 409)
+        if k != s.closed + 1:
+            raise ShufflerError(f"round {k} is not open (the open round is {s.closed + 1})", 409)
+        old = s.pending.get(silo)
+        if old is not None:
+            if np.array_equal(old, x):
+                return "duplicate"
+            raise ShufflerError(f"silo {silo}: a second, different message in round {k}", 409)
+        s.pending[silo] = x.copy()
+        return "accepted"
+
+    # -- server side -------------------------------------------------------------------------
+    def close(self, identity: str, body: dict[str, Any]) -> np.ndarray:
+        """Close round ``body["round"]`` (the server only): permute its messages once; return the batch."""
+        with self.lock:
+            s = self.state
+            if identity != SERVER_ROLE:
+                raise ShufflerError(f"client certificate {identity!r} may not close rounds", 403)
+            if body.get("digest") != s.digest:
+                raise ShufflerError(f"config hash {str(body.get('digest'))[:12]!r} is not this deployment's", 409)
+            k = body.get("round")
+            if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= s.releases:
+                raise ShufflerError(f"round must be an integer in [1, {s.releases}], got {k!r}")
+            if k <= s.closed:
+                return s.batches[k]
+            if k != s.closed + 1:
+                raise ShufflerError(f"round {k} cannot close: {s.closed} rounds are closed", 409)
+            senders = sorted(s.pending)
+            order = self._permutation(len(senders))
+            batch = np.stack([s.pending[senders[j]] for j in order]) if senders else np.zeros((0, s.width))
+            s.batches[k] = batch
+            s.included[k] = {i: _sha256(s.pending[i]) for i in senders}
+            s.pending = {}
+            s.closed = k
+            save_pickle(self.path, s)  # durable before the batch leaves: never a second permutation
+            log.info("round %d closed: %d message(s) shuffled", k, len(senders))
+            return batch
+
+    def _permutation(self, n: int) -> list[int]:
+        if self.state.rng is not None:  # derived: the simulator's rng.permutation(M), same numbers
+            return [int(j) for j in self.state.rng.permutation(n)]
+        order = list(range(n))
+        self._sysrandom.shuffle(order)  # the OS's CSPRNG: unpredictable to the server
+        return order
+
+    def status(self) -> dict[str, int]:
+        with self.lock:
+            s = self.state
+            return {"closed": s.closed, "pending": len(s.pending), "accepted": s.accepted, "rejections": s.rejections}
+
+
+# ================================================================ transport ================
+def _peer_identity(sock: ssl.SSLSocket) -> str:
+    cert: dict[str, Any] = dict(sock.getpeercert() or {})
+    for rdn in cert.get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return ""
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _ShufflerHTTPServer
+    timeout = 30  # seconds per connection (handshake and request)
+    protocol_version = "HTTP/1.1"
+
+    def setup(self) -> None:
+        self.request.settimeout(self.timeout)
+        self.request.do_handshake()  # in this connection's thread, not the accept loop
+        super().setup()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s %s", self.address_string(), format % args)
+
+    def _answer(self, status: int, payload: dict[str, Any]) -> int:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+        return len(data)
+
+    def _body(self) -> tuple[dict[str, Any], int]:
+        try:
+            length = int(self.headers.get("Content-Length", ""))
+        except ValueError:
+            raise ShufflerError("Content-Length is required", 411) from None
+        if not 0 <= length <= MAX_BODY:
+            raise ShufflerError(f"body of {length} bytes exceeds {MAX_BODY}", 413)
+        raw = self.rfile.read(length)
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            raise ShufflerError("body is not JSON") from None
+        if not isinstance(body, dict):
+            raise ShufflerError("body must be a JSON object")
+        return body, length
+
+    def do_GET(self) -> None:
+        if self.path == "/health":
+            self._answer(200, {"status": "ok", **self.server.core.status()})
+        else:
+            self._answer(404, {"error": f"no such path {self.path!r}"})
+
+    def do_POST(self) -> None:
+        identity = _peer_identity(self.request)
+        core = self.server.core
+        try:
+            body, size = self._body()
+            if self.path == "/v1/message":
+                status = core.submit(identity, body, size)
+                self._answer(200, {"status": status})
+            elif self.path == "/v1/close":
+                batch = core.close(identity, body)
+                payload = {"round": body["round"], "count": int(batch.shape[0]), "batch": encode_array(batch)}
+                sent = self._answer(200, payload)
+                with core.lock:
+                    core.state.bytes_out += sent
+            else:
+                raise ShufflerError(f"no such path {self.path!r}", 404)
+        except ShufflerError as exc:
+            if self.path != "/v1/message":  # submit logs its own rejections
+                log.warning("refused %s from %s: %s", self.path, identity, exc)
+            self._answer(exc.status, {"error": str(exc)})
+
+
+class _ShufflerHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], core: ShufflerCore, context: ssl.SSLContext) -> None:
+        self.core = core
+        self.context = context
+        super().__init__(address, _Handler)
+
+    def get_request(self) -> tuple[Any, Any]:
+        sock, addr = self.socket.accept()
+        # the TLS handshake runs in the connection's thread (_Handler.setup): a slow or silent
+        # client cannot stall the accept loop
+        return self.context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False), addr
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        import sys
+
+        exc = sys.exc_info()[1]
+        log.warning("connection from %s failed: %s", client_address[0] if client_address else "?", exc)
+
+
+def server_context(ca: str | Path, cert: str | Path, key: str | Path) -> ssl.SSLContext:
+    """TLS for the shuffler: its own certificate, and a client certificate signed by ``ca`` required."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(str(cert), str(key))
+    ctx.load_verify_locations(str(ca))
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx
+
+
+def client_context(ca: str | Path, cert: str | Path, key: str | Path) -> ssl.SSLContext:
+    """TLS for a silo or the server talking to the shuffler: verify it against ``ca``, show ``cert``."""
+    ctx = ssl.create_default_context(cafile=str(ca))
+    ctx.load_cert_chain(str(cert), str(key))
+    return ctx
+
+
+def make_server(core: ShufflerCore, host: str, port: int, ctx: ssl.SSLContext) -> _ShufflerHTTPServer:
+    return _ShufflerHTTPServer((host, port), core, ctx)
+
+
+def split_address(address: str, what: str = "the shuffler address") -> tuple[str, int]:
+    host, _, port = str(address).rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(f"{what} must be HOST:PORT with a port in [1, 65535], got {address!r}")
+    return host, int(port)
+
+
+class ShufflerClient:
+    """A silo's or the server's connection to the shuffler (mutual TLS, bounded retries)."""
+
+    def __init__(self, address: str, ca: str | Path, cert: str | Path, key: str | Path, timeout: float = 10.0) -> None:
+        self.host, self.port = split_address(address)
+        self.context = client_context(ca, cert, key)
+        self.timeout = timeout
+
+    def _post(self, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        data = json.dumps(body).encode()
+        conn = http.client.HTTPSConnection(self.host, self.port, context=self.context, timeout=self.timeout)
+        try:
+            conn.request("POST", path, body=data, headers={"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            raw = resp.read(MAX_BODY * 8 + 1)
+            try:
+                payload = json.loads(raw)
+            except ValueError:
+                payload = {"error": raw[:200].decode("utf-8", "replace")}
+            return resp.status, payload if isinstance(payload, dict) else {"error": "not a JSON object"}
+        finally:
+            conn.close()
+
+    def _retrying(self, path: str, body: dict[str, Any], patience: float) -> dict[str, Any]:
+        """POST, retrying connection failures (not refusals) for at most ``patience`` seconds."""
+        deadline = time.time() + patience
+        while True:
+            try:
+                status, payload = self._post(path, body)
+            except (OSError, http.client.HTTPException) as exc:  # down or restarting: try again
+                if time.time() >= deadline:
+                    where = f"{self.host}:{self.port}"
+                    raise ShufflerError(f"shuffler {where} unreachable for {patience:.0f} s: {exc}", 503) from None
+                time.sleep(0.5)
+                continue
+            if status != 200:
+                raise ShufflerError(f"shuffler refused {path}: {payload.get('error', status)}", status)
+            return payload
+
+    def send(self, silo: int, digest: str, round_: int, psum: np.ndarray, patience: float = 30.0) -> str:
+        body = {"silo_id": silo, "digest": digest, "phase": "sync", "round": round_, "psum": encode_array(psum)}
+        return str(self._retrying("/v1/message", body, patience).get("status"))
+
+    def close(self, digest: str, round_: int, width: int, patience: float = 60.0) -> tuple[np.ndarray, int]:
+        """The shuffled batch of round ``round_`` ``(n, width)`` and the response's size in bytes."""
+        payload = self._retrying("/v1/close", {"digest": digest, "round": round_}, patience)
+        if payload.get("round") != round_:
+            raise ShufflerError(f"the shuffler answered for round {payload.get('round')!r}, not {round_}", 502)
+        batch = decode_array(payload.get("batch"), width, "batch")
+        if batch.shape[0] != payload.get("count"):
+            raise ShufflerError("the shuffler's batch does not hold the count it states", 502)
+        return batch, len(json.dumps(payload))
+
+
+def serve(
+    spec: DeploySpec,
+    state_dir: str | Path,
+    host: str,
+    port: int,
+    ca: str | Path,
+    cert: str | Path,
+    key: str | Path,
+    source: str = "os",
+    ready: threading.Event | None = None,
+    stop: threading.Event | None = None,
+) -> None:
+    """Run the shuffler until ``stop`` is set (or forever / until KeyboardInterrupt)."""
+    core = ShufflerCore(spec, state_dir, source)
+    httpd = make_server(core, host, port, server_context(ca, cert, key))
+    log.info("shuffler for deployment %s listening on %s:%d (mutual TLS)", spec.digest[:12], host, port)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
+    thread.start()
+    if ready is not None:
+        ready.set()
+    try:
+        while thread.is_alive() and not (stop is not None and stop.wait(0.5)):
+            if stop is None:
+                time.sleep(0.5)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
