@@ -74,6 +74,18 @@ def test_loopback_parity_with_simulator(tmp_path: Path, protocol: str, agents: i
     np.testing.assert_allclose(deployed, per_agent, rtol=1e-12)
 
 
+def test_embedded_trial_of_deploy_local_is_deployable_and_matches_the_simulator(tmp_path: Path) -> None:
+    from fedbandits.config import load_config
+    from fedbandits.federation.cli import TRIAL_CONFIG
+
+    spec = make_spec(load_config(TRIAL_CONFIG))
+    assert spec.silos == 3 and spec.params.protocol == "ldp" and spec.releases == 3
+    assert spec.calibration().guarantee == "formal"  # type: ignore[union-attr]
+    coord = run_loopback(spec, tmp_path)
+    dirs = {i: tmp_path / f"silo-{i}" for i in range(3)}
+    assert compare(spec, reference_run(spec), coord.synced_prefixes(), dirs) == []
+
+
 def test_silo_sends_only_noisy_psums_and_never_redraws(tmp_path: Path) -> None:
     spec = _spec("ldp")
     silo = Silo(spec, 1, tmp_path)

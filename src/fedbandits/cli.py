@@ -11,7 +11,7 @@
                    [--delta D] [--json FILE]
     fedbandits data export --config C.toml --rounds N --out DIR [--run R] [--format npz|csv]
                                           one data file per silo from a run's contexts (docs/data.md)
-    fedbandits deploy local|certs|server|silo ...  real deployment on Flower (docs/deployment.md)
+    fedbandits deploy local|certs|server|silo|shuffler ...  real deployment on Flower (docs/deployment.md)
 
 Any invalid input prints one line ``fedbandits: error: ...`` and exits with status 2; a task
 that fails for good (e.g. its Ray worker lost more often than ``--retries``) exits with status 1.

@@ -1,6 +1,6 @@
 """``fedbandits deploy``: run Private-FedLinUCB as a real federation on Flower.
 
-    fedbandits deploy local --config CONFIG.toml [--silos M] [--workdir DIR] [--algorithm LABEL] [--check-parity]
+    fedbandits deploy local [--config CONFIG.toml] [--silos M] [--workdir DIR] [--algorithm LABEL] [--check-parity]
     fedbandits deploy certs --out DIR --silos M [--host HOST ...]
     fedbandits deploy server --config CONFIG.toml --creds DIR --workdir DIR [--host 127.0.0.1] [--port 9092]
     fedbandits deploy silo --superlink HOST:PORT --silo-id I --config CONFIG.toml --ca CA.pem --key silo-I
@@ -32,6 +32,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from fedbandits.federation.spec import DeploySpec
 
+#: the embedded default of ``deploy local`` (no ``--config``)
+TRIAL_CONFIG = Path(__file__).with_name("trial.toml")
+
 
 def add_deploy_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
     p = subparsers.add_parser(
@@ -41,7 +44,10 @@ def add_deploy_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     )
     sub = p.add_subparsers(dest="deploy_command", metavar="MODE")
     local = sub.add_parser("local", help="one-command trial: server + M silos on 127.0.0.1")
-    local.add_argument("--config", type=Path, required=True, metavar="CONFIG.toml", help="experiment configuration")
+    local.add_argument(
+        "--config", type=Path, metavar="CONFIG.toml",
+        help="experiment configuration (default: the embedded trial, 3 silos, LDP, T = 60, B = 20)",
+    )  # fmt: skip
     local.add_argument("--silos", type=int, help="number of silos (must equal the config's agents)")
     local.add_argument("--algorithm", help="label of the fedlinucb entry to deploy (if several)")
     local.add_argument("--run", type=int, default=0, help="which run of the config (seeds), default 0")
@@ -204,7 +210,7 @@ def _local(args: argparse.Namespace) -> int:
     from fedbandits.federation.spec import make_spec
 
     _check_common(args)
-    config = load_config(args.config)
+    config = load_config(args.config if args.config is not None else TRIAL_CONFIG)
     if args.silos is not None and args.silos != config.environment.params.agents:
         raise ValueError(f"--silos {args.silos} differs from the config's agents = {config.environment.params.agents}")
     spec = make_spec(config, args.algorithm, args.run)
