@@ -733,3 +733,66 @@ def test_deploy_server_and_silos_as_separate_commands_on_their_own_data(tmp_path
             # a release it skipped was missing at the server (one it made to the killed server's
             # ServerApp but delivered too late to the restarted one is missing there, yet not skipped)
             assert set(state.skipped_releases) <= set(missed[i])
+
+
+@slow
+def test_separate_commands_with_a_shuffler_party(tmp_path: Path) -> None:
+    """Multi-machine use of sdp-amplification on one host: `deploy certs --shuffler-host`, `deploy
+    shuffler`, `deploy server --shuffler` and three `deploy silo --shuffler --tls-cert --tls-key`, each
+    a separate process started from the command line; parity with the simulator (derived noise and
+    permutations, for the comparison)."""
+    import subprocess
+
+    from fedbandits.federation.launcher import flower_bin, free_port, processes_under
+
+    config = tmp_path / "sdp.toml"
+    config.write_text(_config("sdp-amplification", horizon=30, extra='calibration = "paper"'))
+    fb = flower_bin("fedbandits")
+    creds, work = tmp_path / "creds", tmp_path / "server"
+    certs = [fb, "deploy", "certs", "--out", str(creds), "--silos", "3", "--shuffler-host", "localhost"]
+    assert subprocess.run(certs, timeout=120, check=False).returncode == 0
+    port, shuffler = free_port(), f"localhost:{free_port()}"
+    env = flower_env(tmp_path / "home" / "cmd")
+    procs = {}
+    try:
+        procs["shuffler"] = start_process(
+            "shuffler",
+            [fb, "deploy", "shuffler", "--config", str(config), "--listen", shuffler, "--ca", str(creds / "ca.pem"),
+             "--cert", str(creds / "shuffler.pem"), "--key", str(creds / "shuffler.key"),
+             "--state-dir", str(tmp_path / "shuffler"), "--shuffle-source", "derived"],
+            tmp_path / "shuffler.log", env,
+        )  # fmt: skip
+        server_cmd = [
+            fb, "deploy", "server", "--config", str(config), "--creds", str(creds), "--workdir", str(work),
+            "--port", str(port), "--shuffler", shuffler, "--round-timeout", "120", "--join-timeout", "180",
+            "--timeout", "400",
+        ]  # fmt: skip
+        procs["server"] = start_process("server", server_cmd, tmp_path / "server.log", env)
+        for i in range(3):
+            procs[f"silo-{i}"] = start_process(
+                f"silo-{i}",
+                [fb, "deploy", "silo", "--superlink", f"127.0.0.1:{port}", "--silo-id", str(i),
+                 "--ca", str(creds / "ca.pem"), "--key", str(creds / f"silo-{i}"),
+                 "--state-dir", str(tmp_path / f"silo-{i}"), "--runtime-port", str(free_port()),
+                 "--noise-source", "derived", "--config", str(config), "--shuffler", shuffler,
+                 "--tls-cert", str(creds / f"silo-{i}-client.pem"), "--tls-key", str(creds / f"silo-{i}-client.key")],
+                tmp_path / f"silo-{i}.log", env,
+            )  # fmt: skip
+        try:
+            procs["server"].popen.wait(timeout=500)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("deploy server did not finish: " + (tmp_path / "server.log").read_text()) from None
+        out = (tmp_path / "server.log").read_text()
+        assert procs["server"].popen.returncode == 0, out
+        assert processes_under(work / "home") == []
+    finally:
+        for proc in procs.values():
+            proc.stop()
+    assert "rejected 0" in out and "sdp-amplification/paper" in out
+    spec = make_spec(loads_config(config.read_text()))
+    coord = Coordinator(spec, work / "state" / "server")
+    assert [r.messages.shape[0] for r in coord.state.rounds] == [3, 3, 3]
+    dirs = {i: tmp_path / f"silo-{i}" for i in range(3)}
+    assert compare(spec, reference_run(spec), coord.synced_prefixes(), dirs) == []
+    shuffler_log = (tmp_path / "shuffler.log").read_text()
+    assert "round 3 closed: 3 message(s) shuffled" in shuffler_log and "shuffler stopped" in shuffler_log
