@@ -638,6 +638,17 @@ def test_run_deploy_certs_and_local_end_to_end(tmp_path: Path, capsys: pytest.Ca
         run_deploy(_deploy_args(["deploy", "local", "--config", str(config), "--silos", "4"]))
 
 
+def _silo_command(fb: str, port: int, creds: Path, i: int, tmp: Path, config: Path, *extra: str) -> list[str]:
+    """``fedbandits deploy silo`` for silo i of a loopback trial (derived noise, for parity checks)."""
+    from fedbandits.federation.launcher import free_port
+
+    return [
+        fb, "deploy", "silo", "--superlink", f"127.0.0.1:{port}", "--silo-id", str(i),
+        "--ca", str(creds / "ca.pem"), "--key", str(creds / f"silo-{i}"), "--state-dir", str(tmp / f"silo-{i}"),
+        "--runtime-port", str(free_port()), "--noise-source", "derived", "--config", str(config), *extra,
+    ]  # fmt: skip
+
+
 @slow
 def test_deploy_server_and_silos_as_separate_commands_on_their_own_data(tmp_path: Path) -> None:
     """Multi-machine use on one host: `deploy certs`, `deploy server` and three `deploy silo`, each a
@@ -678,14 +689,8 @@ def test_deploy_server_and_silos_as_separate_commands_on_their_own_data(tmp_path
     try:
         procs["server"] = start_process("server", server_cmd, tmp_path / "server-1.log", env)
         for i in range(3):
-            procs[f"silo-{i}"] = start_process(
-                f"silo-{i}",
-                [fb, "deploy", "silo", "--superlink", f"127.0.0.1:{port}", "--silo-id", str(i),
-                 "--ca", str(creds / "ca.pem"), "--key", str(creds / f"silo-{i}"),
-                 "--state-dir", str(tmp_path / f"silo-{i}"), "--runtime-port", str(free_port()),
-                 "--noise-source", "derived", "--data", str(files[i]), "--config", str(server_config)],
-                tmp_path / f"silo-{i}.log", env,
-            )  # fmt: skip
+            cmd = _silo_command(fb, port, creds, i, tmp_path, server_config, "--data", str(files[i]))
+            procs[f"silo-{i}"] = start_process(f"silo-{i}", cmd, tmp_path / f"silo-{i}.log", env)
         _wait(lambda: completed() >= 1, 240, "round 1")
         os.kill(procs["server"].pid, signal.SIGKILL)  # the command only: its SuperLink lives on
         procs["server"].popen.wait(timeout=10)
@@ -769,15 +774,9 @@ def test_separate_commands_with_a_shuffler_party(tmp_path: Path) -> None:
         ]  # fmt: skip
         procs["server"] = start_process("server", server_cmd, tmp_path / "server.log", env)
         for i in range(3):
-            procs[f"silo-{i}"] = start_process(
-                f"silo-{i}",
-                [fb, "deploy", "silo", "--superlink", f"127.0.0.1:{port}", "--silo-id", str(i),
-                 "--ca", str(creds / "ca.pem"), "--key", str(creds / f"silo-{i}"),
-                 "--state-dir", str(tmp_path / f"silo-{i}"), "--runtime-port", str(free_port()),
-                 "--noise-source", "derived", "--config", str(config), "--shuffler", shuffler,
-                 "--tls-cert", str(creds / f"silo-{i}-client.pem"), "--tls-key", str(creds / f"silo-{i}-client.key")],
-                tmp_path / f"silo-{i}.log", env,
-            )  # fmt: skip
+            tls = ["--tls-cert", str(creds / f"silo-{i}-client.pem"), "--tls-key", str(creds / f"silo-{i}-client.key")]
+            cmd = _silo_command(fb, port, creds, i, tmp_path, config, "--shuffler", shuffler, *tls)
+            procs[f"silo-{i}"] = start_process(f"silo-{i}", cmd, tmp_path / f"silo-{i}.log", env)
         try:
             procs["server"].popen.wait(timeout=500)
         except subprocess.TimeoutExpired:
