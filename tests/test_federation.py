@@ -523,21 +523,52 @@ def test_shuffler_arguments_are_checked_before_anything_starts(tmp_path: Path) -
     with pytest.raises(ValueError, match="--shuffler must be HOST:PORT"):
         run_deploy(_deploy_args([*server, "--config", str(sdp), "--shuffler", "h"]))
     assert not work.exists()  # refused before the work folder is touched
+    hop = ["--shuffler", "h:9095", "--shuffler-creds", str(tmp_path / "elsewhere")]
+    with pytest.raises(ValueError, match=r"lacks shuffler-ca\.pem, server-client\.pem, server-client\.key"):
+        run_deploy(_deploy_args([*server, "--config", str(sdp), *hop]))
+    assert not (work / "superlink.db").exists() and not (work / "app").exists()  # nothing started
 
     silo = ["deploy", "silo", "--superlink", "h:9092", "--silo-id", "0", "--ca", str(creds / "ca.pem"),
             "--key", str(creds / "silo-0"), "--state-dir", str(tmp_path / "s"), "--config", str(sdp)]  # fmt: skip
     tls = ["--tls-cert", str(creds / "silo-0-client.pem"), "--tls-key", str(creds / "silo-0-client.key")]
+    hop_ca = ["--shuffler-ca", str(creds / "shuffler-ca.pem")]
     for bad, message in [
         ([], "--shuffler HOST:PORT is required"),
-        (["--shuffler", "h:9095"], "--tls-cert is required"),
-        (["--shuffler", "h:9095", *tls[:2], "--tls-key", str(tmp_path / "none")], "--tls-key: no such file"),
-        (["--shuffler", "h:0", *tls], "--shuffler must be HOST:PORT"),
+        (["--shuffler", "h:9095"], "--shuffler-ca is required"),
+        (["--shuffler", "h:9095", *hop_ca], "--tls-cert is required"),
+        (["--shuffler", "h:9095", *hop_ca, *tls[:2], "--tls-key", str(tmp_path / "none")], "--tls-key: no such file"),
+        (["--shuffler", "h:0", *hop_ca, *tls], "--shuffler must be HOST:PORT"),
     ]:
         with pytest.raises(ValueError, match=message):
             run_deploy(_deploy_args([*silo, *bad]))
+    ldp_silo = [*silo[:-1], str(ldp)]
+    with pytest.raises(ValueError, match="--tls-cert is only for a shuffled protocol"):
+        run_deploy(_deploy_args([*ldp_silo, *tls]))
     assert not (tmp_path / "s").exists()
 
-    shuffler = ["deploy", "shuffler", "--ca", str(creds / "ca.pem"), "--cert", str(creds / "shuffler.pem"),
+    # the two sets of credentials come from different operators' commands
+    with pytest.raises(ValueError, match="--shuffler-host goes with --shuffler-hop"):
+        run_deploy(
+            _deploy_args(["deploy", "certs", "--out", str(tmp_path / "c"), "--silos", "2", "--shuffler-host", "h"])
+        )
+    with pytest.raises(ValueError, match="with --shuffler-hop use --shuffler-host"):
+        run_deploy(
+            _deploy_args(
+                ["deploy", "certs", "--out", str(tmp_path / "c"), "--silos", "2", "--shuffler-hop", "--host", "h"]
+            )
+        )
+    assert not (tmp_path / "c").exists()
+    run_deploy(_deploy_args(["deploy", "certs", "--out", str(tmp_path / "f"), "--silos", "2"]))
+    run_deploy(_deploy_args(["deploy", "certs", "--out", str(tmp_path / "h"), "--silos", "2", "--shuffler-hop"]))
+    assert sorted(p.name for p in (tmp_path / "f").iterdir()) == [
+        "ca.key", "ca.pem", "server.key", "server.pem", "silo-0", "silo-0.pub", "silo-1", "silo-1.pub",
+    ]  # fmt: skip
+    assert sorted(p.name for p in (tmp_path / "h").iterdir()) == [
+        "server-client.key", "server-client.pem", "shuffler-ca.key", "shuffler-ca.pem", "shuffler.key", "shuffler.pem",
+        "silo-0-client.key", "silo-0-client.pem", "silo-1-client.key", "silo-1-client.pem",
+    ]  # fmt: skip
+
+    shuffler = ["deploy", "shuffler", "--ca", str(creds / "shuffler-ca.pem"), "--cert", str(creds / "shuffler.pem"),
                 "--key", str(creds / "shuffler.key"), "--state-dir", str(tmp_path / "sh")]  # fmt: skip
     for bad, message in [
         (["--config", str(ldp)], "has no shuffler"),
@@ -753,28 +784,43 @@ def test_separate_commands_with_a_shuffler_party(tmp_path: Path) -> None:
     config = tmp_path / "sdp.toml"
     config.write_text(_config("sdp-amplification", horizon=30, extra='calibration = "paper"'))
     fb = flower_bin("fedbandits")
-    creds, work = tmp_path / "creds", tmp_path / "server"
-    certs = [fb, "deploy", "certs", "--out", str(creds), "--silos", "3", "--shuffler-host", "localhost"]
+    creds, hop, work = tmp_path / "creds", tmp_path / "hop", tmp_path / "server"
+    certs = [fb, "deploy", "certs", "--out", str(creds), "--silos", "3"]  # the server's operator
     assert subprocess.run(certs, timeout=120, check=False).returncode == 0
+    hop_certs = [
+        fb,
+        "deploy",
+        "certs",
+        "--shuffler-hop",
+        "--out",
+        str(hop),
+        "--silos",
+        "3",
+        "--shuffler-host",
+        "localhost",
+    ]
+    assert subprocess.run(hop_certs, timeout=120, check=False).returncode == 0  # the shuffler's operator
     port, shuffler = free_port(), f"localhost:{free_port()}"
     env = flower_env(tmp_path / "home" / "cmd")
     procs = {}
     try:
         procs["shuffler"] = start_process(
             "shuffler",
-            [fb, "deploy", "shuffler", "--config", str(config), "--listen", shuffler, "--ca", str(creds / "ca.pem"),
-             "--cert", str(creds / "shuffler.pem"), "--key", str(creds / "shuffler.key"),
-             "--state-dir", str(tmp_path / "shuffler"), "--shuffle-source", "derived"],
+            [fb, "deploy", "shuffler", "--config", str(config), "--listen", shuffler,
+             "--ca", str(hop / "shuffler-ca.pem"), "--cert", str(hop / "shuffler.pem"),
+             "--key", str(hop / "shuffler.key"), "--state-dir", str(tmp_path / "shuffler"), "--shuffle-source", "derived"],
             tmp_path / "shuffler.log", env,
         )  # fmt: skip
         server_cmd = [
             fb, "deploy", "server", "--config", str(config), "--creds", str(creds), "--workdir", str(work),
-            "--port", str(port), "--shuffler", shuffler, "--round-timeout", "120", "--join-timeout", "180",
+            "--port", str(port), "--shuffler", shuffler, "--shuffler-creds", str(hop),
+            "--round-timeout", "120", "--join-timeout", "180",
             "--timeout", "400",
         ]  # fmt: skip
         procs["server"] = start_process("server", server_cmd, tmp_path / "server.log", env)
         for i in range(3):
-            tls = ["--tls-cert", str(creds / f"silo-{i}-client.pem"), "--tls-key", str(creds / f"silo-{i}-client.key")]
+            tls = ["--shuffler-ca", str(hop / "shuffler-ca.pem"), "--tls-cert", str(hop / f"silo-{i}-client.pem"),
+                   "--tls-key", str(hop / f"silo-{i}-client.key")]  # fmt: skip
             cmd = _silo_command(fb, port, creds, i, tmp_path, config, "--shuffler", shuffler, *tls)
             procs[f"silo-{i}"] = start_process(f"silo-{i}", cmd, tmp_path / f"silo-{i}.log", env)
         try:

@@ -7,6 +7,8 @@ The real-process deployment with a shuffler is in ``tests/test_federation.py``.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import random
 import threading
 from pathlib import Path
@@ -22,6 +24,8 @@ from fedbandits.federation.shuffler import (
     ShufflerCore,
     ShufflerError,
     encode_array,
+    required_batch,
+    split_address,
 )
 from fedbandits.federation.spec import make_spec
 from fedbandits.protocols.gaussian_tree import ShuffledGaussianTreeProtocol
@@ -63,7 +67,7 @@ def _messages(spec, k: int) -> np.ndarray:  # type: ignore[no-untyped-def]
 
 
 def _close(core: ShufflerCore, spec, k: int) -> np.ndarray:  # type: ignore[no-untyped-def]
-    return core.close(SERVER_ROLE, {"digest": spec.digest, "round": k})
+    return core.close(SERVER_ROLE, {"digest": spec.digest, "round": k}).batch
 
 
 def test_derived_permutations_are_the_simulators(tmp_path: Path) -> None:
@@ -86,14 +90,17 @@ def test_os_permutations_are_uniform(tmp_path: Path) -> None:
     tested with a seeded random.Random in its place.  Position of silo 0's message over N = 4000
     closes: uniform on M = 4 places, so the chi-square statistic (3 degrees of freedom) exceeds
     16.27 with probability 1e-3 only; a fixed order would give 12,000."""
-    core = ShufflerCore(_spec(), tmp_path, "os")
+    spec = _spec()
+    core = ShufflerCore(spec, tmp_path, "os")
     assert core.state.rng is None and isinstance(core._sysrandom, random.SystemRandom)
     core._sysrandom = random.Random(12345)  # type: ignore[assignment]
+    msgs = _messages(spec, 1)
+    core.state.pending = {i: msgs[i] for i in range(M)}
     positions = np.zeros(M)
     for _ in range(4000):
-        order = core._permutation(M)
-        assert sorted(order) == list(range(M))
-        positions[order.index(0)] += 1
+        batch = core._shuffle(1, None).batch
+        assert sorted(map(tuple, batch)) == sorted(map(tuple, msgs))
+        positions[int(np.flatnonzero((batch == msgs[0]).all(axis=1))[0])] += 1
     expected = 4000 / M
     chi2 = float(((positions - expected) ** 2 / expected).sum())
     assert chi2 < 16.27, positions
@@ -173,6 +180,134 @@ def test_shuffler_state_of_another_deployment_or_source_is_refused(tmp_path: Pat
         ShufflerCore(_spec(protocol="ldp"), tmp_path / "y", "os")
 
 
+def test_required_batch_follows_what_certifies_the_guarantee(monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from fedbandits.federation.spec import DeploySpec
+
+    spec = _spec()
+    for silo_eps, spent, need in [(5.0, 5.0, 1), (9.0, 5.0, M), (5.0, 5.0 * (1 - 1e-12), 1)]:
+        cal = SimpleNamespace(epsilon_silo=silo_eps, epsilon_spent=spent)
+        monkeypatch.setattr(DeploySpec, "calibration", lambda self, cal=cal: cal)
+        # amplification (spent below each silo's own guarantee) needs all M messages in a batch
+        assert required_batch(spec) == need
+    monkeypatch.setattr(DeploySpec, "calibration", lambda self: None)
+    assert required_batch(spec) == 1
+
+
+def test_a_round_with_too_few_messages_is_withheld(tmp_path: Path) -> None:
+    """The server decides when a round closes; if the guarantee rests on amplification over M
+    messages, a batch with fewer (at worst one: a silo's p-sum by its sender) is never released."""
+    spec = _spec()
+    core = ShufflerCore(spec, tmp_path, "derived")
+    core.state.min_batch = M  # as required_batch gives when amplification certifies
+    msgs = _messages(spec, 1)
+    for i in range(M - 1):
+        core.submit(f"silo-{i}", _body(spec, i, 1, msgs[i]))
+    done = core.close(SERVER_ROLE, {"digest": spec.digest, "round": 1})
+    assert done.withheld and done.batch.shape == (0, spec.width()) and done.senders == (0, 1, 2)
+    restarted = ShufflerCore(spec, tmp_path, "derived")
+    assert restarted.state.withheld == [1] and restarted.state.pending == {}
+    assert _close(restarted, spec, 1).shape == (0, spec.width())  # the same answer again
+    with pytest.raises(ShufflerError, match="closed without this message"):
+        restarted.submit(f"silo-{M - 1}", _body(spec, M - 1, 1, msgs[M - 1]))  # too late
+    for i in range(M):  # a full round is released
+        restarted.submit(f"silo-{i}", _body(spec, i, 2, msgs[i]))
+    assert _close(restarted, spec, 2).shape == (M, spec.width())
+
+
+def test_a_failed_write_changes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Disk full while accepting or closing: the answer is an error and neither memory nor disk
+    moves, so a retry is a first attempt -- never a 'duplicate' of a message that was not kept,
+    never a second permutation of a round."""
+    import fedbandits.federation.shuffler as shuffler_module
+
+    spec = _spec()
+    core = ShufflerCore(spec, tmp_path, "os")
+    msgs = _messages(spec, 1)
+    real = shuffler_module.save_pickle
+
+    def full(path: Path, obj: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(shuffler_module, "save_pickle", full)
+    with pytest.raises(OSError):
+        core.submit("silo-0", _body(spec, 0, 1, msgs[0]))
+    assert core.state.pending == {} and core.state.accepted == 0
+    monkeypatch.setattr(shuffler_module, "save_pickle", real)
+    assert core.submit("silo-0", _body(spec, 0, 1, msgs[0])) == "accepted"
+    assert core.submit("silo-1", _body(spec, 1, 1, msgs[1])) == "accepted"
+
+    # the close: its round file is written, then the state write fails (a crash at that point)
+    calls = []
+
+    def second_fails(path: Path, obj: object) -> None:
+        calls.append(path)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        real(path, obj)
+
+    monkeypatch.setattr(shuffler_module, "save_pickle", second_fails)
+    with pytest.raises(OSError):
+        _close(core, spec, 1)
+    assert calls[0] == core.round_path(1) and core.state.closed == 0 and len(core.state.pending) == 2
+    monkeypatch.setattr(shuffler_module, "save_pickle", real)
+    restarted = ShufflerCore(spec, tmp_path, "os")
+    assert restarted.state.closed == 0 and sorted(restarted.state.pending) == [0, 1]
+    first = restarted.closed_round(1).batch  # what the failed close had drawn
+    core._sysrandom = random.Random(0)  # a new draw could differ; the stored one is used
+    assert np.array_equal(_close(core, spec, 1), first) and core.state.closed == 1
+    assert np.array_equal(_close(ShufflerCore(spec, tmp_path, "os"), spec, 1), first)
+
+
+def test_derived_stream_survives_a_crash_between_round_file_and_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Parity after a crash at the worst point: round 1's file written, the state not; the next
+    rounds still get the simulator's permutations."""
+    import fedbandits.federation.shuffler as shuffler_module
+
+    spec = _spec()
+    real = shuffler_module.save_pickle
+    core = ShufflerCore(spec, tmp_path / "a", "derived")
+    reference = ShufflerCore(spec, tmp_path / "b", "derived")
+    calls: list[Path] = []
+
+    def crash_after_round_file(path: Path, obj: object) -> None:
+        calls.append(path)
+        if len(calls) == 2:
+            raise OSError("killed")
+        real(path, obj)
+
+    for k in (1, 2, 3):
+        msgs = _messages(spec, k)
+        for i in range(M):
+            core.submit(f"silo-{i}", _body(spec, i, k, msgs[i]))
+            reference.submit(f"silo-{i}", _body(spec, i, k, msgs[i]))
+        if k == 1:
+            monkeypatch.setattr(shuffler_module, "save_pickle", crash_after_round_file)
+            with pytest.raises(OSError):
+                _close(core, spec, 1)
+            monkeypatch.setattr(shuffler_module, "save_pickle", real)
+            core = ShufflerCore(spec, tmp_path / "a", "derived")  # restart
+        assert np.array_equal(_close(core, spec, k), _close(reference, spec, k))
+
+
+def test_stored_rounds_do_not_link_positions_to_senders(tmp_path: Path) -> None:
+    spec = _spec()
+    core = ShufflerCore(spec, tmp_path, "derived")
+    msgs = _messages(spec, 1)
+    for i in (3, 1, 0, 2):
+        core.submit(f"silo-{i}", _body(spec, i, 1, msgs[i]))
+    _close(core, spec, 1)
+    done = core.closed_round(1)
+    assert {f.name for f in dataclasses.fields(done)} == {"round", "batch", "senders", "hashes", "withheld"}
+    assert done.senders == (0, 1, 2, 3) and list(done.hashes) == sorted(done.hashes)
+    assert not np.array_equal(done.batch, msgs)  # this seed's permutation is not the identity
+    state = ShufflerCore(spec, tmp_path, "derived").state
+    assert state.pending == {}  # messages by sender are gone once the round is closed
+
+
 def test_server_refuses_an_acknowledgement_that_carries_the_psum() -> None:
     """Under a shuffled protocol a payload next to the sender's identity would undo the shuffle."""
     spec = _spec()
@@ -201,7 +336,7 @@ def service(tmp_path: Path):  # type: ignore[no-untyped-def]
         tmp_path / "state",
         "127.0.0.1",
         port,
-        creds / "ca.pem",
+        creds / "shuffler-ca.pem",
         creds / "shuffler.pem",
         creds / "shuffler.key",
     )
@@ -217,7 +352,8 @@ def service(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 
 def _client(creds: Path, address: str, who: str) -> ShufflerClient:
-    return ShufflerClient(address, creds / "ca.pem", creds / f"{who}-client.pem", creds / f"{who}-client.key", 5)
+    pem, key = creds / f"{who}-client.pem", creds / f"{who}-client.key"
+    return ShufflerClient(address, creds / "shuffler-ca.pem", pem, key, 5)
 
 
 def test_mutual_tls_identities_and_a_round(service) -> None:  # type: ignore[no-untyped-def]
@@ -236,17 +372,78 @@ def test_mutual_tls_identities_and_a_round(service) -> None:  # type: ignore[no-
     # a client without a certificate of the CA does not get through the handshake
     import http.client
 
-    anonymous = ssl.create_default_context(cafile=str(creds / "ca.pem"))
+    anonymous = ssl.create_default_context(cafile=str(creds / "shuffler-ca.pem"))
     host, port = address.split(":")
     conn = http.client.HTTPSConnection(host, int(port), context=anonymous, timeout=5)
     with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
         conn.request("GET", "/health")
         conn.getresponse().read()
     conn.close()
-    batch, size = _client(creds, address, "server").close(spec.digest, 1, spec.width(), patience=5)
-    assert size > batch.nbytes and sorted(map(tuple, batch)) == sorted(map(tuple, msgs))
-    again, _ = _client(creds, address, "server").close(spec.digest, 1, spec.width(), patience=5)
+    # the Flower CA's certificates (another operator's) are not the shuffler hop's
+    flower = ShufflerClient(address, creds / "ca.pem", creds / "server.pem", creds / "server.key", 5)
+    with pytest.raises(ShufflerError, match="unreachable"):
+        flower.send(0, spec.digest, 1, msgs[0], patience=0.5)
+    batch, withheld, size = _client(creds, address, "server").close(spec.digest, 1, spec.width(), patience=5)
+    assert not withheld and size > batch.nbytes and sorted(map(tuple, batch)) == sorted(map(tuple, msgs))
+    again, _, _ = _client(creds, address, "server").close(spec.digest, 1, spec.width(), patience=5)
     assert np.array_equal(again, batch)
+
+
+def _raw(creds: Path, address: str, request: bytes) -> tuple[int, bytes]:
+    """Send ``request`` as is over mutual TLS (as silo 0); return the status and the body."""
+    import socket
+
+    from fedbandits.federation.shuffler import client_context
+
+    ctx = client_context(creds / "shuffler-ca.pem", creds / "silo-0-client.pem", creds / "silo-0-client.key")
+    host, port = split_address(address)
+    with socket.create_connection((host, port), timeout=10) as raw, ctx.wrap_socket(raw, server_hostname=host) as tls:
+        tls.sendall(request)
+        data = b""
+        while chunk := tls.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), body
+
+
+def _post(path: bytes, body: bytes, length: bytes | None = None) -> bytes:
+    header = b"" if length == b"" else b"Content-Length: " + (length or str(len(body)).encode()) + b"\r\n"
+    return b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + header + b"\r\n" + body
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status", "reason"),
+    [
+        (_post(b"/v1/message", b"hello"), 400, "not JSON"),
+        (_post(b"/v1/message", b"", b""), 411, "Content-Length is required"),
+        (_post(b"/v1/message", b"", b"99999999"), 413, "must be in"),
+        (_post(b"/v1/message", b"", b"-1"), 413, "must be in"),
+        (_post(b"/v1/other", b"{}"), 404, "no such path"),
+        (_post(b"/v1/message", b"[1,2"), 400, "not JSON"),
+        (_post(b"/v1/message", b"[]"), 400, "JSON object"),
+        (_post(b"/v1/message", b"[" * 100_000 + b"]" * 100_000), 400, "nested too deeply"),
+    ],
+)
+def test_http_boundary_answers_every_bad_request(service, request_bytes: bytes, status: int, reason: str) -> None:  # type: ignore[no-untyped-def]
+    spec, creds, address = service
+    got, body = _raw(creds, address, request_bytes)
+    assert got == status and reason in body.decode()
+    # nothing of it reached the state; a good message still goes through
+    assert _client(creds, address, "silo-0").send(0, spec.digest, 1, np.ones(spec.width()), patience=5) == "accepted"
+
+
+def test_http_boundary_does_not_echo_huge_values(service) -> None:  # type: ignore[no-untyped-def]
+    _, creds, address = service
+    got, body = _raw(creds, address, _post(b"/v1/message", json.dumps({"silo_id": "9" * 500_000}).encode()))
+    assert got == 400 and len(body) < 300  # the value is shortened, not echoed
+
+
+def test_addresses() -> None:
+    assert split_address("shuffler.example.org:9095") == ("shuffler.example.org", 9095)
+    assert split_address("[::1]:9095") == ("::1", 9095)
+    for bad in ("::1:9095", "h", "h:0", "h:65536", ":9095", "[::1]"):
+        with pytest.raises(ValueError, match="HOST:PORT"):
+            split_address(bad)
 
 
 def test_unreachable_shuffler_is_a_bounded_wait(tmp_path: Path) -> None:

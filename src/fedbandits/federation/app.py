@@ -143,9 +143,11 @@ def _serve(grid: Grid, cfg: dict[str, Any], state_dir: Path, run_id: int) -> Non
             log.info("round %d closed: silos %s accepted, %d rejected", k, sorted(accepted), len(rejected))
         else:
             # the p-sums went to the shuffler; it permutes them once and hands over the batch
-            batch, size = shuffler.close(spec.digest, k, coord.width, patience=round_timeout)
+            batch, withheld, size = shuffler.close(spec.digest, k, coord.width, patience=round_timeout)
             if not np.isfinite(batch).all() or len(batch) > spec.silos:
                 raise RuntimeError(f"round {k}: the shuffler's batch is malformed (shape {batch.shape})")
+            if withheld:
+                log.warning("round %d: the shuffler withheld the batch (fewer messages than the guarantee needs)", k)
             coord.state.shuffler_bytes += size
             coord.close_shuffled_round(k, batch, sorted(accepted), rejected)
             log.info(

@@ -11,9 +11,10 @@ Flower's SuperNodes authenticate with these keys (signed requests), not with TLS
 certificates; TLS authenticates the server to the silos and encrypts every connection.
 
 For a shuffled protocol (``sdp-amplification``) the shuffler is a separate party that speaks
-mutual TLS: ``shuffler.pem`` / ``shuffler.key`` (its server certificate) and one TLS client
-certificate per party, ``server-client.pem`` / ``.key`` and ``silo-<i>-client.pem`` / ``.key``,
-whose common name (``server``, ``silo-<i>``) is the identity the shuffler checks.
+mutual TLS under a CA of its own operator, ``shuffler-ca.pem`` / ``.key``: ``shuffler.pem`` /
+``shuffler.key`` (its server certificate) and one TLS client certificate per party,
+``server-client.pem`` / ``.key`` and ``silo-<i>-client.pem`` / ``.key``, whose common name
+(``server``, ``silo-<i>``) is the identity the shuffler checks.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+#: file stem of the shuffler hop's own CA (``shuffler-ca.pem`` / ``shuffler-ca.key``)
+SHUFFLER_CA = "shuffler-ca"
 
 #: names every trial server certificate lists, so that the operator's CLI on the server host works
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
@@ -45,7 +49,9 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     )
 
 
-def create_ca(out: str | Path, days: int = 30, name: str = "fedbandits trial CA") -> tuple[Path, Path]:
+def create_ca(
+    out: str | Path, days: int = 30, name: str = "fedbandits trial CA", stem: str = "ca"
+) -> tuple[Path, Path]:
     out = Path(out)
     key = ec.generate_private_key(ec.SECP384R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
@@ -75,9 +81,9 @@ def create_ca(out: str | Path, days: int = 30, name: str = "fedbandits trial CA"
         )
         .sign(key, hashes.SHA384())
     )
-    _write(out / "ca.pem", cert.public_bytes(serialization.Encoding.PEM))
-    _write(out / "ca.key", _key_pem(key), private=True)
-    return out / "ca.pem", out / "ca.key"
+    _write(out / f"{stem}.pem", cert.public_bytes(serialization.Encoding.PEM))
+    _write(out / f"{stem}.key", _key_pem(key), private=True)
+    return out / f"{stem}.pem", out / f"{stem}.key"
 
 
 def _issue(
@@ -88,12 +94,13 @@ def _issue(
     hosts: list[str] | None,
     days: int,
     ca_dir: Path,
+    ca_stem: str = "ca",
 ) -> tuple[Path, Path]:
-    """``<stem>.pem`` / ``<stem>.key``: a certificate for ``common_name`` signed by the CA in
-    ``ca_dir``, for TLS server or client authentication (``usage``), with ``hosts`` as its Subject
-    Alternative Names (server certificates)."""
-    ca_cert = x509.load_pem_x509_certificate((ca_dir / "ca.pem").read_bytes())
-    ca_key = serialization.load_pem_private_key((ca_dir / "ca.key").read_bytes(), password=None)
+    """``<stem>.pem`` / ``<stem>.key``: a certificate for ``common_name`` signed by the CA
+    ``ca_dir/<ca_stem>.pem``, for TLS server or client authentication (``usage``), with ``hosts``
+    as its Subject Alternative Names (server certificates)."""
+    ca_cert = x509.load_pem_x509_certificate((ca_dir / f"{ca_stem}.pem").read_bytes())
+    ca_key = serialization.load_pem_private_key((ca_dir / f"{ca_stem}.key").read_bytes(), password=None)
     key = ec.generate_private_key(ec.SECP384R1())
     now = dt.datetime.now(dt.UTC)
     builder = (
@@ -127,25 +134,26 @@ def create_server_cert(
     days: int = 30,
     ca_dir: str | Path | None = None,
     stem: str = "server",
+    ca_stem: str = "ca",
 ) -> tuple[Path, Path]:
     """``server.pem`` / ``server.key`` for ``hosts`` plus the loopback names 127.0.0.1, ::1 and
     localhost (the server operator's own ``flwr`` CLI reaches the SuperLink over loopback), signed by
     the CA in ``ca_dir`` (default ``out``).  The first host is the certificate's common name.
-    ``stem = "shuffler"`` gives the shuffler's certificate."""
+    ``stem = "shuffler"`` with ``ca_stem = "shuffler-ca"`` gives the shuffler's certificate."""
     out = Path(out)
     hosts = list(dict.fromkeys([*(hosts or []), *LOOPBACK]))
     ca = Path(ca_dir) if ca_dir is not None else out
-    return _issue(out, stem, hosts[0], ExtendedKeyUsageOID.SERVER_AUTH, hosts, days, ca)
+    return _issue(out, stem, hosts[0], ExtendedKeyUsageOID.SERVER_AUTH, hosts, days, ca, ca_stem)
 
 
 def create_client_cert(
-    out: str | Path, name: str, days: int = 30, ca_dir: str | Path | None = None
+    out: str | Path, name: str, days: int = 30, ca_dir: str | Path | None = None, ca_stem: str = SHUFFLER_CA
 ) -> tuple[Path, Path]:
     """``<name>-client.pem`` / ``.key``: a TLS client certificate with common name ``name``
     (``silo-<i>`` or ``server``), by which the shuffler knows who is talking to it."""
     out = Path(out)
     ca = Path(ca_dir) if ca_dir is not None else out
-    return _issue(out, f"{name}-client", name, ExtendedKeyUsageOID.CLIENT_AUTH, None, days, ca)
+    return _issue(out, f"{name}-client", name, ExtendedKeyUsageOID.CLIENT_AUTH, None, days, ca, ca_stem)
 
 
 def create_silo_key(out: str | Path, silo: int) -> tuple[Path, Path]:
@@ -161,18 +169,37 @@ def create_silo_key(out: str | Path, silo: int) -> tuple[Path, Path]:
     return out / f"silo-{silo}", out / f"silo-{silo}.pub"
 
 
+def create_shuffler_credentials(out: str | Path, silos: int, hosts: list[str] | None = None) -> Path:
+    """The shuffler hop's credentials, made by the shuffler's operator: its own CA
+    (``shuffler-ca.pem`` / ``.key``), the shuffler's certificate for ``hosts`` plus loopback, and TLS
+    client certificates for the server and each silo.  A separate CA, because whoever can issue a
+    ``silo-<i>`` client certificate can post as silo i -- and a server that could fill a round with
+    its own messages would isolate one silo's message in the batch."""
+    out = Path(out)
+    create_ca(out, name="fedbandits shuffler-hop CA", stem=SHUFFLER_CA)
+    create_server_cert(out, hosts, stem="shuffler", ca_stem=SHUFFLER_CA)
+    create_client_cert(out, "server")
+    for i in range(silos):
+        create_client_cert(out, f"silo-{i}")
+    return out
+
+
 def create_trial_credentials(
     out: str | Path, silos: int, hosts: list[str] | None = None, shuffler_hosts: list[str] | None = None
 ) -> Path:
-    """CA, server certificate and ``silos`` silo keys in ``out`` (for a trial; see the module doc),
-    plus what a shuffled protocol needs: the shuffler's certificate (for ``shuffler_hosts`` and
-    loopback) and TLS client certificates for the server and every silo."""
+    """Everything a one-host trial needs in ``out``: the Flower credentials (CA, server certificate,
+    ``silos`` silo keys) and the shuffler hop's (:func:`create_shuffler_credentials`).  In a real
+    deployment the two sets are made by different operators (see docs/deployment.md)."""
+    create_flower_credentials(out, silos, hosts)
+    create_shuffler_credentials(out, silos, shuffler_hosts)
+    return Path(out)
+
+
+def create_flower_credentials(out: str | Path, silos: int, hosts: list[str] | None = None) -> Path:
+    """The Flower side's credentials in ``out``: CA, server certificate, ``silos`` silo keys."""
     out = Path(out)
     create_ca(out)
     create_server_cert(out, hosts)
-    create_server_cert(out, shuffler_hosts, stem="shuffler")
-    create_client_cert(out, "server")
     for i in range(silos):
         create_silo_key(out, i)
-        create_client_cert(out, f"silo-{i}")
     return out

@@ -61,7 +61,12 @@ def add_deploy_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     certs.add_argument("--silos", type=int, required=True, help="number of silo keys")
     certs.add_argument("--host", action="append", help="server host name / IP for the certificate (repeatable)")
     certs.add_argument(
-        "--shuffler-host", action="append", help="shuffler host name / IP for its certificate (repeatable)"
+        "--shuffler-hop", action="store_true",
+        help="instead: the shuffler hop's own CA, shuffler certificate and client certificates (the shuffler's "
+        "operator runs this)",
+    )  # fmt: skip
+    certs.add_argument(
+        "--shuffler-host", action="append", help="with --shuffler-hop: shuffler host name / IP (repeatable)"
     )
 
     server = sub.add_parser("server", help="run the server side (multi-machine use): SuperLink, silo keys, the app")
@@ -84,9 +89,11 @@ def add_deploy_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
         help="address and certificate name by which this host reaches its SuperLink (default: --host, or "
         "127.0.0.1 when --host is a wildcard)",
     )
+    server.add_argument("--shuffler", metavar="HOST:PORT", help="the shuffler party (sdp-amplification only)")
     server.add_argument(
-        "--shuffler", metavar="HOST:PORT", help="the shuffler party (sdp-amplification); uses creds/server-client.pem"
-    )
+        "--shuffler-creds", type=Path,
+        help="folder with shuffler-ca.pem, server-client.pem and server-client.key (default: --creds)",
+    )  # fmt: skip
     server.add_argument("--round-timeout", type=float, default=60.0, help="seconds a round waits for silos")
     server.add_argument("--join-timeout", type=float, default=600.0, help="seconds the server waits for the silos")
     server.add_argument("--timeout", type=float, default=86400.0, help="seconds before the run is abandoned")
@@ -109,6 +116,7 @@ def add_deploy_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
         "--data", type=Path, help="this silo's users (.npz or .csv; the config's environment must be data-files)"
     )
     silo.add_argument("--shuffler", metavar="HOST:PORT", help="the shuffler party (sdp-amplification only)")
+    silo.add_argument("--shuffler-ca", type=Path, help="the shuffler hop's CA (shuffler-ca.pem)")
     silo.add_argument("--tls-cert", type=Path, help="this silo's TLS client certificate for the shuffler")
     silo.add_argument("--tls-key", type=Path, help="its private key")
 
@@ -121,7 +129,12 @@ def add_deploy_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     shuf.add_argument("--algorithm", help="label of the fedlinucb entry (if several)")
     shuf.add_argument("--run", type=int, default=0, help="which run of the config, default 0")
     shuf.add_argument("--listen", default="127.0.0.1:9095", metavar="HOST:PORT", help="default 127.0.0.1:9095")
-    shuf.add_argument("--ca", type=Path, required=True, help="CA that signed every party's certificate")
+    shuf.add_argument(
+        "--ca",
+        type=Path,
+        required=True,
+        help="the shuffler hop's CA (shuffler-ca.pem): signed every client's certificate",
+    )
     shuf.add_argument("--cert", type=Path, required=True, help="the shuffler's certificate (shuffler.pem)")
     shuf.add_argument("--key", type=Path, required=True, help="its private key (shuffler.key)")
     shuf.add_argument("--state-dir", type=Path, required=True, help="durable state folder (run again to resume)")
@@ -137,15 +150,23 @@ def run_deploy(args: argparse.Namespace) -> int:
     if mode == "local":
         return _local(args)
     if mode == "certs":
-        from fedbandits.federation.certs import create_trial_credentials
+        from fedbandits.federation.certs import create_flower_credentials, create_shuffler_credentials
 
         if args.silos < 1:
             raise ValueError(f"--silos must be >= 1, got {args.silos}")
-        out = create_trial_credentials(args.out, args.silos, args.host, args.shuffler_host)
-        print(
-            f"wrote ca.pem, ca.key (keep offline), server.pem, server.key, silo-<i>[.pub] and, for a shuffler, "
-            f"shuffler.pem/.key, server-client.pem/.key, silo-<i>-client.pem/.key to {out}"
-        )
+        if args.shuffler_hop:
+            if args.host:
+                raise ValueError("--host is for the server's certificate; with --shuffler-hop use --shuffler-host")
+            out = create_shuffler_credentials(args.out, args.silos, args.shuffler_host)
+            print(
+                f"wrote shuffler-ca.pem, shuffler-ca.key (keep offline), shuffler.pem/.key (the shuffler's host), "
+                f"server-client.pem/.key (the server), silo-<i>-client.pem/.key (silo i only) to {out}"
+            )
+            return 0
+        if args.shuffler_host:
+            raise ValueError("--shuffler-host goes with --shuffler-hop (the shuffler's credentials)")
+        out = create_flower_credentials(args.out, args.silos, args.host)
+        print(f"wrote ca.pem, ca.key (keep offline), server.pem, server.key, silo-<i>[.pub] to {out}")
         return 0
     if mode == "server":
         return _server(args)
@@ -259,6 +280,7 @@ def _server(args: argparse.Namespace) -> int:
     dep = ServerDeployment(
         args.workdir, spec, certs=args.creds, host=args.host, port=args.port, cli_host=cli_host,
         round_timeout=args.round_timeout, join_timeout=args.join_timeout, shuffler=args.shuffler,
+        shuffler_creds=args.shuffler_creds,
     )  # fmt: skip
     missing = dep.missing_credentials()
     if missing:  # before anything starts
@@ -306,11 +328,13 @@ def _silo(args: argparse.Namespace) -> int:
         raise ValueError(f"--silo-id must be < the config's {spec.silos} silos, got {args.silo_id}")
     state_dir = args.state_dir.resolve()
     _check_shuffler_flag(spec, args.shuffler)
-    for name in ("tls_cert", "tls_key"):
+    for name in ("shuffler_ca", "tls_cert", "tls_key"):
         path = getattr(args, name)
         flag = "--" + name.replace("_", "-")
         if spec.shuffled and path is None:
-            raise ValueError(f"{flag} is required with protocol {spec.params.protocol!r} (the shuffler's client TLS)")
+            raise ValueError(f"{flag} is required with protocol {spec.params.protocol!r} (TLS to the shuffler)")
+        if not spec.shuffled and path is not None:
+            raise ValueError(f"{flag} is only for a shuffled protocol, not {spec.params.protocol!r}")
         if path is not None and not path.is_file():
             raise ValueError(f"{flag}: no such file {path}")
     extra = f'noise-source="{args.noise_source}" spec-digest="{spec.digest}"'
@@ -319,7 +343,7 @@ def _silo(args: argparse.Namespace) -> int:
             extra += f' data-file="{check_quotable("--data", args.data.resolve())}"'
         if spec.shuffled:
             extra += f' shuffler="{check_quotable("--shuffler", args.shuffler)}"'
-            extra += f' shuffler-ca="{check_quotable("--ca", args.ca.resolve())}"'
+            extra += f' shuffler-ca="{check_quotable("--shuffler-ca", args.shuffler_ca.resolve())}"'
             extra += f' shuffler-cert="{check_quotable("--tls-cert", args.tls_cert.resolve())}"'
             extra += f' shuffler-key="{check_quotable("--tls-key", args.tls_key.resolve())}"'
         check_quotable("--state-dir", state_dir)
@@ -383,6 +407,8 @@ def _shuffler(args: argparse.Namespace) -> int:
     with hold_lock(state_dir, "shuffler"), _terminate_cleanly():
         where = f"{host}:{port} (mutual TLS), state in {state_dir}"
         print(f"shuffler for deployment {spec.digest[:12]} on {where}", flush=True)
+        if args.shuffle_source == "derived":
+            print("warning: --shuffle-source derived: anybody with the config can undo the shuffle (trials only)")
         try:
             serve(spec, state_dir, host, port, args.ca, args.cert, args.key, args.shuffle_source, stop=stop)
         except ShufflerError as exc:

@@ -394,11 +394,15 @@ class ServerDeployment:
     start_timeout: float = 60.0
     #: HOST:PORT of the shuffler party (shuffled protocols only; see fedbandits.federation.shuffler)
     shuffler: str | None = None
+    #: folder with the shuffler hop's shuffler-ca.pem and the server's server-client.pem / .key
+    #: (made by the shuffler's operator; default: ``certs``)
+    shuffler_creds: Path | None = None
     procs: dict[str, Proc] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.workdir = Path(self.workdir).resolve()
         self.certs = Path(self.certs).resolve() if self.certs is not None else self.workdir / "certs"
+        self.shuffler_creds = Path(self.shuffler_creds).resolve() if self.shuffler_creds is not None else self.certs
         self.state = self.workdir / "state"
         self.logs = self.workdir / "logs"
         self.cli_home = self.workdir / "home" / "cli"
@@ -427,14 +431,20 @@ class ServerDeployment:
         assert self.certs is not None
         return self.certs
 
+    @property
+    def hop(self) -> Path:
+        """Where the shuffler hop's credentials are."""
+        assert self.shuffler_creds is not None
+        return self.shuffler_creds
+
     def silo_public_key(self, i: int) -> Path:
         return self.creds / f"silo-{i}.pub"
 
     def missing_credentials(self) -> list[Path]:
         """Credential files the server needs but ``certs`` lacks (checked before anything starts)."""
         need = [self.creds / n for n in ("ca.pem", "server.pem", "server.key")]
-        if self.spec.shuffled:  # the server's TLS identity towards the shuffler
-            need += [self.creds / n for n in ("server-client.pem", "server-client.key")]
+        if self.spec.shuffled:  # the shuffler hop's CA and the server's TLS identity towards the shuffler
+            need += [self.hop / n for n in ("shuffler-ca.pem", "server-client.pem", "server-client.key")]
         need += [self.silo_public_key(i) for i in range(self.spec.silos)]
         return [f for f in need if not f.is_file()]
 
@@ -469,9 +479,9 @@ class ServerDeployment:
             settings.update(
                 {
                     "shuffler": check_quotable("the shuffler address", self.shuffler),
-                    "shuffler-ca": str(self.creds / "ca.pem"),
-                    "shuffler-cert": str(self.creds / "server-client.pem"),
-                    "shuffler-key": str(self.creds / "server-client.key"),
+                    "shuffler-ca": str(self.hop / "shuffler-ca.pem"),
+                    "shuffler-cert": str(self.hop / "server-client.pem"),
+                    "shuffler-key": str(self.hop / "server-client.key"),
                 }
             )
         write_app(self.workdir / "app", settings)
@@ -675,9 +685,9 @@ class LocalDeployment(ServerDeployment):
             sys.executable, "-m", "fedbandits.cli", "deploy", "shuffler",
             "--spec", str(self.workdir / "spec.json"),
             "--listen", self.shuffler,
-            "--ca", str(self.creds / "ca.pem"),
-            "--cert", str(self.creds / "shuffler.pem"),
-            "--key", str(self.creds / "shuffler.key"),
+            "--ca", str(self.hop / "shuffler-ca.pem"),
+            "--cert", str(self.hop / "shuffler.pem"),
+            "--key", str(self.hop / "shuffler.key"),
             "--state-dir", str(self.state / "shuffler"),
             "--shuffle-source", "derived",
         ]  # fmt: skip
@@ -685,7 +695,7 @@ class LocalDeployment(ServerDeployment):
         proc = start_process("shuffler", cmd, self.logs / "shuffler.log", env)
         self.procs["shuffler"] = proc
         wait_shuffler(
-            self.shuffler, self.creds / "ca.pem", self.creds / "server-client.pem", self.creds / "server-client.key",
+            self.shuffler, self.hop / "shuffler-ca.pem", self.hop / "server-client.pem", self.hop / "server-client.key",
             self.start_timeout, proc,
         )  # fmt: skip
         return proc
@@ -694,9 +704,9 @@ class LocalDeployment(ServerDeployment):
         if not self.spec.shuffled:
             return ""
         files = {
-            "shuffler-ca": self.creds / "ca.pem",
-            "shuffler-cert": self.creds / f"silo-{i}-client.pem",
-            "shuffler-key": self.creds / f"silo-{i}-client.key",
+            "shuffler-ca": self.hop / "shuffler-ca.pem",
+            "shuffler-cert": self.hop / f"silo-{i}-client.pem",
+            "shuffler-key": self.hop / f"silo-{i}-client.key",
         }
         text = f'shuffler="{self.shuffler}" shuffler-patience={float(self.shuffler_patience)}'
         return text + "".join(f' {k}="{check_quotable(k, v)}"' for k, v in files.items())

@@ -122,8 +122,8 @@ def run_loopback(
         if shuffler is None:
             coord.close_round(k, accepted, rejected)
         else:
-            batch = shuffler.close(SERVER_ROLE, {"digest": spec.digest, "round": k})
-            coord.close_shuffled_round(k, batch, sorted(accepted), rejected)
+            done = shuffler.close(SERVER_ROLE, {"digest": spec.digest, "round": k})
+            coord.close_shuffled_round(k, done.batch, sorted(accepted), rejected)
     for i, silo in enumerate(silos):
         coord.state.reports[i] = silo.finish(coord.state.prefix, spec.releases)
     coord.state.finished = True

@@ -13,14 +13,20 @@ the shuffler is not a Flower component: it is a small HTTPS service with mutual 
   shuffler permutes the round's messages, persists the batch, and returns it -- without sender
   identities.  Closing a closed round returns the same batch (the permutation is drawn once and
   never redrawn), so a restarted server resumes without a second, different view.
+* A round with fewer messages than the guarantee assumes (:func:`required_batch`: all M when the
+  reported epsilon comes from the amplification lemma) is closed with its batch **withheld**:
+  the server decides when a round closes, and must not obtain a batch of one message.
 
 Trust: the shuffler sees every silo's noisy p-sum with its sender, exactly what the server sees
 under ``ldp``; each silo's messages are protected against it only by the silo's own noise (the
 calibration's ``epsilon_silo``).  The server sees an anonymous multiset; the guarantee of
-``sdp-amplification`` holds as long as shuffler and server do not collude.  What the shuffler
-keeps: the pending round's messages by sender (until the round closes), then per closed round
-the anonymous batch and, per sender, the SHA-256 of its message (so that an identical resend
-after the close is recognised); nothing links a position in a batch to a sender.
+``sdp-amplification`` holds as long as shuffler and server do not collude, and as long as only
+silo i holds a client certificate for ``silo-<i>`` (the shuffler hop has a CA of its own,
+:func:`fedbandits.federation.certs.create_shuffler_credentials`).  What the shuffler keeps: the
+open round's messages by sender (until the round closes), then per closed round the anonymous
+batch and, apart from it, the sorted senders and the sorted SHA-256 of their messages (so that an
+identical resend after the close is recognised); nothing links a position in a batch to a
+sender.
 
 :class:`ShufflerCore` is the transport-free logic (validation, rounds, durable state);
 :func:`serve` runs it behind HTTPS; :class:`ShufflerClient` is what silos and the server use.
@@ -29,6 +35,8 @@ after the close is recognised); nothing links a position in a batch to a sender.
 from __future__ import annotations
 
 import base64
+import copy
+import dataclasses
 import hashlib
 import http.client
 import json
@@ -56,7 +64,10 @@ log = logging.getLogger("fedbandits.federation.shuffler")
 SHUFFLE_SOURCES = ("os", "derived")
 
 #: largest request body accepted (a p-sum is d(d+1)/2 + d float64 numbers: 2.8 KiB at d = 25)
-MAX_BODY = 1 << 20
+MAX_BODY = 1 << 22
+
+#: largest answer a client reads (a batch of M p-sums, base64: 10 MB at M = 20, d = 300)
+MAX_RESPONSE = 1 << 26
 
 #: the common name of the server's client certificate (silos use ``silo-<i>``)
 SERVER_ROLE = "server"
@@ -96,32 +107,68 @@ def decode_array(text: object, width: int, what: str) -> np.ndarray:
 
 @dataclass
 class ShufflerState:
+    """What the shuffler must not lose, small and rewritten at every accepted message; each closed
+    round's batch is in a file of its own (:class:`ClosedRound`), written once."""
+
     digest: str
     silos: int
     width: int
     releases: int
     source: str
+    min_batch: int  # fewer messages in a round: its batch is withheld (see required_batch)
     rng: np.random.Generator | None  # the derived stream (None: OS randomness, nothing to keep)
-    closed: int = 0  # rounds closed (their batches released to the server)
+    closed: int = 0  # rounds closed
     pending: dict[int, np.ndarray] = field(default_factory=dict)  # round closed + 1: silo -> message
-    batches: dict[int, np.ndarray] = field(default_factory=dict)  # closed round -> shuffled (n, P)
-    included: dict[int, dict[int, str]] = field(default_factory=dict)  # closed round -> silo -> sha256
+    withheld: list[int] = field(default_factory=list)  # closed rounds whose batch was withheld
     accepted: int = 0
     rejections: int = 0
     bytes_in: int = 0  # request bytes of accepted silo messages
     bytes_out: int = 0  # response bytes of batches sent to the server
 
 
+@dataclass(frozen=True)
+class ClosedRound:
+    """A closed round as the shuffler keeps it: the shuffled batch, and -- kept apart from it, so
+    that nothing links a position to a sender -- the sorted senders and the sorted SHA-256 of their
+    messages (to recognise an identical resend)."""
+
+    round: int
+    batch: np.ndarray  # (n, P) in the shuffled order; (0, P) if withheld
+    senders: tuple[int, ...]  # sorted
+    hashes: tuple[str, ...]  # sorted
+    withheld: bool
+
+
+def required_batch(spec: DeploySpec) -> int:
+    """Fewest messages a released batch may hold.  If the reported epsilon comes from the
+    amplification lemma (it is below each silo's own guarantee ``epsilon_silo``), the lemma was
+    applied to all M silos' messages: a batch with fewer would amplify less than reported -- with
+    one message it would hand the server that silo's p-sum -- so it is withheld.  If plain
+    composition certifies the target alone, the shuffle adds nothing the guarantee relies on."""
+    cal = spec.calibration()
+    if cal is None:
+        return 1
+    return spec.silos if cal.epsilon_silo > cal.epsilon_spent * (1 + 1e-9) else 1
+
+
 def _sha256(x: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(x, dtype="<f8").tobytes()).hexdigest()
+
+
+def _show(value: object) -> str:
+    """A value from a request, shortened for an error message or the log."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 class ShufflerCore:
     """The shuffler's logic and durable state, independent of the transport.
 
-    Every accepted message and every closed round is written atomically to ``state_dir`` before
-    the answer leaves, so a restarted shuffler loses nothing it acknowledged and serves a closed
-    round's batch again byte for byte.  Thread-safe (one lock)."""
+    Every change is written atomically to ``state_dir`` *before* it takes effect in memory and
+    before the answer leaves: a failed write (disk full) changes nothing, a restarted shuffler
+    loses nothing it acknowledged, and a closed round's batch (``rounds/round-<k>.pkl``, written
+    before the round counts as closed) is served again byte for byte -- its permutation is drawn
+    once.  Thread-safe (one lock)."""
 
     def __init__(self, spec: DeploySpec, state_dir: str | Path, source: str = "os") -> None:
         if source not in SHUFFLE_SOURCES:
@@ -129,7 +176,8 @@ class ShufflerCore:
         if not spec.shuffled:
             raise ShufflerError(f"protocol {spec.params.protocol!r} has no shuffler; use sdp-amplification")
         self.spec = spec
-        self.path = Path(state_dir) / "shuffler.pkl"
+        self.dir = Path(state_dir)
+        self.path = self.dir / "shuffler.pkl"
         self.lock = threading.Lock()
         self._sysrandom = random.SystemRandom()
         if self.path.exists():
@@ -143,15 +191,29 @@ class ShufflerCore:
             self.state = state
             log.info("resuming: %d of %d rounds closed", state.closed, state.releases)
         else:
-            self.state = ShufflerState(
+            state = ShufflerState(
                 digest=spec.digest,
                 silos=spec.silos,
                 width=spec.width(),
                 releases=spec.releases,
                 source=source,
+                min_batch=required_batch(spec),
                 rng=derived_shuffle_rng(spec) if source == "derived" else None,
             )
-            save_pickle(self.path, self.state)
+            save_pickle(self.path, state)
+            self.state = state
+        if source == "derived":
+            log.warning("shuffle source 'derived': permutations anybody with the config can recompute (trials only)")
+
+    def _commit(self, state: ShufflerState) -> None:
+        save_pickle(self.path, state)  # raises before anything changed if the write fails
+        self.state = state
+
+    def round_path(self, k: int) -> Path:
+        return self.dir / "rounds" / f"round-{k}.pkl"
+
+    def closed_round(self, k: int) -> ClosedRound:
+        return load_pickle(self.round_path(k))  # type: ignore[no-any-return]
 
     # -- silo side ---------------------------------------------------------------------------
     def submit(self, identity: str, body: dict[str, Any], size: int = 0) -> str:
@@ -159,39 +221,48 @@ class ShufflerCore:
         identical resend of a message already in a closed batch); raise :class:`ShufflerError`."""
         with self.lock:
             try:
-                status = self._submit(identity, body)
+                silo, k, x = self._check_message(identity, body)
+                status = self._status(silo, k, x)
             except ShufflerError as exc:
-                self.state.rejections += 1
-                log.warning("rejected a message from %s: %s", identity, exc)
+                self.state.rejections += 1  # a counter only: persisted with the next change
+                log.warning("rejected a message from %s: %s", _show(identity), exc)
                 raise
             if status == "accepted":
-                self.state.accepted += 1
-                self.state.bytes_in += size
-                save_pickle(self.path, self.state)  # durable before the silo hears "accepted"
+                s = self.state
+                self._commit(
+                    dataclasses.replace(
+                        s, pending={**s.pending, silo: x}, accepted=s.accepted + 1, bytes_in=s.bytes_in + size
+                    )
+                )
             return status
 
-    def _submit(self, identity: str, body: dict[str, Any]) -> str:
+    def _check_message(self, identity: str, body: dict[str, Any]) -> tuple[int, int, np.ndarray]:
         s = self.state
         silo = body.get("silo_id")
         if isinstance(silo, bool) or not isinstance(silo, int) or not 0 <= silo < s.silos:
-            raise ShufflerError(f"silo_id must be an integer in [0, {s.silos}), got {silo!r}")
+            raise ShufflerError(f"silo_id must be an integer in [0, {s.silos}), got {_show(silo)}")
         if identity != f"silo-{silo}":
-            raise ShufflerError(f"client certificate {identity!r} may not send for silo {silo}", 403)
+            raise ShufflerError(f"client certificate {_show(identity)} may not send for silo {silo}", 403)
         if body.get("digest") != s.digest:
-            raise ShufflerError(f"config hash {str(body.get('digest'))[:12]!r} is not this deployment's", 409)
+            raise ShufflerError(f"config hash {_show(body.get('digest'))} is not this deployment's", 409)
         if body.get("phase") != "sync":
-            raise ShufflerError(f"phase {body.get('phase')!r}, expected 'sync'")
+            raise ShufflerError(f"phase {_show(body.get('phase'))}, expected 'sync'")
         k = body.get("round")
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= s.releases:
-            raise ShufflerError(f"round must be an integer in [1, {s.releases}], got {k!r}")
+            raise ShufflerError(f"round must be an integer in [1, {s.releases}], got {_show(k)}")
         rows = decode_array(body.get("psum"), s.width, "psum")
         if rows.shape != (1, s.width):
             raise ShufflerError(f"psum must be exactly {s.width} float64 numbers, got {rows.size}")
         x = rows[0]
         if not np.isfinite(x).all():
             raise ShufflerError(f"psum has {int((~np.isfinite(x)).sum())} non-finite entries")
+        return silo, k, x
+
+    def _status(self, silo: int, k: int, x: np.ndarray) -> str:
+        s = self.state
         if k <= s.closed:
-            if s.included.get(k, {}).get(silo) == _sha256(x):
+            done = self.closed_round(k)
+            if silo in done.senders and _sha256(x) in done.hashes:
                 return "included"
             raise ShufflerError(f"round {k} is closed without this message (stale or replayed)", 409)
         if k != s.closed + 1:
@@ -201,42 +272,65 @@ class ShufflerCore:
             if np.array_equal(old, x):
                 return "duplicate"
             raise ShufflerError(f"silo {silo}: a second, different message in round {k}", 409)
-        s.pending[silo] = x.copy()
         return "accepted"
 
     # -- server side -------------------------------------------------------------------------
-    def close(self, identity: str, body: dict[str, Any]) -> np.ndarray:
-        """Close round ``body["round"]`` (the server only): permute its messages once; return the batch."""
+    def close(self, identity: str, body: dict[str, Any]) -> ClosedRound:
+        """Close round ``body["round"]`` (the server only): permute its messages once; return the
+        closed round (its batch is empty if fewer than ``min_batch`` messages arrived)."""
         with self.lock:
             s = self.state
             if identity != SERVER_ROLE:
-                raise ShufflerError(f"client certificate {identity!r} may not close rounds", 403)
+                raise ShufflerError(f"client certificate {_show(identity)} may not close rounds", 403)
             if body.get("digest") != s.digest:
-                raise ShufflerError(f"config hash {str(body.get('digest'))[:12]!r} is not this deployment's", 409)
+                raise ShufflerError(f"config hash {_show(body.get('digest'))} is not this deployment's", 409)
             k = body.get("round")
             if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= s.releases:
-                raise ShufflerError(f"round must be an integer in [1, {s.releases}], got {k!r}")
+                raise ShufflerError(f"round must be an integer in [1, {s.releases}], got {_show(k)}")
             if k <= s.closed:
-                return s.batches[k]
+                return self.closed_round(k)
             if k != s.closed + 1:
                 raise ShufflerError(f"round {k} cannot close: {s.closed} rounds are closed", 409)
-            senders = sorted(s.pending)
-            order = self._permutation(len(senders))
-            batch = np.stack([s.pending[senders[j]] for j in order]) if senders else np.zeros((0, s.width))
-            s.batches[k] = batch
-            s.included[k] = {i: _sha256(s.pending[i]) for i in senders}
-            s.pending = {}
-            s.closed = k
-            save_pickle(self.path, s)  # durable before the batch leaves: never a second permutation
-            log.info("round %d closed: %d message(s) shuffled", k, len(senders))
-            return batch
+            rng = copy.deepcopy(s.rng)
+            path = self.round_path(k)
+            if path.exists():  # written before a crash that kept the round open: never redraw it
+                done = self.closed_round(k)
+                if rng is not None:
+                    rng.permutation(s.silos)  # the draw that made it
+            else:
+                done = self._shuffle(k, rng)
+                save_pickle(path, done)
+            withheld = [*s.withheld, k] if done.withheld else s.withheld
+            self._commit(dataclasses.replace(s, closed=k, pending={}, rng=rng, withheld=withheld))
+            if done.withheld:
+                log.warning(
+                    "round %d closed with %d of the %d messages the guarantee needs: batch withheld",
+                    k,
+                    len(done.senders),
+                    s.min_batch,
+                )
+            else:
+                log.info("round %d closed: %d message(s) shuffled", k, len(done.senders))
+            return done
 
-    def _permutation(self, n: int) -> list[int]:
-        if self.state.rng is not None:  # derived: the simulator's rng.permutation(M), same numbers
-            return [int(j) for j in self.state.rng.permutation(n)]
-        order = list(range(n))
-        self._sysrandom.shuffle(order)  # the OS's CSPRNG: unpredictable to the server
-        return order
+    def _shuffle(self, k: int, rng: np.random.Generator | None) -> ClosedRound:
+        s = self.state
+        if rng is not None:
+            # derived: the simulator's rng.permutation(M) over all silos, senders kept in that order
+            # (with every silo present, exactly the simulator's order; a missing one shifts nothing)
+            order = [int(i) for i in rng.permutation(s.silos) if int(i) in s.pending]
+        else:
+            order = list(s.pending)
+            self._sysrandom.shuffle(order)  # the OS's CSPRNG: unpredictable to the server
+        withheld = len(order) < s.min_batch
+        batch = np.zeros((0, s.width)) if withheld or not order else np.stack([s.pending[i] for i in order])
+        return ClosedRound(
+            round=k,
+            batch=batch,
+            senders=tuple(sorted(s.pending)),
+            hashes=tuple(sorted(_sha256(x) for x in s.pending.values())),
+            withheld=withheld,
+        )
 
     def status(self) -> dict[str, int]:
         with self.lock:
@@ -282,12 +376,12 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             raise ShufflerError("Content-Length is required", 411) from None
         if not 0 <= length <= MAX_BODY:
-            raise ShufflerError(f"body of {length} bytes exceeds {MAX_BODY}", 413)
+            raise ShufflerError(f"Content-Length must be in [0, {MAX_BODY}], got {length}", 413)
         raw = self.rfile.read(length)
         try:
             body = json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
-            raise ShufflerError("body is not JSON") from None
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            raise ShufflerError("body is not JSON (or nested too deeply)") from None
         if not isinstance(body, dict):
             raise ShufflerError("body must be a JSON object")
         return body, length
@@ -302,22 +396,32 @@ class _Handler(BaseHTTPRequestHandler):
         identity = _peer_identity(self.request)
         core = self.server.core
         try:
+            if self.path not in ("/v1/message", "/v1/close"):
+                raise ShufflerError(f"no such path {_show(self.path)}", 404)
             body, size = self._body()
             if self.path == "/v1/message":
                 status = core.submit(identity, body, size)
                 self._answer(200, {"status": status})
-            elif self.path == "/v1/close":
-                batch = core.close(identity, body)
-                payload = {"round": body["round"], "count": int(batch.shape[0]), "batch": encode_array(batch)}
+            else:
+                done = core.close(identity, body)
+                payload = {
+                    "round": done.round,
+                    "count": int(done.batch.shape[0]),
+                    "withheld": done.withheld,
+                    "batch": encode_array(done.batch),
+                }
                 sent = self._answer(200, payload)
                 with core.lock:
-                    core.state.bytes_out += sent
-            else:
-                raise ShufflerError(f"no such path {self.path!r}", 404)
+                    core.state.bytes_out += sent  # a counter only: persisted with the next change
         except ShufflerError as exc:
             if self.path != "/v1/message":  # submit logs its own rejections
-                log.warning("refused %s from %s: %s", self.path, identity, exc)
+                log.warning("refused %s from %s: %s", _show(self.path), _show(identity), exc)
+            self.close_connection = True  # the body may be unread: do not reuse the connection
             self._answer(exc.status, {"error": str(exc)})
+        except Exception:  # a bug or a failed write: nothing changed (see ShufflerCore)
+            log.exception("request %s from %s failed", _show(self.path), _show(identity))
+            self.close_connection = True
+            self._answer(500, {"error": "internal error of the shuffler; nothing was changed"})
 
 
 class _ShufflerHTTPServer(ThreadingHTTPServer):
@@ -363,10 +467,14 @@ def make_server(core: ShufflerCore, host: str, port: int, ctx: ssl.SSLContext) -
 
 
 def split_address(address: str, what: str = "the shuffler address") -> tuple[str, int]:
+    """``HOST:PORT`` (an IPv6 host in brackets, ``[::1]:9095``) as (host, port)."""
     host, _, port = str(address).rpartition(":")
-    host = host.strip("[]")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        host = ""  # an IPv6 address without brackets is ambiguous
     if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise ValueError(f"{what} must be HOST:PORT with a port in [1, 65535], got {address!r}")
+        raise ValueError(f"{what} must be HOST:PORT with a port in [1, 65535] (IPv6 as [ADDR]:PORT), got {address!r}")
     return host, int(port)
 
 
@@ -384,7 +492,9 @@ class ShufflerClient:
         try:
             conn.request("POST", path, body=data, headers={"Content-Type": "application/json"})
             resp = conn.getresponse()
-            raw = resp.read(MAX_BODY * 8 + 1)
+            raw = resp.read(MAX_RESPONSE + 1)
+            if len(raw) > MAX_RESPONSE:
+                raise ShufflerError(f"the shuffler's answer exceeds {MAX_RESPONSE} bytes", 502)
             try:
                 payload = json.loads(raw)
             except ValueError:
@@ -413,15 +523,17 @@ class ShufflerClient:
         body = {"silo_id": silo, "digest": digest, "phase": "sync", "round": round_, "psum": encode_array(psum)}
         return str(self._retrying("/v1/message", body, patience).get("status"))
 
-    def close(self, digest: str, round_: int, width: int, patience: float = 60.0) -> tuple[np.ndarray, int]:
-        """The shuffled batch of round ``round_`` ``(n, width)`` and the response's size in bytes."""
+    def close(self, digest: str, round_: int, width: int, patience: float = 60.0) -> tuple[np.ndarray, bool, int]:
+        """Round ``round_``'s shuffled batch ``(n, width)``, whether the shuffler withheld it (too few
+        messages for the guarantee), and the response's size in bytes."""
         payload = self._retrying("/v1/close", {"digest": digest, "round": round_}, patience)
         if payload.get("round") != round_:
-            raise ShufflerError(f"the shuffler answered for round {payload.get('round')!r}, not {round_}", 502)
+            raise ShufflerError(f"the shuffler answered for round {_show(payload.get('round'))}, not {round_}", 502)
         batch = decode_array(payload.get("batch"), width, "batch")
-        if batch.shape[0] != payload.get("count"):
-            raise ShufflerError("the shuffler's batch does not hold the count it states", 502)
-        return batch, len(json.dumps(payload))
+        withheld = payload.get("withheld")
+        if batch.shape[0] != payload.get("count") or not isinstance(withheld, bool) or (withheld and len(batch)):
+            raise ShufflerError("the shuffler's answer is inconsistent (count, withheld, batch)", 502)
+        return batch, withheld, len(json.dumps(payload))
 
 
 def serve(
