@@ -808,7 +808,8 @@ def test_separate_commands_with_a_shuffler_party(tmp_path: Path) -> None:
             "shuffler",
             [fb, "deploy", "shuffler", "--config", str(config), "--listen", shuffler,
              "--ca", str(hop / "shuffler-ca.pem"), "--cert", str(hop / "shuffler.pem"),
-             "--key", str(hop / "shuffler.key"), "--state-dir", str(tmp_path / "shuffler"), "--shuffle-source", "derived"],
+             "--key", str(hop / "shuffler.key"), "--state-dir", str(tmp_path / "shuffler"),
+             "--shuffle-source", "derived"],
             tmp_path / "shuffler.log", env,
         )  # fmt: skip
         server_cmd = [
