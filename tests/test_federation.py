@@ -835,6 +835,8 @@ def test_separate_commands_with_a_shuffler_party(tmp_path: Path) -> None:
         for proc in procs.values():
             proc.stop()
     assert "rejected 0" in out and "sdp-amplification/paper" in out
+    assert "(deployed on Flower, 3 silos, TLS + SuperNode auth + shuffler (mutual TLS))" in out
+    assert "; shuffler -> server batches " in out
     spec = make_spec(loads_config(config.read_text()))
     coord = Coordinator(spec, work / "state" / "server")
     assert [r.messages.shape[0] for r in coord.state.rounds] == [3, 3, 3]

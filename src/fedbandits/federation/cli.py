@@ -209,14 +209,16 @@ def _check_common(args: argparse.Namespace) -> None:
 def _print_summary(spec: DeploySpec, seconds: float, summary: dict[str, Any]) -> None:
     """The simulator's summary table of a finished deployment, with what was measured on the wire."""
     exp = spec.config.experiment
+    shuffler = " + shuffler (mutual TLS)" if spec.shuffled else ""
     print(
-        f"{exp.name} (deployed on Flower, {spec.silos} silos, TLS + SuperNode auth): "
+        f"{exp.name} (deployed on Flower, {spec.silos} silos, TLS + SuperNode auth{shuffler}): "
         f"{spec.config.environment.name}, M={spec.silos}, T={exp.horizon}, run {spec.run}, {seconds:.1f} s"
     )
     print(summary["table"])
+    via = f"; shuffler -> server batches {summary.get('shuffler_bytes', 0)} bytes" if spec.shuffled else ""
     print(
         f"on the wire: {summary['uplink_messages']} uplink / {summary['downlink_messages']} downlink "
-        f"messages, {summary['uplink_bytes']} / {summary['downlink_bytes']} bytes; "
+        f"messages, {summary['uplink_bytes']} / {summary['downlink_bytes']} bytes{via}; "
         f"rejected {summary['rejections']}"
     )
     missing = summary.get("missing") or {}

@@ -21,6 +21,7 @@ import contextlib
 import fcntl
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -43,10 +44,40 @@ class DeployError(RuntimeError):
     """A deployment step failed (with the log file to read)."""
 
 
+#: ports this process has handed out (never twice: a process started later binds them)
+_HANDED_OUT: set[int] = set()
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    """The kernel's range of ports for outgoing connections (Linux; else the IANA range)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 49152, 65535
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port that is free now, for a process started later to listen on.
+
+    Taken *below* the kernel's ephemeral range: a port the kernel handed out (port 0) is also what
+    it gives the next outgoing connection, so between this call and the later bind any client
+    connection on the host (a SuperNode polling, a ClientApp starting) could take it -- a flaky
+    "address already in use".  A port outside that range is only taken by a listener."""
+    low, _ = _ephemeral_range()
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(max(1024, low - 12000), low)
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
+        return port
+    raise DeployError(f"no free loopback port found below {low}")
 
 
 def flower_bin(name: str) -> str:
