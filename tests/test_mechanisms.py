@@ -12,6 +12,7 @@ from fedbandits.privacy.mechanisms import (
     TreeRandomizer,
     pack,
     packed_width,
+    protocol_streams,
     shuffle_messages,
     unpack,
 )
@@ -102,3 +103,14 @@ def test_shuffler_is_a_uniform_permutation():
     assert stats.chisquare(counts).pvalue > 1e-3
     # the multiset (hence any sum the analyzer computes) is unchanged
     np.testing.assert_array_equal(np.sort(out[..., 0], axis=1), messages[..., 0])
+
+
+def test_protocol_streams_are_the_first_two_children_of_the_run_stream() -> None:
+    """The silos' noise and the shuffler's permutations come from children 0 and 1 of the run's
+    privacy Generator, in that order -- what the deployment rebuilds for its silos and shuffler."""
+    for seed in (0, 7, 2023):
+        noise, shuffle = protocol_streams(np.random.Generator(np.random.SFC64(seed)))
+        run = np.random.Generator(np.random.SFC64(seed))
+        first, second = run.spawn(1)[0], run.spawn(1)[0]
+        assert np.array_equal(noise.standard_normal(5), first.standard_normal(5))
+        assert np.array_equal(shuffle.permutation(20), second.permutation(20))
