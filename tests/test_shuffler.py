@@ -211,6 +211,7 @@ def test_a_round_with_too_few_messages_is_withheld(tmp_path: Path) -> None:
     assert _close(restarted, spec, 1).shape == (0, spec.width())  # the same answer again
     with pytest.raises(ShufflerError, match="closed without this message"):
         restarted.submit(f"silo-{M - 1}", _body(spec, M - 1, 1, msgs[M - 1]))  # too late
+    assert restarted.submit("silo-0", _body(spec, 0, 1, msgs[0])) == "withheld"  # a resend learns it
     for i in range(M):  # a full round is released
         restarted.submit(f"silo-{i}", _body(spec, i, 2, msgs[i]))
     assert _close(restarted, spec, 2).shape == (M, spec.width())

@@ -217,8 +217,9 @@ class ShufflerCore:
 
     # -- silo side ---------------------------------------------------------------------------
     def submit(self, identity: str, body: dict[str, Any], size: int = 0) -> str:
-        """Take silo ``identity``'s message; return "accepted", "duplicate" or "included" (an
-        identical resend of a message already in a closed batch); raise :class:`ShufflerError`."""
+        """Take silo ``identity``'s message; return "accepted", "duplicate", or for an identical
+        resend after its round closed "included" (in the released batch) or "withheld" (the round's
+        batch was withheld); raise :class:`ShufflerError`."""
         with self.lock:
             try:
                 silo, k, x = self._check_message(identity, body)
@@ -263,7 +264,7 @@ class ShufflerCore:
         if k <= s.closed:
             done = self.closed_round(k)
             if silo in done.senders and _sha256(x) in done.hashes:
-                return "included"
+                return "withheld" if done.withheld else "included"
             raise ShufflerError(f"round {k} is closed without this message (stale or replayed)", 409)
         if k != s.closed + 1:
             raise ShufflerError(f"round {k} is not open (the open round is {s.closed + 1})", 409)
