@@ -544,6 +544,11 @@ def test_shuffler_arguments_are_checked_before_anything_starts(tmp_path: Path) -
     ldp_silo = [*silo[:-1], str(ldp)]
     with pytest.raises(ValueError, match="--tls-cert is only for a shuffled protocol"):
         run_deploy(_deploy_args([*ldp_silo, *tls]))
+    other = ["--tls-cert", str(creds / "silo-1-client.pem"), "--tls-key", str(creds / "silo-1-client.key")]
+    with pytest.raises(ValueError, match=r"issued to \['silo-1'\], not to 'silo-0'"):
+        run_deploy(_deploy_args([*silo, "--shuffler", "h:9095", *hop_ca, *other]))
+    with pytest.raises(ValueError, match="--shuffler-creds is only for a shuffled protocol"):
+        run_deploy(_deploy_args([*server, "--config", str(ldp), "--shuffler-creds", str(creds)]))
     assert not (tmp_path / "s").exists()
 
     # the two sets of credentials come from different operators' commands
@@ -575,6 +580,7 @@ def test_shuffler_arguments_are_checked_before_anything_starts(tmp_path: Path) -
         (["--config", str(sdp), "--listen", "127.0.0.1:70000"], "--listen must be HOST:PORT"),
         (["--config", str(tmp_path / "none.toml")], "--config: no such file"),
         (["--spec", str(sdp)], "--spec"),  # a TOML file is not a spec.json
+        (["--spec", str(sdp), "--run", "0"], "--run go with --config"),
     ]:
         with pytest.raises(ValueError, match=message):
             run_deploy(_deploy_args([*shuffler, *bad]))

@@ -186,7 +186,7 @@ def test_required_batch_follows_what_certifies_the_guarantee(monkeypatch: pytest
     from fedbandits.federation.spec import DeploySpec
 
     spec = _spec()
-    for silo_eps, spent, need in [(5.0, 5.0, 1), (9.0, 5.0, M), (5.0, 5.0 * (1 - 1e-12), 1)]:
+    for silo_eps, spent, need in [(5.0, 5.0, 1), (9.0, 5.0, M), (5.0, 5.0 * (1 - 1e-12), M)]:
         cal = SimpleNamespace(epsilon_silo=silo_eps, epsilon_spent=spent)
         monkeypatch.setattr(DeploySpec, "calibration", lambda self, cal=cal: cal)
         # amplification (spent below each silo's own guarantee) needs all M messages in a batch
@@ -255,10 +255,13 @@ def test_a_failed_write_changes_nothing(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setattr(shuffler_module, "save_pickle", real)
     restarted = ShufflerCore(spec, tmp_path, "os")
     assert restarted.state.closed == 0 and sorted(restarted.state.pending) == [0, 1]
-    first = restarted.closed_round(1).batch  # what the failed close had drawn
-    core._sysrandom = random.Random(0)  # a new draw could differ; the stored one is used
-    assert np.array_equal(_close(core, spec, 1), first) and core.state.closed == 1
-    assert np.array_equal(_close(ShufflerCore(spec, tmp_path, "os"), spec, 1), first)
+    # the round is still open: a late message is accepted and is in the batch the close releases
+    # (the round file of the failed close was never served; it is drawn anew)
+    assert restarted.submit("silo-2", _body(spec, 2, 1, msgs[2])) == "accepted"
+    batch = _close(restarted, spec, 1)
+    assert sorted(map(tuple, batch)) == sorted(map(tuple, msgs[:3])) and restarted.state.closed == 1
+    assert np.array_equal(_close(ShufflerCore(spec, tmp_path, "os"), spec, 1), batch)  # served again as is
+    assert restarted.submit("silo-2", _body(spec, 2, 1, msgs[2])) == "included"
 
 
 def test_derived_stream_survives_a_crash_between_round_file_and_state(
@@ -302,7 +305,7 @@ def test_stored_rounds_do_not_link_positions_to_senders(tmp_path: Path) -> None:
         core.submit(f"silo-{i}", _body(spec, i, 1, msgs[i]))
     _close(core, spec, 1)
     done = core.closed_round(1)
-    assert {f.name for f in dataclasses.fields(done)} == {"round", "batch", "senders", "hashes", "withheld"}
+    assert {f.name for f in dataclasses.fields(done)} == {"digest", "round", "batch", "senders", "hashes", "withheld"}
     assert done.senders == (0, 1, 2, 3) and list(done.hashes) == sorted(done.hashes)
     assert not np.array_equal(done.batch, msgs)  # this seed's permutation is not the identity
     state = ShufflerCore(spec, tmp_path, "derived").state
@@ -380,10 +383,15 @@ def test_mutual_tls_identities_and_a_round(service) -> None:  # type: ignore[no-
         conn.request("GET", "/health")
         conn.getresponse().read()
     conn.close()
-    # the Flower CA's certificates (another operator's) are not the shuffler hop's
+    # the Flower CA's certificates (another operator's) are not the shuffler hop's: refused at once,
+    # with the flags to check, not retried as if the shuffler were down
+    import time
+
     flower = ShufflerClient(address, creds / "ca.pem", creds / "server.pem", creds / "server.key", 5)
-    with pytest.raises(ShufflerError, match="unreachable"):
-        flower.send(0, spec.digest, 1, msgs[0], patience=0.5)
+    start = time.time()
+    with pytest.raises(ShufflerError, match=r"refused.*--shuffler-ca") as err:
+        flower.send(0, spec.digest, 1, msgs[0], patience=20)
+    assert err.value.status == 495 and time.time() - start < 10
     batch, withheld, size = _client(creds, address, "server").close(spec.digest, 1, spec.width(), patience=5)
     assert not withheld and size > batch.nbytes and sorted(map(tuple, batch)) == sorted(map(tuple, msgs))
     again, _, _ = _client(creds, address, "server").close(spec.digest, 1, spec.width(), patience=5)
@@ -437,6 +445,74 @@ def test_http_boundary_does_not_echo_huge_values(service) -> None:  # type: igno
     _, creds, address = service
     got, body = _raw(creds, address, _post(b"/v1/message", json.dumps({"silo_id": "9" * 500_000}).encode()))
     assert got == 400 and len(body) < 300  # the value is shortened, not echoed
+
+
+def test_round_files_of_another_deployment_are_refused(tmp_path: Path) -> None:
+    spec = _spec()
+    core = ShufflerCore(spec, tmp_path / "a", "derived")
+    for i in range(M):
+        core.submit(f"silo-{i}", _body(spec, i, 1, _messages(spec, 1)[i]))
+    _close(core, spec, 1)
+    other = ShufflerCore(_spec(agents=5), tmp_path / "b", "derived")
+    other.round_path(1).write_bytes(core.round_path(1).read_bytes())  # a leftover of another run
+    other.state.closed = 1
+    with pytest.raises(ShufflerError, match="another deployment"):
+        other.closed_round(1)
+
+
+def test_serve_checks_tls_files_and_address_before_any_state(tmp_path: Path) -> None:
+    pytest.importorskip("cryptography")
+    from fedbandits.federation.certs import create_trial_credentials
+    from fedbandits.federation.launcher import free_port
+    from fedbandits.federation.shuffler import serve
+
+    spec = _spec()
+    creds = create_trial_credentials(tmp_path / "creds", spec.silos)
+    state = tmp_path / "state"
+    mismatched = (creds / "shuffler-ca.pem", creds / "shuffler.pem", creds / "server-client.key")
+    with pytest.raises(ShufflerError, match="cannot use the TLS files"):
+        serve(spec, state, "127.0.0.1", free_port(), *mismatched)
+    tls = (creds / "shuffler-ca.pem", creds / "shuffler.pem", creds / "shuffler.key")
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:  # a port another process holds
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        with pytest.raises(ShufflerError, match=r"cannot listen on 127\.0\.0\.1:\d+ \(--listen\)"):
+            serve(spec, state, "127.0.0.1", taken.getsockname()[1], *tls)
+    assert not state.exists()
+
+
+def test_shuffler_listens_on_ipv6_loopback(tmp_path: Path) -> None:
+    import socket
+
+    pytest.importorskip("cryptography")
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6")
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+            probe.bind(("::1", 0))
+            port = probe.getsockname()[1]
+    except OSError:
+        pytest.skip("no IPv6 loopback on this host")
+    from fedbandits.federation.certs import create_trial_credentials
+    from fedbandits.federation.shuffler import serve
+
+    spec = _spec()
+    creds = create_trial_credentials(tmp_path / "creds", spec.silos)
+    ready, stop = threading.Event(), threading.Event()
+    tls = (creds / "shuffler-ca.pem", creds / "shuffler.pem", creds / "shuffler.key")
+    thread = threading.Thread(
+        target=serve, args=(spec, tmp_path / "s", "::1", port, *tls), kwargs={"ready": ready, "stop": stop}
+    )
+    thread.start()
+    try:
+        assert ready.wait(30)
+        client = _client(creds, f"[::1]:{port}", "silo-0")  # the certificate lists ::1
+        assert client.send(0, spec.digest, 1, np.ones(spec.width()), patience=5) == "accepted"
+    finally:
+        stop.set()
+        thread.join(30)
 
 
 def test_addresses() -> None:

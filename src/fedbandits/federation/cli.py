@@ -127,7 +127,7 @@ def add_deploy_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     source.add_argument("--config", type=Path, metavar="CONFIG.toml", help="the deployment's config")
     source.add_argument("--spec", type=Path, help="a deployment work folder's spec.json (instead of --config)")
     shuf.add_argument("--algorithm", help="label of the fedlinucb entry (if several)")
-    shuf.add_argument("--run", type=int, default=0, help="which run of the config, default 0")
+    shuf.add_argument("--run", type=int, help="which run of the config, default 0")
     shuf.add_argument("--listen", default="127.0.0.1:9095", metavar="HOST:PORT", help="default 127.0.0.1:9095")
     shuf.add_argument(
         "--ca",
@@ -245,6 +245,13 @@ def _local(args: argparse.Namespace) -> int:
             dep.start()
             summary = dep.wait_done(args.timeout)
             _print_summary(spec, time.time() - started, summary)
+            if spec.private:
+                shuffles = " and the shuffler's permutations" if spec.shuffled else ""
+                print(
+                    f"(a trial: the silos' noise{shuffles} are derived from the config's seeds, for parity with "
+                    "the simulator -- no privacy against anybody who has the config; deploy silo/shuffler default "
+                    "to secret randomness)"
+                )
             if args.check_parity:
                 from fedbandits.federation.parity import compare, reference_run
                 from fedbandits.federation.server import Coordinator
@@ -279,6 +286,8 @@ def _server(args: argparse.Namespace) -> int:
     spec = make_spec(config, args.algorithm, args.run)
     cli_host = args.cli_host or ("127.0.0.1" if args.host in ("0.0.0.0", "::", "") else args.host)
     _check_shuffler_flag(spec, args.shuffler)
+    if args.shuffler_creds is not None and not spec.shuffled:
+        raise ValueError(f"--shuffler-creds is only for a shuffled protocol, not {spec.params.protocol!r}")
     dep = ServerDeployment(
         args.workdir, spec, certs=args.creds, host=args.host, port=args.port, cli_host=cli_host,
         round_timeout=args.round_timeout, join_timeout=args.join_timeout, shuffler=args.shuffler,
@@ -339,6 +348,8 @@ def _silo(args: argparse.Namespace) -> int:
             raise ValueError(f"{flag} is only for a shuffled protocol, not {spec.params.protocol!r}")
         if path is not None and not path.is_file():
             raise ValueError(f"{flag}: no such file {path}")
+    if spec.shuffled:
+        _check_client_certificate(args.tls_cert, f"silo-{args.silo_id}")
     extra = f'noise-source="{args.noise_source}" spec-digest="{spec.digest}"'
     try:
         if args.data is not None:
@@ -365,6 +376,20 @@ def _silo(args: argparse.Namespace) -> int:
         # a silo restarted soon after a crash is refused until the server sees its old instance time
         # out (<= 60 s): keep trying for a bounded time (see fedbandits.federation.supervisor)
         return supervise(cmd, env=flower_env(home))
+
+
+def _check_client_certificate(path: Path, name: str) -> None:
+    """``--tls-cert`` must be a PEM certificate whose common name is this party's identity."""
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    try:
+        cert = x509.load_pem_x509_certificate(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--tls-cert {path} is not a PEM certificate: {exc}") from None
+    names = [str(a.value) for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
+    if names != [name]:
+        raise ValueError(f"--tls-cert {path} is issued to {names}, not to {name!r} (this --silo-id)")
 
 
 def _check_shuffler_flag(spec: DeploySpec, address: str | None) -> None:
@@ -395,12 +420,14 @@ def _shuffler(args: argparse.Namespace) -> int:
         if path is not None and not path.is_file():
             raise ValueError(f"--{name}: no such file {path}")
     if args.spec is not None:
+        if args.algorithm is not None or args.run is not None:
+            raise ValueError("--algorithm and --run go with --config; a --spec file names its entry and run")
         try:
             spec = spec_from_json(args.spec.read_text())
         except ValueError as exc:  # JSON errors, ConfigError
             raise ConfigError(f"--spec {args.spec}: {exc}") from None
     else:
-        spec = make_spec(load_config(args.config), args.algorithm, args.run)
+        spec = make_spec(load_config(args.config), args.algorithm, args.run or 0)
     if not spec.shuffled:
         raise ValueError(f"protocol {spec.params.protocol!r} has no shuffler (only sdp-amplification)")
     state_dir = args.state_dir.resolve()

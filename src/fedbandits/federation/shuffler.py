@@ -41,7 +41,9 @@ import hashlib
 import http.client
 import json
 import logging
+import os
 import random
+import socket
 import ssl
 import threading
 import time
@@ -132,6 +134,7 @@ class ClosedRound:
     that nothing links a position to a sender -- the sorted senders and the sorted SHA-256 of their
     messages (to recognise an identical resend)."""
 
+    digest: str  # the deployment's config hash
     round: int
     batch: np.ndarray  # (n, P) in the shuffled order; (0, P) if withheld
     senders: tuple[int, ...]  # sorted
@@ -148,7 +151,15 @@ def required_batch(spec: DeploySpec) -> int:
     cal = spec.calibration()
     if cal is None:
         return 1
-    return spec.silos if cal.epsilon_silo > cal.epsilon_spent * (1 + 1e-9) else 1
+    return spec.silos if cal.epsilon_spent < cal.epsilon_silo else 1
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _sha256(x: np.ndarray) -> str:
@@ -200,6 +211,8 @@ class ShufflerCore:
                 min_batch=required_batch(spec),
                 rng=derived_shuffle_rng(spec) if source == "derived" else None,
             )
+            (self.dir / "rounds").mkdir(parents=True, exist_ok=True)
+            _fsync_dir(self.dir)  # rounds/ itself survives a power loss
             save_pickle(self.path, state)
             self.state = state
         if source == "derived":
@@ -213,7 +226,10 @@ class ShufflerCore:
         return self.dir / "rounds" / f"round-{k}.pkl"
 
     def closed_round(self, k: int) -> ClosedRound:
-        return load_pickle(self.round_path(k))  # type: ignore[no-any-return]
+        done: ClosedRound = load_pickle(self.round_path(k))
+        if done.digest != self.state.digest or done.round != k:
+            raise ShufflerError(f"{self.round_path(k)} belongs to another deployment or round", 500)
+        return done
 
     # -- silo side ---------------------------------------------------------------------------
     def submit(self, identity: str, body: dict[str, Any], size: int = 0) -> str:
@@ -293,14 +309,11 @@ class ShufflerCore:
             if k != s.closed + 1:
                 raise ShufflerError(f"round {k} cannot close: {s.closed} rounds are closed", 409)
             rng = copy.deepcopy(s.rng)
-            path = self.round_path(k)
-            if path.exists():  # written before a crash that kept the round open: never redraw it
-                done = self.closed_round(k)
-                if rng is not None:
-                    rng.permutation(s.silos)  # the draw that made it
-            else:
-                done = self._shuffle(k, rng)
-                save_pickle(path, done)
+            # a round file of a round that is still open (written before a failed state write or a
+            # crash) was never served -- a batch leaves only after the commit below -- and may lack
+            # messages accepted since: it is drawn anew and replaced
+            done = self._shuffle(k, rng)
+            save_pickle(self.round_path(k), done)
             withheld = [*s.withheld, k] if done.withheld else s.withheld
             self._commit(dataclasses.replace(s, closed=k, pending={}, rng=rng, withheld=withheld))
             if done.withheld:
@@ -326,6 +339,7 @@ class ShufflerCore:
         withheld = len(order) < s.min_batch
         batch = np.zeros((0, s.width)) if withheld or not order else np.stack([s.pending[i] for i in order])
         return ClosedRound(
+            digest=s.digest,
             round=k,
             batch=batch,
             senders=tuple(sorted(s.pending)),
@@ -419,18 +433,26 @@ class _Handler(BaseHTTPRequestHandler):
                 log.warning("refused %s from %s: %s", _show(self.path), _show(identity), exc)
             self.close_connection = True  # the body may be unread: do not reuse the connection
             self._answer(exc.status, {"error": str(exc)})
-        except Exception:  # a bug or a failed write: nothing changed (see ShufflerCore)
+        except Exception:  # a bug, a failed write (then nothing changed: see ShufflerCore), a lost client
             log.exception("request %s from %s failed", _show(self.path), _show(identity))
             self.close_connection = True
-            self._answer(500, {"error": "internal error of the shuffler; nothing was changed"})
+            try:
+                self._answer(500, {"error": "internal error of the shuffler (see its log)"})
+            except OSError:
+                pass
 
 
 class _ShufflerHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], core: ShufflerCore, context: ssl.SSLContext) -> None:
-        self.core = core
+    core: ShufflerCore  # set before serving (serve() binds the port first)
+
+    def __init__(self, address: tuple[str, int], core: ShufflerCore | None, context: ssl.SSLContext) -> None:
+        if core is not None:
+            self.core = core
         self.context = context
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)
 
     def get_request(self) -> tuple[Any, Any]:
@@ -463,10 +485,6 @@ def client_context(ca: str | Path, cert: str | Path, key: str | Path) -> ssl.SSL
     return ctx
 
 
-def make_server(core: ShufflerCore, host: str, port: int, ctx: ssl.SSLContext) -> _ShufflerHTTPServer:
-    return _ShufflerHTTPServer((host, port), core, ctx)
-
-
 def split_address(address: str, what: str = "the shuffler address") -> tuple[str, int]:
     """``HOST:PORT`` (an IPv6 host in brackets, ``[::1]:9095``) as (host, port)."""
     host, _, port = str(address).rpartition(":")
@@ -477,6 +495,19 @@ def split_address(address: str, what: str = "the shuffler address") -> tuple[str
     if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
         raise ValueError(f"{what} must be HOST:PORT with a port in [1, 65535] (IPv6 as [ADDR]:PORT), got {address!r}")
     return host, int(port)
+
+
+#: TLS failures that a retry cannot fix (wrong CA or certificate), as OpenSSL names them
+_TLS_REFUSALS = frozenset(
+    {
+        "CERTIFICATE_VERIFY_FAILED",
+        "TLSV1_ALERT_UNKNOWN_CA",
+        "SSLV3_ALERT_BAD_CERTIFICATE",
+        "SSLV3_ALERT_CERTIFICATE_UNKNOWN",
+        "TLSV13_ALERT_CERTIFICATE_REQUIRED",
+        "TLSV1_ALERT_ACCESS_DENIED",
+    }
+)
 
 
 class ShufflerClient:
@@ -510,6 +541,17 @@ class ShufflerClient:
         while True:
             try:
                 status, payload = self._post(path, body)
+            except ssl.SSLError as exc:
+                if isinstance(exc, ssl.SSLCertVerificationError) or exc.reason in _TLS_REFUSALS:
+                    raise ShufflerError(
+                        f"TLS with the shuffler {self.host}:{self.port} refused ({exc.reason}): check the shuffler "
+                        "hop's CA (--shuffler-ca) and this party's client certificate and key",
+                        495,
+                    ) from None
+                if time.time() >= deadline:
+                    raise ShufflerError(f"shuffler {self.host}:{self.port} unreachable: {exc}", 503) from None
+                time.sleep(0.5)
+                continue
             except (OSError, http.client.HTTPException) as exc:  # down or restarting: try again
                 if time.time() >= deadline:
                     where = f"{self.host}:{self.port}"
@@ -549,9 +591,21 @@ def serve(
     ready: threading.Event | None = None,
     stop: threading.Event | None = None,
 ) -> None:
-    """Run the shuffler until ``stop`` is set (or forever / until KeyboardInterrupt)."""
-    core = ShufflerCore(spec, state_dir, source)
-    httpd = make_server(core, host, port, server_context(ca, cert, key))
+    """Run the shuffler until ``stop`` is set (or forever / until KeyboardInterrupt).  The TLS files
+    are read and the port bound before any state is created: a mistake there changes nothing."""
+    try:
+        context = server_context(ca, cert, key)
+    except (ssl.SSLError, OSError) as exc:
+        raise ShufflerError(f"cannot use the TLS files (--ca {ca}, --cert {cert}, --key {key}): {exc}") from None
+    try:
+        httpd = _ShufflerHTTPServer((host, port), None, context)
+    except OSError as exc:
+        raise ShufflerError(f"cannot listen on {host}:{port} (--listen): {exc.strerror or exc}") from None
+    try:
+        httpd.core = ShufflerCore(spec, state_dir, source)
+    except BaseException:
+        httpd.server_close()
+        raise
     log.info("shuffler for deployment %s listening on %s:%d (mutual TLS)", spec.digest[:12], host, port)
     thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
     thread.start()
