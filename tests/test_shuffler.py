@@ -7,6 +7,7 @@ The real-process deployment with a shuffler is in ``tests/test_federation.py``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import random
@@ -324,35 +325,39 @@ def test_server_refuses_an_acknowledgement_that_carries_the_psum() -> None:
 
 
 # ------------------------------------------------------------------ mutual TLS on loopback -----
-@pytest.fixture
-def service(tmp_path: Path):  # type: ignore[no-untyped-def]
-    pytest.importorskip("cryptography")
+@contextlib.contextmanager
+def _serving(tmp_path: Path, host: str, port: int, source: str = "derived"):  # type: ignore[no-untyped-def]
+    """A shuffler on ``host``:``port`` in a thread, with trial credentials; stopped on exit."""
     from fedbandits.federation.certs import create_trial_credentials
-    from fedbandits.federation.launcher import free_port
     from fedbandits.federation.shuffler import serve
 
     spec = _spec()
     creds = create_trial_credentials(tmp_path / "creds", spec.silos)
-    port = free_port()
     ready, stop = threading.Event(), threading.Event()
-    args = (
-        spec,
-        tmp_path / "state",
-        "127.0.0.1",
-        port,
-        creds / "shuffler-ca.pem",
-        creds / "shuffler.pem",
-        creds / "shuffler.key",
+    tls = (creds / "shuffler-ca.pem", creds / "shuffler.pem", creds / "shuffler.key")
+    thread = threading.Thread(
+        target=serve,
+        args=(spec, tmp_path / "state", host, port, *tls),
+        kwargs={"source": source, "ready": ready, "stop": stop},
     )
-    thread = threading.Thread(target=serve, args=args, kwargs={"source": "derived", "ready": ready, "stop": stop})
     thread.start()
-    assert ready.wait(30)
     try:
-        yield spec, creds, f"127.0.0.1:{port}"
+        assert ready.wait(30)
+        yield spec, creds
     finally:
         stop.set()
         thread.join(30)
         assert not thread.is_alive()
+
+
+@pytest.fixture
+def service(tmp_path: Path):  # type: ignore[no-untyped-def]
+    pytest.importorskip("cryptography")
+    from fedbandits.federation.launcher import free_port
+
+    port = free_port()
+    with _serving(tmp_path, "127.0.0.1", port) as (spec, creds):
+        yield spec, creds, f"127.0.0.1:{port}"
 
 
 def _client(creds: Path, address: str, who: str) -> ShufflerClient:
@@ -495,24 +500,9 @@ def test_shuffler_listens_on_ipv6_loopback(tmp_path: Path) -> None:
             port = probe.getsockname()[1]
     except OSError:
         pytest.skip("no IPv6 loopback on this host")
-    from fedbandits.federation.certs import create_trial_credentials
-    from fedbandits.federation.shuffler import serve
-
-    spec = _spec()
-    creds = create_trial_credentials(tmp_path / "creds", spec.silos)
-    ready, stop = threading.Event(), threading.Event()
-    tls = (creds / "shuffler-ca.pem", creds / "shuffler.pem", creds / "shuffler.key")
-    thread = threading.Thread(
-        target=serve, args=(spec, tmp_path / "s", "::1", port, *tls), kwargs={"ready": ready, "stop": stop}
-    )
-    thread.start()
-    try:
-        assert ready.wait(30)
+    with _serving(tmp_path, "::1", port, source="os") as (spec, creds):
         client = _client(creds, f"[::1]:{port}", "silo-0")  # the certificate lists ::1
         assert client.send(0, spec.digest, 1, np.ones(spec.width()), patience=5) == "accepted"
-    finally:
-        stop.set()
-        thread.join(30)
 
 
 def test_addresses() -> None:

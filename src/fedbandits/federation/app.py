@@ -107,9 +107,7 @@ def _serve(grid: Grid, cfg: dict[str, Any], state_dir: Path, run_id: int) -> Non
     if spec.shuffled:
         from fedbandits.federation.shuffler import ShufflerClient
 
-        shuffler = ShufflerClient(
-            str(cfg["shuffler"]), str(cfg["shuffler-ca"]), str(cfg["shuffler-cert"]), str(cfg["shuffler-key"])
-        )
+        shuffler = ShufflerClient.from_config(cfg)
     started = time.time()
     log.info("server up (run %s): %s, M=%d silos, K=%d synchronisations", run_id, spec.label, spec.silos, spec.releases)
 
@@ -314,19 +312,6 @@ def _faults(context: Context) -> dict[int, str]:
     return out
 
 
-def _shuffler(context: Context):  # type: ignore[no-untyped-def]
-    """The silo's connection to the shuffler, from its node config (address and TLS files)."""
-    from fedbandits.federation.shuffler import ShufflerClient
-
-    node = context.node_config
-    keys = ("shuffler", "shuffler-ca", "shuffler-cert", "shuffler-key")
-    missing = [k for k in keys if not str(node.get(k, ""))]
-    if missing:
-        raise SiloError(f"a shuffled protocol needs the node config {', '.join(missing)} (deploy silo --shuffler ...)")
-    address, ca, cert, key = (str(node[k]) for k in keys)
-    return ShufflerClient(address, ca, cert, key)
-
-
 def _patience(context: Context) -> float:
     value = context.node_config.get("shuffler-patience", 30.0)
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 30.0
@@ -351,7 +336,10 @@ def silo_sync(msg: Message, context: Context) -> Message:
     fault = _faults(context).get(k)
     if silo.spec.shuffled:
         # the p-sum goes to the shuffler (mutual TLS); the server only hears that it was sent
-        status = _shuffler(context).send(silo.silo_id, silo.spec.digest, k, psum, patience=_patience(context))
+        from fedbandits.federation.shuffler import ShufflerClient
+
+        shuffler = ShufflerClient.from_config(context.node_config)
+        status = shuffler.send(silo.silo_id, silo.spec.digest, k, psum, patience=_patience(context))
         log.info("silo %d: release %d handed to the shuffler (%s)", silo.silo_id, k, status)
         if fault == "leak":  # test hook: a silo that also sends its p-sum to the server
             return _reply(msg, out_meta, {"psum": psum})

@@ -319,12 +319,11 @@ def _silo(args: argparse.Namespace) -> int:
         kill_processes_under,
         supernode_command,
     )
+    from fedbandits.federation.shuffler import split_address
     from fedbandits.federation.spec import make_spec
     from fedbandits.federation.supervisor import supervise
 
-    host, _, port = str(args.superlink).rpartition(":")
-    if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise ValueError(f"--superlink must be HOST:PORT with a port in [1, 65535], got {args.superlink!r}")
+    split_address(args.superlink, "--superlink")
     if args.silo_id < 0:
         raise ValueError(f"--silo-id must be >= 0, got {args.silo_id}")
     if not 1 <= args.runtime_port <= 65535:
@@ -406,7 +405,6 @@ def _check_shuffler_flag(spec: DeploySpec, address: str | None) -> None:
 
 def _shuffler(args: argparse.Namespace) -> int:
     import logging
-    import threading
 
     from fedbandits.config import ConfigError, load_config
     from fedbandits.federation.launcher import hold_lock
@@ -432,17 +430,13 @@ def _shuffler(args: argparse.Namespace) -> int:
         raise ValueError(f"protocol {spec.params.protocol!r} has no shuffler (only sdp-amplification)")
     state_dir = args.state_dir.resolve()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    stop = threading.Event()
     with hold_lock(state_dir, "shuffler"), _terminate_cleanly():
         where = f"{host}:{port} (mutual TLS), state in {state_dir}"
         print(f"shuffler for deployment {spec.digest[:12]} on {where}", flush=True)
-        if args.shuffle_source == "derived":
-            print("warning: --shuffle-source derived: anybody with the config can undo the shuffle (trials only)")
-        try:
-            serve(spec, state_dir, host, port, args.ca, args.cert, args.key, args.shuffle_source, stop=stop)
+        try:  # a derived shuffle source is warned about in the log, once
+            serve(spec, state_dir, host, port, args.ca, args.cert, args.key, args.shuffle_source)
         except ShufflerError as exc:
             raise ValueError(str(exc)) from None
         except KeyboardInterrupt:
-            stop.set()
             print("shuffler stopped", flush=True)
     return 0

@@ -269,48 +269,34 @@ def start_process(name: str, cmd: list[str], log: Path, env: dict[str, str]) -> 
     return Proc(name, popen, log)
 
 
-def wait_https(port: int, ca: Path, timeout: float, proc: Proc | None = None, host: str = "127.0.0.1") -> None:
-    """Wait (at most ``timeout`` s) until the SuperLink answers GET /health over verified TLS."""
-    ctx = ssl.create_default_context(cafile=str(ca))
+def _wait_health(url: str, ctx: ssl.SSLContext, timeout: float, proc: Proc | None, what: str) -> None:
+    """Wait (at most ``timeout`` s) until ``url`` answers 200 over TLS with ``ctx``."""
     deadline = time.time() + timeout
     last: Exception | None = None
     while time.time() < deadline:
         if proc is not None and not proc.alive():
             raise DeployError(f"{proc.name} exited (status {proc.popen.returncode}); see {proc.log}")
         try:
-            with urllib.request.urlopen(f"https://{host}:{port}/health", context=ctx, timeout=2) as r:
+            with urllib.request.urlopen(url, context=ctx, timeout=2) as r:
                 if r.status == 200:
                     return
         except Exception as exc:
             last = exc
         time.sleep(0.2)
-    raise DeployError(f"SuperLink on port {port} not ready within {timeout:.0f} s ({last})")
+    raise DeployError(f"{what} not ready within {timeout:.0f} s ({last})")
+
+
+def wait_https(port: int, ca: Path, timeout: float, proc: Proc | None = None, host: str = "127.0.0.1") -> None:
+    """Wait (at most ``timeout`` s) until the SuperLink answers GET /health over verified TLS."""
+    ctx = ssl.create_default_context(cafile=str(ca))
+    _wait_health(f"https://{host}:{port}/health", ctx, timeout, proc, f"SuperLink on port {port}")
 
 
 def wait_shuffler(address: str, ca: Path, cert: Path, key: Path, timeout: float, proc: Proc | None = None) -> None:
     """Wait (at most ``timeout`` s) until the shuffler answers GET /health over mutual TLS."""
-    import http.client
+    from fedbandits.federation.shuffler import client_context
 
-    from fedbandits.federation.shuffler import client_context, split_address
-
-    host, port = split_address(address)
-    ctx = client_context(ca, cert, key)
-    deadline = time.time() + timeout
-    last: Exception | None = None
-    while time.time() < deadline:
-        if proc is not None and not proc.alive():
-            raise DeployError(f"{proc.name} exited (status {proc.popen.returncode}); see {proc.log}")
-        conn = http.client.HTTPSConnection(host, port, context=ctx, timeout=2)
-        try:
-            conn.request("GET", "/health")
-            if conn.getresponse().status == 200:
-                return
-        except Exception as exc:
-            last = exc
-        finally:
-            conn.close()
-        time.sleep(0.2)
-    raise DeployError(f"shuffler at {address} not ready within {timeout:.0f} s ({last})")
+    _wait_health(f"https://{address}/health", client_context(ca, cert, key), timeout, proc, f"shuffler at {address}")
 
 
 def run_cli(args: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:

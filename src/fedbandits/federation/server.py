@@ -212,7 +212,8 @@ class Coordinator:
                 len(batch),
                 len(acknowledged),
             )
-        return self._close(k, batch[None].copy(), batch.copy(), sorted(acknowledged), rejected)
+        record = batch.copy()
+        return self._close(k, record[None], record, sorted(acknowledged), rejected)
 
     def _close(
         self, k: int, rows: np.ndarray, record: np.ndarray, accepted: list[int], rejected: list[tuple[int, str]]

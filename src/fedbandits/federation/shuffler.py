@@ -47,6 +47,7 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -518,6 +519,18 @@ class ShufflerClient:
         self.context = client_context(ca, cert, key)
         self.timeout = timeout
 
+    #: keys of a run config (server) or node config (silo) that name the shuffler and the TLS files
+    CONFIG_KEYS = ("shuffler", "shuffler-ca", "shuffler-cert", "shuffler-key")
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, object]) -> ShufflerClient:
+        """The client a Flower run config or node config describes (:attr:`CONFIG_KEYS`)."""
+        missing = [k for k in cls.CONFIG_KEYS if not str(config.get(k, ""))]
+        if missing:
+            raise ShufflerError(f"a shuffled protocol needs the config keys {', '.join(missing)} (--shuffler ...)")
+        address, ca, cert, key = (str(config[k]) for k in cls.CONFIG_KEYS)
+        return cls(address, ca, cert, key)
+
     def _post(self, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         data = json.dumps(body).encode()
         conn = http.client.HTTPSConnection(self.host, self.port, context=self.context, timeout=self.timeout)
@@ -541,18 +554,15 @@ class ShufflerClient:
         while True:
             try:
                 status, payload = self._post(path, body)
-            except ssl.SSLError as exc:
-                if isinstance(exc, ssl.SSLCertVerificationError) or exc.reason in _TLS_REFUSALS:
+            except (OSError, http.client.HTTPException) as exc:  # down or restarting: try again ...
+                if isinstance(exc, ssl.SSLError) and (
+                    isinstance(exc, ssl.SSLCertVerificationError) or exc.reason in _TLS_REFUSALS
+                ):  # ... unless the TLS credentials are wrong, which no retry fixes
                     raise ShufflerError(
                         f"TLS with the shuffler {self.host}:{self.port} refused ({exc.reason}): check the shuffler "
                         "hop's CA (--shuffler-ca) and this party's client certificate and key",
                         495,
                     ) from None
-                if time.time() >= deadline:
-                    raise ShufflerError(f"shuffler {self.host}:{self.port} unreachable: {exc}", 503) from None
-                time.sleep(0.5)
-                continue
-            except (OSError, http.client.HTTPException) as exc:  # down or restarting: try again
                 if time.time() >= deadline:
                     where = f"{self.host}:{self.port}"
                     raise ShufflerError(f"shuffler {where} unreachable for {patience:.0f} s: {exc}", 503) from None
@@ -611,10 +621,10 @@ def serve(
     thread.start()
     if ready is not None:
         ready.set()
+    stop = stop or threading.Event()
     try:
-        while thread.is_alive() and not (stop is not None and stop.wait(0.5)):
-            if stop is None:
-                time.sleep(0.5)
+        while thread.is_alive() and not stop.wait(0.5):
+            pass
     finally:
         httpd.shutdown()
         httpd.server_close()
