@@ -101,6 +101,27 @@ def test_silo_sends_only_noisy_psums_and_never_redraws(tmp_path: Path) -> None:
         Silo(_spec("ldp", horizon=50), 1, tmp_path)
 
 
+@pytest.mark.parametrize(("protocol", "extra"), [("ldp", ""), ("sdp-amplification", 'calibration = "paper"')])
+def test_deployed_silo_noise_has_the_calibrated_scale(tmp_path: Path, protocol: str, extra: str) -> None:
+    """A real silo draws secret noise (``os``), so parity with the simulator cannot vouch for it:
+    its first release minus the exact batch statistics, divided by the calibrated sigma of each
+    entry, must be standard normal.  N = 40 silos x P = 14 entries = 560 values; (N P - 1) s^2 is
+    chi-square with 559 degrees of freedom, outside [461, 668] with probability 2e-3 (scipy
+    quantiles 1e-3 / 0.999); noise at 0.9 sigma gives about 453, at 1.1 sigma about 676."""
+    from scipy import stats
+
+    spec = _spec(protocol, extra=extra)
+    exact = Silo(_spec("none"), 1, tmp_path / "exact").release(1, None, 0)  # same users, same actions
+    sigma = spec.sigma()
+    assert sigma is not None
+    z = np.concatenate(
+        [(Silo(spec, 1, tmp_path / f"s{j}", noise_source="os").release(1, None, 0) - exact) / sigma for j in range(40)]
+    )
+    lo, hi = stats.chi2.ppf([1e-3, 1 - 1e-3], z.size - 1)
+    assert lo < (z.size - 1) * z.var(ddof=1) < hi
+    assert abs(z.mean()) < 4 / np.sqrt(z.size)  # centred: 4 standard errors
+
+
 def test_silo_that_missed_rounds_catches_up(tmp_path: Path) -> None:
     spec = _spec("ldp", horizon=80)
     silo = Silo(spec, 0, tmp_path)
