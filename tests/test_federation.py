@@ -7,6 +7,7 @@ Run them with ``pytest -m slow tests/test_federation.py``.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import time
@@ -333,12 +334,18 @@ def test_spec_rejects_undeployable_configs() -> None:
 
 
 # ------------------------------------------------------------------ real processes -----------
-flwr = pytest.importorskip("flwr")
-
+# Tests that start Flower's processes need the deploy extra; everything above and the argument and
+# certificate tests below run without it (a module-level importorskip would skip them all).
 from fedbandits.federation.certs import create_silo_key  # noqa: E402
 from fedbandits.federation.launcher import LocalDeployment, flower_env, start_process, supernode_command  # noqa: E402
 
-slow = pytest.mark.slow
+_HAVE_FLWR = importlib.util.find_spec("flwr") is not None
+
+
+def slow(test):  # type: ignore[no-untyped-def]
+    """A real-process test: slow, and skipped without Flower (``pip install -e '.[deploy]'``)."""
+    needs_flower = pytest.mark.skipif(not _HAVE_FLWR, reason="needs flwr (the deploy extra)")
+    return pytest.mark.slow(needs_flower(test))
 
 
 def _wait(pred, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
