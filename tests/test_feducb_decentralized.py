@@ -347,7 +347,7 @@ def test_private_releases_go_through_one_tree_stream_per_agent_and_set() -> None
     sens = stream_sensitivity(1.0, 1.0)
     assert rep["epsilon_messages"] == pytest.approx(gaussian_epsilon(message_mu(rep["noise_std"], 4, sens), 0.1))
     assert rep["epsilon"] == 50.0 and rep["privacy_streams"] == M * gamma and rep["stream_capacity"] == 15
-    assert rep["guarantee"].startswith("none")
+    assert rep["guarantee"] == "no formal guarantee" and "schedule reads non-private data" in rep["guarantee_reason"]
 
 
 def test_private_run_through_the_registry_and_config() -> None:

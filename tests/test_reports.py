@@ -114,7 +114,7 @@ def test_merged_report_is_not_the_first_tasks():
     assert first["sclub"]["ari_final"] != merged["sclub"].report["ari_final"]
     eps = "epsilon_spent_per_server_cluster"
     assert first["cdp-fclub-dc"][eps] != merged["cdp-fclub-dc"].report[eps]
-    assert merged["cdp-fclub-dc"].report["guarantee"].startswith(("formal", "no formal guarantee"))
+    assert merged["cdp-fclub-dc"].report["guarantee"] == "no formal guarantee"
 
 
 class _Toy(Policy):
@@ -197,7 +197,13 @@ def test_merge_rejects_inconsistent_reports():
 
 def test_fclub_guarantee_is_recomputed_after_the_merge():
     cls = ALGORITHMS["cdp-fclub-dc"].policy
-    reports = [{"epsilon": 1.0, "epsilon_spent": eps, "guarantee": privacy_guarantee(eps, 1.0)} for eps in (0.5, 2.0)]
+    reports = [
+        dict(zip(("guarantee", "guarantee_reason"), privacy_guarantee(eps, 1.0), strict=True))
+        | {"epsilon": 1.0, "epsilon_spent": eps}
+        for eps in (0.5, 2.0)
+    ]
     merged = merge_reports(reports, [2, 1], cls, "cdp")
-    assert merged["epsilon_spent"] == 2.0 and merged["guarantee"] == privacy_guarantee(2.0, 1.0)
-    assert merged["guarantee"].startswith("no formal guarantee")
+    assert merged["epsilon_spent"] == 2.0
+    assert (merged["guarantee"], merged["guarantee_reason"]) == privacy_guarantee(2.0, 1.0)
+    assert merged["guarantee"] == "no formal guarantee" and "exceed the target" in merged["guarantee_reason"]
+    assert "meet the target" in reports[0]["guarantee_reason"]

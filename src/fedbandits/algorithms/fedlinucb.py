@@ -14,6 +14,7 @@ from fedbandits.algorithms.linucb import IndependentLinUCB
 from fedbandits.core.clipping import clip_norm, clip_rewards
 from fedbandits.core.ridge import raise_eigenvalues
 from fedbandits.core.validation import check_choice, check_float, check_int
+from fedbandits.privacy.guarantee import not_covering_adaptivity
 from fedbandits.protocols.base import Protocol
 
 REGULARIZERS = ("fixed", "theory")
@@ -29,7 +30,13 @@ class FedLinUCBParams(LinUCBParams):
     feature_bound: float = field(default=1.0, metadata={"help": "L: features clipped to ||x|| <= L (private)"})
     reward_bound: float = field(default=1.0, metadata={"help": "B: rewards clipped to [-B, B] (private)"})
     adjacency: str = field(default="replace", metadata={"help": "'replace' one user (paper) or 'add-remove'"})
-    lazy: bool = field(default=False, metadata={"help": "act on private statistics only (Algorithm 8)"})
+    lazy: bool | None = field(
+        default=None,
+        metadata={
+            "help": "act on released statistics only (Algorithm 8); default: true for private protocols (the "
+            "guarantee then holds against adaptive neighbours), false for 'none'"
+        },
+    )
     regularizer: str = field(
         default="fixed", metadata={"help": "'fixed' (reg) or 'theory' (lambda of Lemma C.4 from the noise)"}
     )
@@ -41,6 +48,8 @@ class FedLinUCBParams(LinUCBParams):
 
         if self.protocol not in PROTOCOLS:
             raise ValueError(f"protocol must be one of {', '.join(map(repr, PROTOCOLS))}, got {self.protocol!r}")
+        if self.lazy is None:  # the sound default, resolved here so the saved config states it
+            object.__setattr__(self, "lazy", self.private)
         if not isinstance(self.lazy, bool):
             raise ValueError(f"lazy must be true or false, got {self.lazy!r}")
         check_choice("regularizer", self.regularizer, REGULARIZERS)
@@ -103,6 +112,9 @@ class FedLinUCB(IndependentLinUCB):
     counts are reported.  The noisy synced Gram matrix may be indefinite: lambda I + W_syn is then
     repaired by raising its eigenvalues to at least lambda/10 (post-processing; counted).
     ``lazy`` is Algorithm 8: agents act on lambda I + W_syn only, never on unreleased local data.
+    It is the default for private protocols: with ``lazy = false`` (the paper's Algorithm 1) a
+    silo's first user steers its later users' actions and so the released batch sums, and the
+    report's ``guarantee`` is withdrawn (:mod:`fedbandits.privacy.guarantee`).
     """
 
     name = "fedlinucb"
@@ -191,6 +203,8 @@ class FedLinUCB(IndependentLinUCB):
 
     def report(self) -> dict[str, object]:
         out: dict[str, object] = {"batch": self.batch, "reg": self.reg_value, **self.protocol.privacy_report()}
+        if self.private and not self.lazy:
+            out = not_covering_adaptivity(out)
         if self.private:
             out.update(
                 {

@@ -72,7 +72,7 @@ Privacy (Remark 5/6): one tree stream per (agent, set), M gamma streams, each of
 ceil(T/gamma): depth m = 1 + ceil(log2(T/gamma)); Lambda and kappa take n = gamma ceil(T/gamma)
 releases per agent (the extra log gamma) and keep M.  One datum enters exactly one stream, so an
 agent's privacy loss is that of one stream (``epsilon_messages``).  As in the centralized
-algorithm the schedule reads non-private data (``guarantee = "none"``); ``schedule = "private"``
+algorithm the schedule reads non-private data (``guarantee = "no formal guarantee"``); ``schedule = "private"``
 is not available here.
 """
 

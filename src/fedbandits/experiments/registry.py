@@ -76,6 +76,8 @@ def _check_scale(scale: str, runs: int | None) -> None:
 
 
 def _private(label: str, protocol: str, epsilon: float, delta: float, calibration: str = "paper") -> dict[str, Any]:
+    """A private FedLinUCB as the paper ran it: Algorithm 1, non-lazy (its report says the guarantee
+    does not cover adaptive neighbours; the library's default is lazy)."""
     return {
         "name": "fedlinucb",
         "label": label,
@@ -85,6 +87,7 @@ def _private(label: str, protocol: str, epsilon: float, delta: float, calibratio
         "epsilon": epsilon,
         "delta": delta,
         "calibration": calibration,
+        "lazy": False,
     }
 
 
