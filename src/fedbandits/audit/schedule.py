@@ -43,6 +43,7 @@ from scipy import stats
 
 from fedbandits.algorithms.base import Policy
 from fedbandits.algorithms.feducb import FedUCB, FedUCBParams, calibrate_feducb
+from fedbandits.audit.stats import clopper_pearson, epsilon_lower_bound
 from fedbandits.core.validation import check_float, check_int
 
 
@@ -100,25 +101,6 @@ class AttackResult:
             "p (acc = 1/2)": f"{self.p_value:.2g}",
             "eps lower bound": round(self.epsilon_lower_bound, 2),
         }
-
-
-def clopper_pearson(successes: int, n: int, alpha: float) -> tuple[float, float]:
-    """Exact two-sided (1 - alpha) interval for a binomial proportion."""
-    lo = 0.0 if successes == 0 else float(stats.beta.ppf(alpha / 2, successes, n - successes + 1))
-    hi = 1.0 if successes == n else float(stats.beta.ppf(1 - alpha / 2, successes + 1, n - successes))
-    return lo, hi
-
-
-def epsilon_lower_bound(true_pos: int, false_pos: int, n: int, delta: float, alpha: float) -> float:
-    """Empirical epsilon implied by n trials per dataset (see the module docstring); >= 0."""
-    tpr_lo, _ = clopper_pearson(true_pos, n, alpha)
-    _, fpr_hi = clopper_pearson(false_pos, n, alpha)
-    bounds = [0.0]
-    if tpr_lo - delta > 0 and fpr_hi > 0:
-        bounds.append(math.log((tpr_lo - delta) / fpr_hi))
-    if 1 - fpr_hi - delta > 0 and 1 - tpr_lo > 0:
-        bounds.append(math.log((1 - fpr_hi - delta) / (1 - tpr_lo)))
-    return max(bounds)
 
 
 def _users(setup: AttackSetup, rng: np.random.Generator, c: float) -> tuple[np.ndarray, np.ndarray]:

@@ -138,6 +138,8 @@ class TreePrivatizer:
         self.noisy = np.zeros(shape)  # released noisy p-sums (noise drawn once per node)
         self.k = np.zeros((n_runs, n_streams), dtype=np.int64)  # releases made per stream
         self._bits = 1 << np.arange(self.levels)
+        #: every release's (mask, released prefixes) when set to a list (the privacy audit's view)
+        self.log: list[tuple[np.ndarray, np.ndarray]] | None = None
 
     def release(self, mask: np.ndarray, q: np.ndarray) -> np.ndarray:
         """Insert ``q[r, s]`` for every (r, s) with ``mask[r, s]`` and return their noisy prefix sums.
@@ -171,6 +173,8 @@ class TreePrivatizer:
         self.k[runs, streams] = new_k
         out = np.zeros((*mask.shape, size, size))
         out[runs, streams] = self.prefix(runs, streams)
+        if self.log is not None:
+            self.log.append((mask.copy(), out.copy()))
         return out
 
     def prefix(self, runs: np.ndarray, streams: np.ndarray) -> np.ndarray:

@@ -68,6 +68,8 @@ class GaussianTreeProtocol(Protocol):
             self.transcript.append({"sync": self.randomizer.k, "messages": messages.copy(), "sigma": self.sigma})
         if self.shuffled:
             messages = shuffle_messages(messages, self.shuffle_rngs)
+            if self.transcript is not None:
+                self.transcript[-1]["server_view"] = messages.copy()  # what the server sees: the shuffled batch
         prefix = self._analyze(messages)
         self._count_round()
         return unpack(prefix, self.dim)
