@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 import numpy as np
 from scipy import stats
@@ -206,7 +207,12 @@ def run_attack(setup: AttackSetup) -> list[AttackResult]:
     return results
 
 
-def format_table(results: Sequence[AttackResult]) -> str:
+class _Row(Protocol):
+    def row(self) -> dict[str, object]: ...
+
+
+def format_table(results: Sequence[_Row]) -> str:
+    """One aligned text table of the results' rows (attack results or privacy-audit rows)."""
     rows = [r.row() for r in results]
     keys = list(rows[0])
     widths = {k: max(len(k), *(len(str(r[k])) for r in rows)) for k in keys}
