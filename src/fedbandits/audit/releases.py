@@ -321,7 +321,7 @@ def schedule_rows(plan: AuditPlan) -> list[AuditRow]:
     r = feducb["feducb (Privatizer)"]
     rows.append(
         AuditRow(
-            "FedUCB Privatizer, adaptive schedule", "feducb", "privatizer", "-", r.claimed_epsilon, math.inf,
+            "FedUCB Privatizer, adaptive schedule", "feducb", "feducb-privatizer", "-", r.claimed_epsilon, math.inf,
             r.delta, "no formal guarantee", r.trials, round(r.tpr * r.trials), round(r.fpr * r.trials),
             epsilon_estimate(round(r.tpr * r.trials), round(r.fpr * r.trials), r.trials, r.delta),
             r.epsilon_lower_bound, attack="sync after round 1 (audit schedule)",

@@ -112,10 +112,12 @@ class Results:
             spent = s.get("epsilon_spent")
             if protocol in ("-", "none"):
                 spent_text = "-"
-            elif str(s.get("guarantee", "")).startswith("no formal guarantee"):  # FCLUB's carries a note
-                spent_text = f"{spent:.4g} > target {s.get('epsilon', float('nan')):.4g}: NO FORMAL GUARANTEE"
             else:
-                spent_text = f"{spent:.4g} (target {s.get('epsilon', float('nan')):.4g})"
+                target = s.get("epsilon", float("nan"))
+                relation = ">" if spent > target * (1 + 1e-9) else "<="  # type: ignore[operator]
+                spent_text = f"{spent:.4g} {relation} target {target:.4g}"
+                if s.get("guarantee") != "formal":  # the reason is in summary.json's guarantee_reason
+                    spent_text += ": NO FORMAL GUARANTEE"
             privacy = protocol if protocol in ("-", "none") else f"{protocol}/{s.get('calibration', '?')}"
             rows.append(
                 (
