@@ -33,7 +33,7 @@ def test_quick_audit_covers_every_private_mode(quick_audit) -> None:  # type: ig
     expected = {
         *(
             f"FedLinUCB {p} {lazy}"
-            for p in ("ldp", "ldp-prefix", "sdp-amplification")
+            for p in ("ldp", "ldp-prefix", "sdp-amplification", "sdp-vector-sum")
             for lazy in ("lazy", "non-lazy (Alg. 1)")
         ),
         "FedUCB Privatizer, private schedule",
@@ -63,6 +63,9 @@ def test_quick_audit_formal_rows_hold_and_non_lazy_rows_are_refuted(quick_audit)
         row = rows[f"FedLinUCB {protocol} non-lazy (Alg. 1)"]
         assert row["verdict"] == "violated" and row["epsilon_lower_bound"] > row["claimed_epsilon"] == 1.0
     assert rows["FedLinUCB ldp non-lazy (Alg. 1)"]["epsilon_lower_bound"] > 3.0
+    # vector-sum noise is 1e4-1e5 times LDP's: even steering stays hidden, but the label is withdrawn
+    assert rows["FedLinUCB sdp-vector-sum non-lazy (Alg. 1)"]["guarantee"] == "no formal guarantee"
+    assert rows["FedLinUCB sdp-vector-sum lazy"]["guarantee"] == "formal"
 
 
 def test_under_noised_mode_is_flagged() -> None:
@@ -177,3 +180,17 @@ def test_audit_case_and_cli_refuse_bad_input(capsys: pytest.CaptureFixture[str])
     assert main(["audit", "privacy", "--quick", "--trials", "5"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--trials must be >= 10" in err
+
+
+def test_reproductions_run_the_papers_non_lazy_algorithm() -> None:
+    """The registered paper figures set lazy = false explicitly (Algorithm 1 as published)."""
+    from fedbandits.experiments.registry import EXPERIMENTS, get_experiment
+
+    private = 0
+    for name in EXPERIMENTS:
+        for _, config in get_experiment(name, "tiny").configs():
+            for alg in config["algorithms"]:
+                if alg["name"] == "fedlinucb" and alg.get("protocol", "none") != "none":
+                    assert alg["lazy"] is False, (name, alg["label"])
+                    private += 1
+    assert private >= 10

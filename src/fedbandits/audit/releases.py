@@ -256,14 +256,16 @@ def _feducb(name: str, **extra: object) -> dict[str, Any]:
 
 
 def default_cases() -> list[AuditCase]:
-    """Every private mode, lazy and not: FedLinUCB's three Gaussian protocols, FedUCB's Privatizer
+    """Every private mode, lazy and not: FedLinUCB's four private protocols, FedUCB's Privatizer
     with the private schedule, decentralized FedUCB (epsilon = 1, delta = 1e-5, tight)."""
     cases = []
-    for protocol, view, agents in (
+    fedlinucb_modes = (
         ("ldp", "messages", 1),
         ("ldp-prefix", "messages", 1),
-        ("sdp-amplification", "shuffled", 13),
-    ):
+        ("sdp-amplification", "shuffled", 13),  # Lemma F.2 needs more than 11.09 silos
+        ("sdp-vector-sum", "messages", 2),  # the transcript holds the server's decoded p-sum
+    )
+    for protocol, view, agents in fedlinucb_modes:
         for lazy in (True, False):
             cases.append(
                 AuditCase(
