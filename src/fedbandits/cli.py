@@ -408,7 +408,8 @@ def _list() -> int:
         for entry in table.values():
             print(f"  {entry.name:<20} {entry.description}")
             for name, default, help_text in entry.parameters():
-                print(f"      {name:<14} = {default!r:<12} {help_text}")
+                shown = "auto" if default is None else repr(default)  # None: resolved from the other fields
+                print(f"      {name:<14} = {shown:<12} {help_text}")
         print()
     return 0
 
