@@ -21,7 +21,9 @@ that fails for good (e.g. its Ray worker lost more often than ``--retries``) exi
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn, TypedDict
@@ -414,9 +416,30 @@ def _list() -> int:
     return 0
 
 
+#: commands whose driver starts worker processes
+WORK_COMMANDS = ("run", "quickstart", "reproduce", "audit")
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM takes the SIGINT path: worker pools are stopped, not orphaned
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # the commands that start worker processes: SIGTERM stops them like SIGINT (the deployment
+    # commands supervise their own processes and signals)
+    previous = None
+    if args.command in WORK_COMMANDS and threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        return _main(parser, args)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     try:
         if args.command == "run":
             return _run(load_config(args.config), args)

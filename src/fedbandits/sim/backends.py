@@ -114,7 +114,10 @@ class LocalBackend:
                 yield index, simulate_runs(config, runs, on_step=on_step, record_transcript=record_transcript)
             return
         pool = ProcessPoolExecutor(
-            min(self.workers, len(chunks)), mp_context=_pool_context(), initializer=_single_thread_worker
+            min(self.workers, len(chunks)),
+            mp_context=_pool_context(),
+            initializer=_single_thread_worker,
+            initargs=(os.getpid(),),
         )
         finished = False
         try:

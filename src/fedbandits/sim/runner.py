@@ -14,6 +14,7 @@ tasks, up to float rounding in means.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -140,11 +141,43 @@ def task_chunks(config: Config) -> list[list[int]]:
     return [runs[i : i + size] for i in range(0, len(runs), size)]
 
 
-def _single_thread_worker() -> None:
-    # one BLAS thread per worker: the workers are the parallelism
+def _single_thread_worker(driver: int | None = None) -> None:
+    """Initializer of a pool worker: one BLAS thread (the workers are the parallelism), and a
+    watchdog that ends the worker once ``driver`` (the process that started the pool) is gone --
+    killed with SIGKILL, its results could never be received."""
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(1)
+    if driver is not None:
+        threading.Thread(target=_exit_when_gone, args=(driver,), name="fedbandits-watchdog", daemon=True).start()
+
+
+#: seconds between a worker's checks that its driver still runs
+WATCHDOG_INTERVAL = 0.25
+
+
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie -- dead, not yet reaped by its parent -- does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            state = f.read().rsplit(")", 1)[-1].split()[0]
+        return state not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc (not Linux): ask the kernel whether the pid exists
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+
+def _exit_when_gone(driver: int) -> None:
+    while process_alive(driver):
+        time.sleep(WATCHDOG_INTERVAL)
+    os._exit(1)  # nobody can receive this worker's result: stop at once, without clean-up
 
 
 def _pool_context():  # type: ignore[no-untyped-def]

@@ -1,0 +1,105 @@
+"""No orphaned work: a killed driver's worker processes stop within seconds (by PID, never by name)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from fedbandits.sim.runner import WATCHDOG_INTERVAL, process_alive
+
+pytestmark = pytest.mark.skipif(not Path("/proc").is_dir(), reason="walks /proc for descendants")
+
+#: two tasks of ~20 s each: still running when the driver is killed
+CONFIG = """
+[experiment]
+seed = 1
+runs = 2
+runs_per_task = 1
+horizon = 200000
+
+[environment]
+name = "gaussian-sphere"
+agents = 4
+arms = 20
+dim = 5
+
+[[algorithms]]
+name = "linucb-independent"
+"""
+
+
+def _children(pid: int) -> set[int]:
+    found = set()
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found |= {int(c) for c in (task / "children").read_text().split()}
+        except OSError:
+            continue
+    return found
+
+
+def _descendants(pid: int) -> set[int]:
+    out, todo = set(), [pid]
+    while todo:
+        for child in _children(todo.pop()):
+            if child not in out:
+                out.add(child)
+                todo.append(child)
+    return out
+
+
+def _start(tmp_path: Path) -> tuple[subprocess.Popen[bytes], set[int]]:
+    config = tmp_path / "c.toml"
+    config.write_text(textwrap.dedent(CONFIG))
+    cmd = [sys.executable, "-m", "fedbandits.cli", "run", str(config), "--workers", "2", "--no-progress"]
+    driver = subprocess.Popen(cmd + ["--out", str(tmp_path / "out")], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    workers: set[int] = set()
+    while time.monotonic() < deadline and len(workers) < 3:  # the fork server and two workers
+        time.sleep(0.2)
+        workers = _descendants(driver.pid)
+        assert driver.poll() is None, driver.stderr.read() if driver.stderr else ""
+    assert len(workers) >= 3, f"workers did not start: {workers}"
+    time.sleep(1.0)  # the workers are computing their tasks
+    return driver, _descendants(driver.pid)
+
+
+def _survivors(pids: set[int], seconds: float) -> set[int]:
+    deadline = time.monotonic() + seconds
+    alive = {p for p in pids if process_alive(p)}
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.1)
+        alive = {p for p in alive if process_alive(p)}
+    return alive
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_workers_stop_when_the_driver_dies(tmp_path: Path, sig: int) -> None:
+    """The watchdog polls every 0.25 s; 5 s leaves room for a loaded machine.  With SIGTERM the
+    driver itself stops its pool (exit 130); with SIGKILL the workers notice on their own."""
+    driver, pids = _start(tmp_path)
+    os.kill(driver.pid, sig)
+    code = driver.wait(timeout=30)
+    assert code == (130 if sig == signal.SIGTERM else -signal.SIGKILL)
+    left = _survivors(pids, 5.0)
+    for pid in left:  # clean up before failing, by PID
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"processes survived their driver: {sorted(left)}"
+    assert WATCHDOG_INTERVAL <= 0.5
+
+
+def test_process_alive_sees_a_zombie_as_dead() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 10
+    while process_alive(child.pid) and time.monotonic() < deadline:  # exited, not yet reaped: a zombie
+        time.sleep(0.05)
+    assert not process_alive(child.pid)
+    child.wait()
+    assert process_alive(os.getpid())
