@@ -59,7 +59,7 @@ def _start(tmp_path: Path) -> tuple[subprocess.Popen[bytes], set[int]]:
     config = tmp_path / "c.toml"
     config.write_text(textwrap.dedent(CONFIG))
     cmd = [sys.executable, "-m", "fedbandits.cli", "run", str(config), "--workers", "2", "--no-progress"]
-    driver = subprocess.Popen(cmd + ["--out", str(tmp_path / "out")], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    driver = subprocess.Popen([*cmd, "--out", str(tmp_path / "out")], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60
     workers: set[int] = set()
     while time.monotonic() < deadline and len(workers) < 3:  # the fork server and two workers

@@ -102,6 +102,11 @@ def build_parser() -> argparse.ArgumentParser:
     def run_options(p: argparse.ArgumentParser) -> None:
         p.add_argument("--out", type=Path, help="results folder (default: results/<experiment name>)")
         backend_options(p)
+        p.add_argument(
+            "--max-memory",
+            metavar="SIZE",
+            help="refuse a config whose tasks would hold more than SIZE (512M, 8G; default: the available memory)",
+        )
         p.add_argument("--runs", type=_positive_int, help="override [experiment] runs")
         p.add_argument("--seed", type=_nonnegative_int, help="override [experiment] seed")
         p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
@@ -360,6 +365,7 @@ def _reproduce(args: argparse.Namespace) -> int:
 
 def _run(config: Config, args: argparse.Namespace) -> int:
     from fedbandits.plots import plot_results
+    from fedbandits.sim.memory import parse_bytes
     from fedbandits.sim.runner import run_experiment
 
     overrides = {k: v for k, v in (("runs", args.runs), ("seed", args.seed)) if v is not None}
@@ -369,11 +375,13 @@ def _run(config: Config, args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} exists and is not a folder")
     backend = _backend_kwargs(args)
+    max_memory = None if args.max_memory is None else parse_bytes(args.max_memory)
     results = run_experiment(
         config,
         progress=not args.no_progress,
         record_transcript=args.transcript,
         checkpoint=out / "checkpoint",
+        max_memory=max_memory,
         **backend,
     )
     results.save(out)

@@ -26,6 +26,7 @@ import numpy as np
 from fedbandits.algorithms.base import Policy
 from fedbandits.config import Config
 from fedbandits.registry import ALGORITHMS, ENVIRONMENTS, PolicyContext
+from fedbandits.sim.memory import check_memory
 from fedbandits.sim.reports import merge_reports
 from fedbandits.sim.results import AlgorithmResult, Results, TranscriptArrays
 from fedbandits.sim.seeding import env_rngs, noise_rngs
@@ -209,6 +210,7 @@ def run_experiment(
     resume: bool = False,
     max_retries: int = 3,
     log: Callable[[str], None] | None = None,
+    max_memory: int | None = None,
 ) -> Results:
     """Run every run of ``config`` and gather the results (identical whatever executes them).
 
@@ -221,6 +223,10 @@ def run_experiment(
     ``checkpoint`` is a folder where every finished task is written as it arrives (see
     :mod:`fedbandits.sim.checkpoint`); with ``resume=True`` tasks already there are loaded
     instead of re-run.  ``log`` receives one line saying what a resume skipped.
+
+    Before anything is allocated, the memory the tasks running at once will hold is estimated
+    (:mod:`fedbandits.sim.memory`) and a config above ``max_memory`` bytes (default: the memory
+    available on this machine) is refused with a ValueError.
     """
     from fedbandits.sim.backends import BACKENDS, open_backend
 
@@ -233,6 +239,8 @@ def run_experiment(
             raise ValueError("an address is only for the ray backend (use backend 'ray', `--backend ray`)")
     elif address is not None or workers != "auto":
         raise ValueError("with an open backend, give workers and address to open_backend instead")
+    parallel = workers if isinstance(workers, int) and (backend == "local" or backend is None) else 1
+    check_memory(config, min(parallel, len(task_chunks(config))), max_memory)
     started = time.perf_counter()
     # open first: a missing Ray or an unreachable cluster is reported before anything runs
     opened = open_backend(backend, workers, address, max_retries) if isinstance(backend, str) else None

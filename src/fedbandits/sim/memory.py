@@ -1,0 +1,83 @@
+"""The memory a simulation will hold, estimated from the validated config before anything is allocated.
+
+A task simulates ``R = runs_per_task`` runs of M agents together.  Per round the environment holds
+at least the contexts, a float32 array (R, M, K, d); every learner that keeps one ridge state per
+agent (``linucb-independent``, ``fedlinucb``, ``feducb``, ``feducb-decentralized``) holds at least
+its Gram matrix and inverse, two float64 arrays (R, M, d, d).  The estimate counts only these
+arrays, so it is a lower bound of what a task needs: a config it refuses cannot run.  ``workers``
+tasks run at once locally.
+
+Available memory is MemAvailable of /proc/meminfo (Linux) unless a bound is given
+(``--max-memory``); where neither is known nothing is refused.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from fedbandits.config import Config
+
+#: learners with a ridge state per agent: Gram matrix and inverse, float64 (R, M, d, d) each
+PER_AGENT_STATE = ("linucb-independent", "fedlinucb", "feducb", "feducb-decentralized")
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_bytes(text: str) -> int:
+    """'512M', '8G', '1.5T' or a number of bytes; ValueError naming the accepted forms."""
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)(?:i?B)?\s*", str(text), flags=re.IGNORECASE)
+    if match is None or float(match.group(1)) <= 0:
+        raise ValueError(f"--max-memory must be a positive size such as 512M, 8G or 1.5T, got {text!r}")
+    return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
+
+
+def _size(config: Config, name: str) -> int:
+    value = getattr(config.environment.params, name, 0)
+    return int(value) if isinstance(value, int) and value > 0 else 1  # unknown until the data is read
+
+
+def task_bytes(config: Config) -> int:
+    """Estimated bytes one task of ``config`` holds (see the module docstring)."""
+    runs, agents = config.runs_per_task(), _size(config, "agents")
+    arms, dim = _size(config, "arms"), _size(config, "dim")
+    contexts = runs * agents * arms * dim * 4
+    learners = sum(alg.name in PER_AGENT_STATE for alg in config.algorithms)
+    return contexts + learners * 2 * runs * agents * dim * dim * 8
+
+
+def available_bytes() -> int | None:
+    """MemAvailable of /proc/meminfo, or None where it cannot be read."""
+    try:
+        text = Path("/proc/meminfo").read_text()
+    except OSError:
+        return None
+    match = re.search(r"^MemAvailable:\s+([0-9]+) kB", text, flags=re.MULTILINE)
+    return int(match.group(1)) * 1024 if match else None
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.3g} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def check_memory(config: Config, parallel: int = 1, limit: int | None = None) -> int:
+    """Raise ValueError (one line: the sizes and the estimate) if ``parallel`` tasks cannot fit.
+
+    ``limit``: a bound in bytes (``--max-memory``); default the machine's available memory.
+    Returns the estimate.
+    """
+    need = task_bytes(config) * max(1, parallel)
+    bound = limit if limit is not None else available_bytes()
+    if bound is not None and need > bound:
+        env = config.environment.params
+        sizes = ", ".join(f"{name} = {getattr(env, name)}" for name in ("agents", "arms", "dim") if hasattr(env, name))
+        what = "--max-memory" if limit is not None else "available memory"
+        raise ValueError(
+            f"the simulation would hold at least {_human(need)} ({parallel} task(s) of {config.runs_per_task()} runs, "
+            f"{sizes}, {len(config.algorithms)} algorithm(s)), more than the {_human(bound)} of {what}: lower the "
+            "sizes, runs_per_task or --workers"
+        )
+    return need

@@ -1,0 +1,72 @@
+"""The memory estimate before allocation: a config sized far above the machine is one line, exit 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fedbandits.config import config_from_dict
+from fedbandits.sim.memory import check_memory, parse_bytes, task_bytes
+
+
+def _config(agents: int, arms: int, dim: int, algorithms: tuple[str, ...] = ("linucb-independent",)):  # type: ignore[no-untyped-def]
+    return config_from_dict(
+        {
+            "experiment": {"horizon": 50, "runs": 3, "runs_per_task": 2},
+            "environment": {"name": "gaussian-sphere", "agents": agents, "arms": arms, "dim": dim},
+            "algorithms": [{"name": a, "label": f"{a}-{i}"} for i, a in enumerate(algorithms)],
+        }
+    )
+
+
+def test_task_bytes_counts_contexts_and_per_agent_state() -> None:
+    """R = 2 runs per task, M = 5, K = 7, d = 3: contexts 2*5*7*3 float32 = 840 B; each per-agent
+    learner 2 float64 (R, M, d, d) arrays = 2*2*5*9*8 = 1440 B; linucb-super keeps none per agent."""
+    assert task_bytes(_config(5, 7, 3)) == 840 + 1440
+    assert task_bytes(_config(5, 7, 3, ("linucb-independent", "fedlinucb", "linucb-super"))) == 840 + 2 * 1440
+
+
+def test_check_memory_refuses_above_the_bound() -> None:
+    config = _config(5, 7, 3)
+    assert check_memory(config, 1, 10_000) == 2280
+    assert check_memory(config, 4, 10_000) == 4 * 2280  # tasks running at once
+    with pytest.raises(ValueError, match=r"at least 8.91 KiB \(4 task\(s\) of 2 runs, agents = 5, arms = 7, dim = 3"):
+        check_memory(config, 4, 9_000)
+
+
+def test_parse_bytes() -> None:
+    assert parse_bytes("512M") == 512 << 20 and parse_bytes("1.5G") == 3 << 29 and parse_bytes("100") == 100
+    assert parse_bytes("8GiB") == 8 << 30 and parse_bytes("2t") == 2 << 40
+    for bad in ("", "-1G", "0", "lots", "1X"):
+        with pytest.raises(ValueError, match="--max-memory must be a positive size"):
+            parse_bytes(bad)
+
+
+def test_oversized_config_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """The issue's example (M = 10^7, K = 1000, d = 1000) asked numpy for 36.3 TiB and died with a
+    traceback; now it is refused before anything is allocated, and nothing is written."""
+    config = tmp_path / "huge.toml"
+    config.write_text(
+        '[experiment]\nhorizon = 10\n[environment]\nname = "gaussian-sphere"\nagents = 10000000\narms = 1000\n'
+        'dim = 1000\n[[algorithms]]\nname = "linucb-independent"\n'
+    )
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "fedbandits.cli", "run", str(config), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "more than the" in proc.stderr and "Traceback" not in proc.stderr
+    assert not out.exists()
+    small = subprocess.run(
+        [sys.executable, "-m", "fedbandits.cli", "quickstart", "--max-memory", "1M", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert small.returncode == 2 and "of --max-memory" in small.stderr and not out.exists()
