@@ -162,7 +162,7 @@ def _build_component(
     where: str, table: dict[str, Any], registry: dict[str, Entry], *, allow_label: bool
 ) -> ComponentConfig:
     name = table.pop("name", None)
-    if name not in registry:
+    if not isinstance(name, str) or name not in registry:
         raise ConfigError(f"{where}.name must be one of {', '.join(map(repr, registry))}, got {name!r}")
     label = table.pop("label", name) if allow_label else name
     if not isinstance(label, str) or not label:
