@@ -186,8 +186,10 @@ BASE = {
 @pytest.mark.parametrize(
     ("alg", "pattern"),
     [
-        ({"protocol": "ldp", "epsilon": 0.0}, r"epsilon must be > 0"),
-        ({"protocol": "ldp", "epsilon": -1.0}, r"epsilon must be > 0"),
+        ({"protocol": "ldp", "epsilon": 0.0}, r"epsilon must be in \(0.0, 1000.0\], got 0.0"),
+        ({"protocol": "ldp", "epsilon": -1.0}, r"epsilon must be in \(0.0, 1000.0\], got -1.0"),
+        # a budget above 1000 protects nothing and would ask the accountant for gigabytes
+        ({"protocol": "ldp", "epsilon": 1675573.0}, r"epsilon must be in \(0.0, 1000.0\], got 1675573.0"),
         ({"protocol": "ldp", "delta": 0.0}, r"delta must be in \(0\.0, 1\.0\)"),
         ({"protocol": "ldp", "delta": 1.0}, r"delta must be in \(0\.0, 1\.0\)"),
         ({"protocol": "ldp", "batch": 0}, r"batch must be an integer >= 1"),

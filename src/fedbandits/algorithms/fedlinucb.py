@@ -14,6 +14,7 @@ from fedbandits.algorithms.linucb import IndependentLinUCB
 from fedbandits.core.clipping import clip_norm, clip_rewards
 from fedbandits.core.ridge import raise_eigenvalues
 from fedbandits.core.validation import check_choice, check_float, check_int
+from fedbandits.privacy.calibration import MAX_EPSILON, PrivacySpec
 from fedbandits.privacy.guarantee import not_covering_adaptivity
 from fedbandits.protocols.base import Protocol
 
@@ -57,16 +58,14 @@ class FedLinUCBParams(LinUCBParams):
             self.privacy_spec()  # validates epsilon, delta, calibration, bounds, adjacency
         else:
             # still reject nonsense so a later switch of protocol cannot surprise
-            check_float("epsilon", self.epsilon, low=0.0, low_open=True)
+            check_float("epsilon", self.epsilon, low=0.0, high=MAX_EPSILON, low_open=True)
             check_float("delta", self.delta, low=0.0, high=1.0, low_open=True, high_open=True)
 
     @property
     def private(self) -> bool:
         return self.protocol != "none"
 
-    def privacy_spec(self):  # type: ignore[no-untyped-def]
-        from fedbandits.privacy.calibration import PrivacySpec
-
+    def privacy_spec(self) -> PrivacySpec:
         return PrivacySpec(
             protocol=self.protocol,
             epsilon=self.epsilon,

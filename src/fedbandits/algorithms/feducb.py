@@ -60,6 +60,7 @@ from fedbandits.core.ridge import RidgeState, raise_eigenvalues, spd_inverse
 from fedbandits.core.ucb import ConfidenceRadius, UCBScorer
 from fedbandits.core.validation import check_choice, check_float
 from fedbandits.privacy.accounting import gaussian_epsilon, tight_noise_multiplier
+from fedbandits.privacy.calibration import MAX_EPSILON
 from fedbandits.privacy.guarantee import NOT_FORMAL, STEERING
 from fedbandits.privacy.privatizer import (
     TreePrivatizer,
@@ -118,7 +119,7 @@ class FedUCBParams(LinUCBParams):
         check_choice("schedule", self.schedule, SCHEDULES)
         if not isinstance(self.private, bool):
             raise ValueError(f"private must be true or false, got {self.private!r}")
-        check_float("epsilon", self.epsilon, low=0.0, low_open=True)
+        check_float("epsilon", self.epsilon, low=0.0, high=MAX_EPSILON, low_open=True)
         check_float("delta", self.delta, low=0.0, high=1.0, low_open=True, high_open=True)
         check_choice("calibration", self.calibration, FEDUCB_CALIBRATIONS)
         check_float("feature_bound", self.feature_bound, low=0.0, low_open=True)

@@ -27,6 +27,9 @@ from fedbandits.privacy.sensitivity import ADJACENCIES, Sensitivity, stream_sens
 from fedbandits.privacy.tree import max_nodes_per_datum
 
 CALIBRATIONS = ("paper", "tight")
+#: the largest epsilon a Gaussian protocol accepts: beyond it a guarantee protects nothing, and the
+#: accountant's privacy-loss grid grows with epsilon (1,675,573 asked for 25 GiB)
+MAX_EPSILON = 1000.0
 GAUSSIAN_PROTOCOLS = ("ldp", "ldp-prefix", "sdp-amplification")
 
 
@@ -43,7 +46,7 @@ class PrivacySpec:
     adjacency: str = "replace"
 
     def __post_init__(self) -> None:
-        check_float("epsilon", self.epsilon, low=0.0, low_open=True)
+        check_float("epsilon", self.epsilon, low=0.0, high=MAX_EPSILON, low_open=True)
         check_float("delta", self.delta, low=0.0, high=1.0, low_open=True, high_open=True)
         check_choice("calibration", self.calibration, CALIBRATIONS)
         check_float("feature_bound", self.feature_bound, low=0.0, low_open=True)
