@@ -194,3 +194,23 @@ def test_reproductions_run_the_papers_non_lazy_algorithm() -> None:
                     assert alg["lazy"] is False, (name, alg["label"])
                     private += 1
     assert private >= 10
+
+
+@pytest.mark.parametrize(
+    ("epsilon", "delta", "horizon", "batch", "spent"),
+    [(1.0, 1e-5, 10_000, 25, 1.0096), (20.0, 1e-8, 10_000, 1, 22.88)],
+)
+def test_paper_calibration_that_overspends_is_not_formal(
+    epsilon: float, delta: float, horizon: int, batch: int, spent: float
+) -> None:
+    """Theorem 5.1's closed form counts 1 + ln K nodes instead of floor(log2 K) + 1: at these
+    settings its noise spends more than the target, so the label is computed, not written in."""
+    from fedbandits.privacy.calibration import PrivacySpec, calibrate
+
+    for protocol in ("ldp", "ldp-prefix"):
+        paper = calibrate(PrivacySpec(protocol, epsilon, delta, "paper"), agents=10, horizon=horizon, batch=batch)
+        assert paper.epsilon_spent == pytest.approx(spent, abs=5e-3) and paper.epsilon_spent > epsilon
+        assert paper.guarantee == "no formal guarantee" and f"> target {epsilon:g}" in paper.guarantee_reason
+        tight = calibrate(PrivacySpec(protocol, epsilon, delta, "tight"), agents=10, horizon=horizon, batch=batch)
+        assert tight.guarantee == "formal" and tight.epsilon_spent <= epsilon
+        assert "exact Gaussian composition" in tight.guarantee_reason
