@@ -194,32 +194,72 @@ def test_lemma_f2_refuses_paper_parameters_at_figure_2a() -> None:
     delta0 = 1e-4 / (100 * kappa)
     delta_mid = 100 * 6400 * delta0
     with pytest.raises(acc.AmplificationError, match=r"eps0 <= \(1/n\) ln\(N / \(16 ln\(2/delta_mid\)\)\) fails"):
-        acc.amplification_round(eps0, delta0, delta_mid, 6400, 100)
+        acc.amplification_round(eps0, delta0, delta_mid, 6400, 100, delta_group=delta0)
     # n = T is refused too, even with delta_mid -> 1 (the bound is then 2.2e-4 < eps0 = 8.9e-4)
     with pytest.raises(acc.AmplificationError, match="fails"):
-        acc.amplification_round(eps0, delta0, 0.999, 10_000, 100)
+        acc.amplification_round(eps0, delta0, 0.999, 10_000, 100, delta_group=delta0)
 
 
 def test_lemma_f2_right_hand_side_negative_for_small_delta_mid() -> None:
     with pytest.raises(acc.AmplificationError, match="right-hand side") as info:
-        acc.amplification_round(1e-5, 1e-9, 1e-3, 6400, 100)
+        acc.amplification_round(1e-5, 1e-9, 1e-3, 6400, 100, delta_group=1e-9)
     assert isinstance(info.value, ValueError)
-    acc.amplification_round(1e-5, 1e-9, 0.004, 1, 100)  # 16 ln(2/0.004) = 99.4 < 100: admissible
+    acc.amplification_round(1e-5, 1e-9, 0.004, 1, 100, delta_group=1e-9)  # 16 ln(2/0.004) = 99.4 < 100: admissible
 
 
 def test_lemma_f2_requires_eps0_below_one() -> None:
     with pytest.raises(acc.AmplificationError, match=r"eps0 in \(0, 1\)"):
-        acc.amplification_round(1.0, 1e-9, 0.5, 1, 10**9)
+        acc.amplification_round(1.0, 1e-9, 0.5, 1, 10**9, delta_group=1e-9)
 
 
 def test_lemma_f2_round_formula() -> None:
-    eps0, delta0, delta_mid, n, agents = 1e-3, 1e-10, 0.1, 100, 10**5
+    """The corrected statement: each non-victim silo's TV bound is delta_group + delta0 e^{-n eps0}/2."""
+    eps0, delta0, delta_group, delta_mid, n, agents = 1e-3, 1e-10, 3e-9, 0.1, 100, 10**5
     th = (math.exp(eps0) - 1) / (math.exp(eps0) + 1)
     g = math.exp(n * eps0)
     eps_r = math.log(1 + th * (8 * math.sqrt(g * math.log(4 / delta_mid)) / math.sqrt(agents) + 8 * g / agents))
-    delta_r = th * delta_mid + agents * (math.exp(eps_r) + 1) * (1 + math.exp(-eps0) / 2) * delta0
-    got = acc.amplification_round(eps0, delta0, delta_mid, n, agents)
+    tv = delta_group + delta0 * math.exp(-n * eps0) / 2
+    delta_r = th * delta_mid + agents * (math.exp(eps_r) + 1) * tv
+    got = acc.amplification_round(eps0, delta0, delta_mid, n, agents, delta_group=delta_group)
     assert got == pytest.approx((eps_r, delta_r), rel=1e-12)
+
+
+def test_lemma_f2_with_one_point_is_the_papers_statement() -> None:
+    """n = 1: the group is one point, delta_group = delta0, and delta^r is the paper's
+    (1 + e^{-eps0}/2) delta0 term exactly."""
+    eps0, mu, delta_mid, agents = 0.05, 0.02, 0.5, 10**4
+    delta0 = acc.gaussian_delta(mu, eps0)
+    eps_r, delta_r = acc.amplification_round(eps0, delta0, delta_mid, 1, agents, delta_group=delta0)
+    th = math.tanh(eps0 / 2)
+    assert delta_r == pytest.approx(
+        th * delta_mid + agents * (math.exp(eps_r) + 1) * (1 + math.exp(-eps0) / 2) * delta0
+    )
+
+
+def test_group_delta_is_far_above_the_papers_delta0() -> None:
+    """The flawed step keeps delta0 for a change of all n points; the Gaussian's true delta at
+    n eps0 (mu = n mu0) is larger, and so is the corrected delta^r."""
+    mu0, n = 1e-4, 6400
+    eps0 = 4 * mu0  # a typical admissible choice: eps0 a few mu0
+    delta0 = acc.gaussian_delta(mu0, eps0)
+    delta_group = acc.gaussian_delta(n * mu0, n * eps0)
+    assert delta_group > 1e3 * delta0
+    paper = acc.amplification_round(eps0, delta0, 0.5, n, 10**6, delta_group=delta0)
+    corrected = acc.amplification_round(eps0, delta0, 0.5, n, 10**6, delta_group=delta_group)
+    assert corrected[0] == paper[0] and corrected[1] > 100 * paper[1]
+
+
+def test_amplification_counts_one_joint_message_per_node() -> None:
+    """The optimised parameters compose `nodes` shuffled rounds (one message per node carries both
+    streams) and each round's delta0 is that of mu0 = sqrt(2) / z."""
+    res = acc.amplification_parameters(2e4, 6400, 10**4, 9, 1e-4)
+    assert res.compositions == 9
+    assert res.delta0 == pytest.approx(acc.gaussian_delta(math.sqrt(2) / 2e4, res.eps0), rel=1e-12)
+
+
+def test_amplification_epsilon_decreases_with_the_noise() -> None:
+    values = [acc.amplification_epsilon(z, 6400, 10**4, 9, 1e-4) for z in (3e4, 6e4, 1.2e5)]
+    assert values[0] > values[1] > values[2] > 0
 
 
 def test_amplification_refuses_heuristic_sigma_at_figure_2a() -> None:
@@ -246,17 +286,20 @@ def test_amplification_parameters_are_consistent_and_admissible() -> None:
     res = acc.amplification_parameters(2e4, 6400, 10**4, 9, 1e-4)
     assert 0 < res.eps0 < 1
     assert res.eps0 <= math.log(10**4 / (16 * math.log(2 / res.delta_mid))) / 6400
-    assert res.delta0 == pytest.approx(acc.gaussian_delta(1 / 2e4, res.eps0), rel=1e-12)
-    eps_r, delta_r = acc.amplification_round(res.eps0, res.delta0, res.delta_mid, 6400, 10**4)
-    c = 18
+    mu0 = math.sqrt(2) / 2e4
+    assert res.delta0 == pytest.approx(acc.gaussian_delta(mu0, res.eps0), rel=1e-12)
+    delta_group = acc.gaussian_delta(6400 * mu0, 6400 * res.eps0)
+    eps_r, delta_r = acc.amplification_round(res.eps0, res.delta0, res.delta_mid, 6400, 10**4, delta_group=delta_group)
+    c = 9
     total = math.sqrt(2 * c * math.log(1 / res.delta_prime)) * eps_r + c * eps_r * math.expm1(eps_r)
     assert res.epsilon == pytest.approx(total, rel=1e-12)
     assert c * delta_r + res.delta_prime <= 1e-4 * (1 + 1e-12)
 
 
 def test_amplification_optimiser_beats_random_search() -> None:
-    z, n, agents, c, delta = 2e4, 6400, 10**4, 18, 1e-4
-    best = acc.amplification_epsilon(z, n, agents, c // 2, delta)
+    z, n, agents, c, delta = 2e4, 6400, 10**4, 9, 1e-4
+    mu0 = math.sqrt(2) / z  # one joint message of both streams per node
+    best = acc.amplification_epsilon(z, n, agents, c, delta)
     rng = np.random.default_rng(7)
     k = 50_000
     u = np.exp(rng.uniform(math.log(math.log(2) * 1.0001), math.log(agents / 16 * 0.9999), k))
@@ -267,8 +310,10 @@ def test_amplification_optimiser_beats_random_search() -> None:
     th = np.tanh(eps0 / 2)
     g = np.exp(n * eps0)
     eps_r = np.log1p(th * (8 * np.sqrt(g * np.log(4 / delta_mid) / agents) + 8 * g / agents))
-    delta0 = np.exp(acc._log_gaussian_delta(1 / z, eps0))  # vectorised gaussian_delta (tested above)
-    delta_r = th * delta_mid + agents * (np.exp(eps_r) + 1) * (1 + np.exp(-eps0) / 2) * delta0
+    delta0 = np.exp(acc._log_gaussian_delta(mu0, eps0))  # vectorised gaussian_delta (tested above)
+    delta_group = np.exp(acc._log_gaussian_delta(n * mu0, n * eps0))
+    tv = np.maximum(delta0, delta_group + delta0 * np.exp(-n * eps0) / 2)
+    delta_r = th * delta_mid + agents * (np.exp(eps_r) + 1) * tv
     ok = c * delta_r + f * delta <= delta
     total = np.sqrt(2 * c * np.log(1 / (f * delta))) * eps_r + c * eps_r * np.expm1(eps_r)
     assert ok.any()
@@ -344,10 +389,11 @@ BAD_CALLS = [
     (acc.ldp_sigma_paper, (1.0, 0.1, 0), "releases"),
     (acc.sdp_amplification_sigma_heuristic, (1e-3, 1e-4, 400, 0, 100), "horizon"),
     (acc.sdp_amplification_sigma_heuristic, (1e-3, 1e-4, 400, 100, 0), "agents"),
-    (acc.amplification_round, (0.0, 1e-9, 0.5, 1, 100), "eps0"),
-    (acc.amplification_round, (0.1, 2.0, 0.5, 1, 100), "delta0"),
-    (acc.amplification_round, (0.1, 1e-9, 0.0, 1, 100), "delta_mid"),
-    (acc.amplification_round, (0.1, 1e-9, 0.5, 0, 100), "n"),
+    (acc.amplification_round, (0.0, 1e-9, 0.5, 1, 100, 1e-9), "eps0"),
+    (acc.amplification_round, (0.1, 2.0, 0.5, 1, 100, 1e-9), "delta0"),
+    (acc.amplification_round, (0.1, 1e-9, 0.0, 1, 100, 1e-9), "delta_mid"),
+    (acc.amplification_round, (0.1, 1e-9, 0.5, 0, 100, 1e-9), "n"),
+    (acc.amplification_round, (0.1, 1e-9, 0.5, 1, 10**6, 2.0), "delta_group"),
     (acc.amplification_epsilon, (-1.0, 10, 100, 9, 1e-4), "noise_multiplier"),
     (acc.amplification_epsilon, (1e4, 10, 100, 0, 1e-4), "nodes"),
     (acc.amplification_epsilon, (1e4, 10, 100, 9, 1.0), "delta"),

@@ -29,7 +29,9 @@ The papers' own calibrations are kept for comparison:
 Figure 2a and Lemma F.2 (computed with this module by ``_figure_2a_report()``)
 ----------------------------------------------------------------------------
 Settings: M = 100 agents, delta = 1e-4, eps in {1e-3, 1e-4}, T = 10^4, B = 25, K = 400
-releases, nodes = 9, compositions = 18, n = 6400 (= B * 256, the largest p-sum) or T = 10^4.
+releases, nodes = 9, n = 6400 (= B * 256, the largest p-sum) or T = 10^4.  The shuffled rounds
+are the 9 joint (covariance, bias) messages a datum takes part in; the plain composition counts
+the 18 Gaussian releases of the two streams.
 "z (tight)" below is :func:`tight_noise_multiplier` for the same release pattern *without*
 any shuffling (plain Gaussian composition, which already gives silo-level LDP and hence SDP
 at the same (eps, delta)); every multiplier is for sensitivity 1 per stream.
@@ -50,21 +52,28 @@ at the same (eps, delta)); every multiplier is for sensitivity 1 per stream.
   ======  ======  =============  ==========  =====  =====================
   eps     n       z (Lemma F.2)  z (tight)   ratio  Thm 5.3 heuristic
   ======  ======  =============  ==========  =====  =====================
-  1e-3    6400    5.74e4         3978        14.4   6283 (exact eps 4.6e-4)
-  1e-3    10^4    6.12e4         3978        15.4   6283
-  1e-4    6400    2.97e5         1.171e4     25.3   6.28e4 (exact eps 0)
-  1e-4    10^4    3.00e5         1.171e4     25.6   6.28e4
+  1e-3    6400    9.29e4         3978        23.3   6283 (exact eps 4.6e-4)
+  1e-3    10^4    1.04e5         3978        26.1   6283
+  1e-4    6400    4.80e5         1.171e4     41.0   6.28e4 (exact eps 0)
+  1e-4    10^4    5.00e5         1.171e4     42.7   6.28e4
   ======  ======  =============  ==========  =====  =====================
+
+  (Before the two corrections of :func:`amplification_round` and :func:`amplification_epsilon`
+  -- the group step's delta and one shuffled message per node instead of two -- the lemma's
+  multipliers read 5.74e4 / 6.12e4 / 2.97e5 / 3.00e5: the flawed group step made the lemma
+  look 1.6 times better than it is.)
 
   (The heuristic sigma_0 of Theorem 5.3 does meet Figure 2a's (eps, delta), but through the
   plain Gaussian composition, not through amplification; the tight multiplier is smaller
   still, whereas the paper's LDP sigma_0 for the same budget is 2.35e4 / 2.35e5.)
-* Settings that are covered: eps = 1e-3, delta = 1e-4, n = 6400, nodes = 9 with
-  M = 10^4: z = 1.78e4 (ratio 4.47); M = 10^6: z = 8389 (ratio 2.11); the lemma only beats the
-  no-shuffling multiplier from about M = 10^10 agents (z = 3961, ratio 0.996; M = 10^12:
-  z = 3195, ratio 0.80).  Two sources of slack: the lemma's delta^r contains
-  N (e^{eps^r} + 1)(1 + e^{-eps0}/2) delta0, which forces delta0 < delta / (3 N c) per silo,
-  and the advanced composition theorem is loose compared with exact Gaussian composition.
+* Larger federations: eps = 1e-3, delta = 1e-4, n = 6400, nodes = 9 with M = 10^4:
+  z = 2.76e4 (ratio 6.93); M = 10^6: z = 1.35e4 (ratio 3.38); M = 10^10: z = 6555 (ratio 1.65);
+  M = 10^12: z = 5321 (ratio 1.34): with the corrected group step the lemma never beats the
+  no-shuffling multiplier at any federation size we tried (before the correction it did from
+  about M = 10^10).  The slack: the lemma's delta^r contains N (e^{eps^r} + 1) times each
+  silo's TV bound, which forces the group delta gaussian_delta(n mu0, n eps0) below
+  delta / (3 N c), i.e. n eps0 well inside the tail of a Gaussian of parameter n mu0; and the
+  advanced composition theorem is loose compared with exact Gaussian composition.
 
 Figures 2b/2c (silo-level LDP, Theorem 5.1, delta = 0.1, sensitivity 1 per stream): the
 tight multiplier over the paper's sigma_0 is 0.146 / 0.308 / 0.426 for eps = 0.2 / 1 / 5 at
@@ -369,6 +378,10 @@ def sdp_amplification_sigma_heuristic(epsilon: float, delta: float, releases: in
 # ---------------------------------------------------------------------------------------
 
 
+#: mu0 z of one shuffled message: the two streams (covariance, bias) at multiplier z each
+JOINT_STREAMS_MU = math.sqrt(2.0)
+
+
 class AmplificationError(ValueError):
     """A condition of Lemma F.2 (or of its composition) cannot be met; the message says which."""
 
@@ -389,15 +402,34 @@ def _round_eps(eps0: np.ndarray, u: np.ndarray, n: int, agents: int) -> np.ndarr
     return np.log1p(np.tanh(eps0 / 2.0) * amp)
 
 
+def _silo_tv(eps0: np.ndarray, delta0: np.ndarray, delta_group: np.ndarray, n: int) -> np.ndarray:
+    """The proof's bound on TV(R(X), L(X)) of one silo, with the group step corrected.
+
+    For the victim's randomizer it is delta0; for any other silo it is delta_group + delta0
+    e^{-n eps0} / 2, where delta_group is the delta at epsilon n eps0 of the randomizer on two
+    datasets differing in all n points (the paper takes delta_group = delta0)."""
+    return np.maximum(delta0, delta_group + 0.5 * delta0 * np.exp(-n * eps0))
+
+
 def _round_delta(
-    eps0: np.ndarray, delta0: np.ndarray, delta_mid: np.ndarray, eps_r: np.ndarray, agents: int
+    eps0: np.ndarray,
+    delta0: np.ndarray,
+    delta_group: np.ndarray,
+    delta_mid: np.ndarray,
+    eps_r: np.ndarray,
+    n: int,
+    agents: int,
 ) -> np.ndarray:
-    """delta^r of Lemma F.2."""
-    return np.tanh(eps0 / 2.0) * delta_mid + agents * (np.exp(eps_r) + 1.0) * (1.0 + np.exp(-eps0) / 2.0) * delta0
+    """delta^r of Lemma F.2 with the corrected group step (see :func:`amplification_round`)."""
+    tv = _silo_tv(eps0, delta0, delta_group, n)
+    return np.tanh(eps0 / 2.0) * delta_mid + agents * (np.exp(eps_r) + 1.0) * tv
 
 
-def amplification_round(eps0: float, delta0: float, delta_mid: float, n: int, agents: int) -> tuple[float, float]:
-    """(eps^r, delta^r) of one shuffled round by Lemma F.2 (Zhou & Chowdhury 2023, appendix F.1).
+def amplification_round(
+    eps0: float, delta0: float, delta_mid: float, n: int, agents: int, delta_group: float
+) -> tuple[float, float]:
+    """(eps^r, delta^r) of one shuffled round by Lemma F.2 (Zhou & Chowdhury 2023, appendix F.1),
+    with its group step corrected.
 
     N = ``agents`` silos each run a Gaussian mechanism that is (eps0, delta0)-DP on its n
     data points; ``delta_mid`` is the lemma's free delta in [0, 1].  Requires eps0 in (0, 1)
@@ -405,7 +437,18 @@ def amplification_round(eps0: float, delta0: float, delta_mid: float, n: int, ag
 
     ``eps^r = ln[1 + (e^eps0 - 1)/(e^eps0 + 1) (8 sqrt(e^{n eps0} ln(4/delta_mid) / N)
     + 8 e^{n eps0} / N)]`` and ``delta^r = (e^eps0 - 1)/(e^eps0 + 1) delta_mid
-    + N (e^{eps^r} + 1)(1 + e^{-eps0}/2) delta0``  (logs natural).
+    + N (e^{eps^r} + 1) max(delta0, delta_group + delta0 e^{-n eps0} / 2)``  (logs natural).
+
+    The correction: the proof (appendix F.1, "we denote tilde eps0 := n eps0 and tilde delta0 :=
+    delta0") claims that R(X) and R(X_1^0) are (n eps0, delta0)-indistinguishable for datasets
+    differing in all n points -- "scale eps0 by n while keeping the same delta0".  That is false
+    for a Gaussian mechanism: with sensitivity n times larger it is (n mu0)-GDP, and at epsilon
+    n eps0 its delta is ``delta_group = gaussian_delta(n mu0, n eps0)``, orders of magnitude
+    above delta0.  Carrying tilde delta0 = delta_group through the rest of the proof (Lowy &
+    Razaviyayn 2021, Lemmas D.11 and D.13) bounds each non-victim silo's TV(R(X), L(X)) by
+    delta_group + delta0 e^{-n eps0} / 2 and the victim's by delta0, which gives delta^r above;
+    with n = 1, delta_group = delta0 and it is the paper's statement.  (The statement prints
+    e^{-eps0} where its proof gives e^{-n eps0}; the proof's value is used.)
 
     Raises :class:`AmplificationError` naming the failing condition.
     """
@@ -427,9 +470,10 @@ def amplification_round(eps0: float, delta0: float, delta_mid: float, n: int, ag
             f"Lemma F.2 condition eps0 <= (1/n) ln(N / (16 ln(2/delta_mid))) fails: eps0={eps0:.6g} > {bound:.6g} "
             f"(n={n}, N={agents}, delta_mid={delta_mid:.6g})"
         )
+    delta_group = check_float("delta_group", delta_group, low=0.0, high=1.0)
     e0 = np.asarray(eps0)
     eps_r = _round_eps(e0, np.asarray(math.log(2.0 / delta_mid)), n, agents)
-    delta_r = _round_delta(e0, np.asarray(delta0), np.asarray(delta_mid), eps_r, agents)
+    delta_r = _round_delta(e0, np.asarray(delta0), np.asarray(delta_group), np.asarray(delta_mid), eps_r, n, agents)
     return float(eps_r), float(delta_r)
 
 
@@ -456,12 +500,12 @@ class AmplificationResult:
 _N_U = 32  # grid over u = ln(2/delta_mid)
 _N_F = 16  # grid over delta' / delta
 _N_E = 100  # grid over eps0
-_EPS0_FLOOR = 1e-2  # smallest eps0 on the grid, in units of mu = 1/z
+_EPS0_FLOOR = 1e-2  # smallest eps0 on the grid, in units of the per-round mu0
 _BISECT_STEPS = 60
 
 
 def _min_feasible_eps0(
-    u: np.ndarray, f: np.ndarray, z: float, n: int, agents: int, c: int, delta: float
+    u: np.ndarray, f: np.ndarray, mu: float, n: int, agents: int, c: int, delta: float
 ) -> tuple[np.ndarray, np.ndarray]:
     """For each (u, f) pair the smallest admissible eps0 and the resulting total epsilon.
 
@@ -470,7 +514,6 @@ def _min_feasible_eps0(
     (u, f).  Found on a log grid, then refined by bisection between the last inadmissible and
     the first admissible grid point.  Pairs with no admissible eps0 get +inf.
     """
-    mu = 1.0 / z
     delta_mid = 2.0 * np.exp(-u)
     delta_prime = f * delta
     budget = delta - delta_prime  # for c * delta^r
@@ -480,7 +523,8 @@ def _min_feasible_eps0(
         uu, dm, bud = u[:, None], delta_mid[:, None], budget[:, None]
         eps_r = _round_eps(e0, uu, n, agents)
         delta0 = np.exp(_log_gaussian_delta(mu, e0))
-        return c * _round_delta(e0, delta0, dm, eps_r, agents) - bud
+        delta_group = np.exp(_log_gaussian_delta(n * mu, n * e0))
+        return c * _round_delta(e0, delta0, delta_group, dm, eps_r, n, agents) - bud
 
     # eps0 below ~mu/100 leaves delta0 at ~delta0(0) = erf(mu / (2 sqrt 2)): nothing to gain
     # in delta, so the grid starts there (if that is already admissible the returned epsilon
@@ -504,7 +548,8 @@ def _min_feasible_eps0(
         def excess_r(e0: np.ndarray) -> np.ndarray:
             eps_r = _round_eps(e0, u_r, n, agents)
             delta0 = np.exp(_log_gaussian_delta(mu, e0))
-            return c * _round_delta(e0, delta0, sub_delta_mid, eps_r, agents) - sub_budget
+            delta_group = np.exp(_log_gaussian_delta(n * mu, n * e0))
+            return c * _round_delta(e0, delta0, delta_group, sub_delta_mid, eps_r, n, agents) - sub_budget
 
         for _ in range(_BISECT_STEPS):
             mid = np.sqrt(lo_r * hi_r) if np.all(lo_r > 0) else 0.5 * (lo_r + hi_r)
@@ -537,7 +582,8 @@ def amplification_parameters(
     z = check_float("noise_multiplier", noise_multiplier, low=0.0, low_open=True)
     delta = check_float("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
     n, agents, nodes = _check_amplification_args(n, agents, nodes)
-    c = 2 * nodes
+    mu = JOINT_STREAMS_MU / z  # one shuffled message carries both streams, each at multiplier z
+    c = nodes  # shuffled rounds a datum takes part in
     u_lo = math.log(2.0) * (1.0 + 1e-9)  # delta_mid < 1
     u_hi = min(agents / 16.0, 60.0) * (1.0 - 1e-9)  # lemma bound > 0; delta_mid >= 2 e^-60
     if u_hi <= u_lo:
@@ -546,7 +592,7 @@ def amplification_parameters(
     def evaluate(us: np.ndarray, fs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         uu, ff = np.meshgrid(us, fs, indexing="ij")
         uu, ff = uu.ravel(), ff.ravel()
-        eps0, total = _min_feasible_eps0(uu, ff, z, n, agents, c, delta)
+        eps0, total = _min_feasible_eps0(uu, ff, mu, n, agents, c, delta)
         return uu, ff, eps0, total
 
     us = np.geomspace(u_lo, u_hi, _N_U)
@@ -575,8 +621,9 @@ def amplification_parameters(
     e0 = float(eps0[best])
     delta_mid = float(2.0 * math.exp(-uu[best]))
     delta_prime = float(ff[best] * delta)
-    delta0 = gaussian_delta(1.0 / z, e0)
-    eps_r, delta_r = amplification_round(e0, delta0, delta_mid, n, agents)  # re-validates the lemma
+    delta0 = gaussian_delta(mu, e0)
+    delta_group = gaussian_delta(n * mu, n * e0)
+    eps_r, delta_r = amplification_round(e0, delta0, delta_mid, n, agents, delta_group=delta_group)  # re-validates
     eps_total = float(_advanced_composition(np.asarray(eps_r), c, np.asarray(delta_prime)))
     delta_total = c * delta_r + delta_prime
     if delta_total > delta * (1.0 + 1e-12):
@@ -597,10 +644,14 @@ def amplification_parameters(
 def amplification_epsilon(noise_multiplier: float, n: int, agents: int, nodes: int, delta: float) -> float:
     """Smallest total epsilon at total delta <= ``delta`` certified by Lemma F.2 + advanced composition.
 
-    Each silo's randomizer for one release is a Gaussian mechanism of multiplier z on a p-sum
-    whose adjacent sensitivity is 1 unit, so its per-round curve is (eps0, gaussian_delta(1/z,
-    eps0)).  Each of the ``compositions = 2 * nodes`` rounds a datum takes part in is
-    amplified by Lemma F.2 with N = ``agents`` silos of ``n`` points, and the rounds are
+    What is shuffled is one message per silo and release: the covariance and the bias p-sums
+    packed together, each with noise of multiplier z (std z times its stream's sensitivity).
+    One user moves both streams, so each silo's randomizer for one release is a Gaussian
+    mechanism with mu0 = sqrt(1/z^2 + 1/z^2) = sqrt(2)/z and per-round curve (eps0,
+    gaussian_delta(mu0, eps0)).  Each of the ``compositions = nodes`` shuffled rounds a datum
+    takes part in is amplified by Lemma F.2 -- with the corrected group step of
+    :func:`amplification_round`, delta_group = gaussian_delta(n mu0, n eps0) -- with
+    N = ``agents`` silos of ``n`` points, and the rounds are
     composed with Dwork & Roth (2014), Thm 3.20:
     ``eps_tot = sqrt(2 c ln(1/delta')) eps^r + c eps^r (e^{eps^r} - 1)``,
     ``delta_tot = c delta^r + delta'``.
