@@ -102,23 +102,87 @@ def test_silo_sends_only_noisy_psums_and_never_redraws(tmp_path: Path) -> None:
         Silo(_spec("ldp", horizon=50), 1, tmp_path)
 
 
+def test_hand_started_silo_draws_secret_noise_and_withholds_its_report(tmp_path: Path) -> None:
+    """A silo built without a noise option draws the OS CSPRNG's discrete Gaussian (not the derived,
+    config-seeded stream the server could recompute), and at the end answers without its trial
+    report; the server accepts the acknowledgement and reports the regret as unavailable."""
+    from fedbandits.federation.results import deployment_results
+    from fedbandits.federation.server import WITHHELD, Coordinator, Incoming, validate_release
+    from fedbandits.privacy.discrete_gaussian import SecretTreeRandomizer
+
+    spec = _spec("ldp")
+    silo = Silo(spec, 1, tmp_path / "hand")
+    assert silo.noise_source == "os" and not silo.share_report
+    assert isinstance(silo.state.randomizer, SecretTreeRandomizer)
+    derived = Silo(spec, 1, tmp_path / "trial", "derived").release(1, None, 0)
+    assert not np.array_equal(silo.release(1, None, 0), derived)
+    for k in range(2, spec.releases + 1):
+        silo.release(k, np.zeros(spec.width()), k - 1)
+    assert silo.finish(np.zeros(spec.width()), spec.releases) is None  # nothing leaves unless asked
+    meta = {"silo_id": 1, "digest": spec.digest, "phase": "finish", "round": spec.releases + 1, "report": WITHHELD}
+    kw = {"phase": "finish", "round_": spec.releases + 1, "registry": None, "seen": set(), "width": spec.width()}
+    res = validate_release(spec, Incoming(7, meta, {}), curve_points=5, **kw)
+    assert res == (1, {WITHHELD: True})
+    smuggled = validate_release(spec, Incoming(7, meta, {"curve": np.zeros(5)}), curve_points=5, **kw)
+    assert isinstance(smuggled, str) and "must carry no arrays" in smuggled
+    coord = Coordinator(spec, tmp_path / "server")
+    coord.state.reports[1] = {WITHHELD: True}
+    report = deployment_results(spec, coord, 1.0).algorithms[spec.label].report
+    assert report["regret_available"] is False and report["silos_withholding_report"] == [1]
+    shared = Silo(spec, 2, tmp_path / "opted", "derived", share_report=True)
+    for k in range(1, spec.releases + 1):
+        shared.release(k, None if k == 1 else np.zeros(spec.width()), k - 1)
+    assert set(shared.finish(np.zeros(spec.width()), spec.releases) or {}) >= {"curve", "served"}
+
+
+def test_client_app_defaults_are_secret_noise_and_no_report(tmp_path: Path) -> None:
+    """The ClientApp builds a silo from its node config: without noise-source / share-report keys
+    (a SuperNode started by hand) it uses secret noise and withholds its report."""
+    pytest.importorskip("flwr")
+    from types import SimpleNamespace
+
+    from fedbandits.federation.app import _silo
+
+    spec = _spec("ldp")
+    node = {"silo-id": 0, "state-dir": str(tmp_path / "s"), "spec-digest": spec.digest}
+    silo = _silo(SimpleNamespace(node_config=node), {"spec": spec.to_json(), "digest": spec.digest})  # type: ignore[arg-type]
+    assert silo.noise_source == "os" and silo.share_report is False
+    node2 = {**node, "state-dir": str(tmp_path / "t"), "noise-source": "derived", "share-report": "true"}
+    trial = _silo(SimpleNamespace(node_config=node2), {"spec": spec.to_json(), "digest": spec.digest})  # type: ignore[arg-type]
+    assert trial.noise_source == "derived" and trial.share_report is True
+
+
+def test_deployment_report_names_the_secret_sampler_and_withdraws_non_lazy_guarantees() -> None:
+    lazy = _spec("ldp").privacy_report()
+    assert lazy["guarantee"] == "formal" and "discrete Gaussian" in str(lazy["secret_noise_sampler"])
+    assert lazy["secret_noise_epsilon_spent"] <= lazy["epsilon"]  # type: ignore[operator]
+    eager = _spec("ldp", extra="lazy = false").privacy_report()
+    assert eager["guarantee"] == "no formal guarantee" and "steers" in str(eager["guarantee_reason"])
+
+
 @pytest.mark.parametrize(("protocol", "extra"), [("ldp", ""), ("sdp-amplification", 'calibration = "paper"')])
 def test_deployed_silo_noise_has_the_calibrated_scale(tmp_path: Path, protocol: str, extra: str) -> None:
-    """A real silo draws secret noise (``os``), so parity with the simulator cannot vouch for it:
-    its first release minus the exact batch statistics, divided by the calibrated sigma of each
-    entry, must be standard normal.  N = 40 silos x P = 14 entries = 560 values; (N P - 1) s^2 is
-    chi-square with 559 degrees of freedom, outside [461, 668] with probability 2e-3 (scipy
-    quantiles 1e-3 / 0.999); noise at 0.9 sigma gives about 453, at 1.1 sigma about 676."""
+    """A real silo draws secret noise (``os``: the exact discrete Gaussian of its own calibration), so
+    parity with the simulator cannot vouch for it: its first release minus the exact batch statistics,
+    divided by the secret sigma of each entry, must be standard normal (the discrete Gaussian on a grid
+    4096 times finer than sigma has variance sigma^2 to within 1e-6).  N = 40 silos x P = 14 entries =
+    560 values; (N P - 1) s^2 is chi-square with 559 degrees of freedom, outside [461, 668] with
+    probability 2e-3 (scipy quantiles 1e-3 / 0.999); noise at 0.9 sigma gives about 453, at 1.1 sigma
+    about 676 -- and the simulator's smaller continuous sigma (at most 1/1.05 of the secret one)
+    would give at most 507: the released messages also sit on the grid."""
     from scipy import stats
 
     spec = _spec(protocol, extra=extra)
     # same users, same actions: the private silo is lazy by default, so the reference is too
     exact = Silo(_spec("none", extra="lazy = true"), 1, tmp_path / "exact").release(1, None, 0)
-    sigma = spec.sigma()
-    assert sigma is not None
-    z = np.concatenate(
-        [(Silo(spec, 1, tmp_path / f"s{j}", noise_source="os").release(1, None, 0) - exact) / sigma for j in range(40)]
-    )
+    secret = spec.secret_noise()
+    assert secret is not None and secret.scale > 1.0 and secret.epsilon_spent <= spec.params.epsilon
+    sigma = spec.packed(secret.sigma_cov, secret.sigma_bias)
+    releases = [Silo(spec, 1, tmp_path / f"s{j}", noise_source="os").release(1, None, 0) for j in range(40)]
+    for message in releases:
+        ticks = message / secret.grid
+        assert np.array_equal(ticks, np.rint(ticks))  # every entry on the grid
+    z = np.concatenate([(m - exact) / sigma for m in releases])
     lo, hi = stats.chi2.ppf([1e-3, 1 - 1e-3], z.size - 1)
     assert lo < (z.size - 1) * z.var(ddof=1) < hi
     assert abs(z.mean()) < 4 / np.sqrt(z.size)  # centred: 4 standard errors
@@ -711,7 +775,8 @@ def _silo_command(fb: str, port: int, creds: Path, i: int, tmp: Path, config: Pa
     return [
         fb, "deploy", "silo", "--superlink", f"127.0.0.1:{port}", "--silo-id", str(i),
         "--ca", str(creds / "ca.pem"), "--key", str(creds / f"silo-{i}"), "--state-dir", str(tmp / f"silo-{i}"),
-        "--runtime-port", str(free_port()), "--noise-source", "derived", "--config", str(config), *extra,
+        "--runtime-port", str(free_port()), "--noise-source", "derived", "--share-report", "--config", str(config),
+        *extra,
     ]  # fmt: skip
 
 

@@ -32,7 +32,7 @@ from flwr.clientapp import ClientApp
 from flwr.common.constant import SUPERLINK_NODE_ID, ErrorCode
 from flwr.serverapp import Grid, ServerApp
 
-from fedbandits.federation.server import Coordinator, Incoming, validate_release
+from fedbandits.federation.server import WITHHELD, Coordinator, Incoming, validate_release
 from fedbandits.federation.silo import Silo, SiloError, check_pinned_spec
 from fedbandits.federation.spec import atomic_write_bytes, spec_from_json
 
@@ -291,7 +291,10 @@ def _silo(context: Context, meta: dict[str, Any]) -> Silo:
         raise SiloError("the request's config hash does not match its spec")
     check_pinned_spec(spec, node.get("spec-digest"))
     data_file = str(node.get("data-file", "")) or None
-    return Silo(spec, int(node["silo-id"]), state_dir, str(node.get("noise-source", "derived")), data_file)
+    # secret noise and no trial report unless the silo's operator asked otherwise (node config)
+    noise = str(node.get("noise-source", "os"))
+    share = str(node.get("share-report", "false")).lower() == "true"
+    return Silo(spec, int(node["silo-id"]), state_dir, noise, data_file, share_report=share)
 
 
 def _meta_int(meta: dict[str, Any], key: str) -> int:
@@ -363,12 +366,13 @@ def silo_finish(msg: Message, context: Context) -> Message:
     silo = _silo(context, meta)
     arrays = _arrays(msg.content.array_records.get("synced")) if "synced" in msg.content.array_records else None
     report = silo.finish(arrays["prefix"] if arrays else None, _meta_int(meta, "prefix_round"))
-    curve = report.pop("curve")
     out_meta = {
         "silo_id": silo.silo_id,
         "digest": silo.spec.digest,
         "phase": "finish",
         "round": _meta_int(meta, "round"),
-        **report,
     }
-    return _reply(msg, out_meta, {"curve": curve})
+    if report is None:  # the operator did not opt in: acknowledge without a report
+        return _reply(msg, {**out_meta, "report": WITHHELD}, {})
+    curve = report.pop("curve")
+    return _reply(msg, {**out_meta, **report}, {"curve": curve})

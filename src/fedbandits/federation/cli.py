@@ -111,7 +111,19 @@ def add_deploy_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     silo.add_argument("--key", type=Path, required=True, help="this silo's private authentication key")
     silo.add_argument("--state-dir", type=Path, required=True, help="durable state folder of this silo")
     silo.add_argument("--runtime-port", type=int, default=9094, help="local port of the SuperNode runtime API")
-    silo.add_argument("--noise-source", choices=["os", "derived"], default="os", help="os: secret noise (default)")
+    silo.add_argument(
+        "--noise-source",
+        choices=["os", "derived"],
+        default="os",
+        help="os: secret noise, an exact discrete Gaussian from the OS CSPRNG (default); derived: the simulator's "
+        "noise, computable from the config (parity trials only)",
+    )
+    silo.add_argument(
+        "--share-report",
+        action="store_true",
+        help="send the server this silo's trial report at the end (regret curve and counts from raw data, outside "
+        "the privacy guarantee; off by default)",
+    )
     silo.add_argument(
         "--data", type=Path, help="this silo's users (.npz or .csv; the config's environment must be data-files)"
     )
@@ -350,6 +362,8 @@ def _silo(args: argparse.Namespace) -> int:
     if spec.shuffled:
         _check_client_certificate(args.tls_cert, f"silo-{args.silo_id}")
     extra = f'noise-source="{args.noise_source}" spec-digest="{spec.digest}"'
+    if args.share_report:
+        extra += ' share-report="true"'
     try:
         if args.data is not None:
             extra += f' data-file="{check_quotable("--data", args.data.resolve())}"'

@@ -751,7 +751,13 @@ class LocalDeployment(ServerDeployment):
             " ".join(
                 filter(
                     None,
-                    [f'spec-digest="{self.spec.digest}"', self._shuffler_node_config(i), self.node_extra.get(i, "")],
+                    [
+                        f'spec-digest="{self.spec.digest}"',
+                        # a trial compared with the simulator: the simulator's noise, regret reported
+                        'noise-source="derived" share-report="true"',
+                        self._shuffler_node_config(i),
+                        self.node_extra.get(i, ""),
+                    ],
                 )
             ),
         )

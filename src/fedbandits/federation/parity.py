@@ -88,7 +88,11 @@ def run_loopback(
     state_dir = Path(state_dir)
     coord = Coordinator(spec, state_dir / "server")
     files = data_files or {}
-    silos = [Silo(spec, i, state_dir / f"silo-{i}", data_file=files.get(i)) for i in range(spec.silos)]
+    # a parity trial: the simulator's (derived) noise, and every silo shares its trial report
+    silos = [
+        Silo(spec, i, state_dir / f"silo-{i}", "derived", data_file=files.get(i), share_report=True)
+        for i in range(spec.silos)
+    ]
     registry = {1000 + i: i for i in range(spec.silos)}
     width = coord.width
     shuffler = ShufflerCore(spec, state_dir / "shuffler", "derived") if spec.shuffled else None
@@ -125,7 +129,9 @@ def run_loopback(
             done = shuffler.close(SERVER_ROLE, {"digest": spec.digest, "round": k})
             coord.close_shuffled_round(k, done.batch, sorted(accepted), rejected)
     for i, silo in enumerate(silos):
-        coord.state.reports[i] = silo.finish(coord.state.prefix, spec.releases)
+        report = silo.finish(coord.state.prefix, spec.releases)
+        assert report is not None  # share_report above
+        coord.state.reports[i] = report
     coord.state.finished = True
     coord.save()
     return coord

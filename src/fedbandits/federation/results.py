@@ -6,24 +6,30 @@ import os
 
 import numpy as np
 
-from fedbandits.federation.server import Coordinator
+from fedbandits.federation.server import WITHHELD, Coordinator
 from fedbandits.federation.spec import DeploySpec
 from fedbandits.sim.results import AlgorithmResult, Results
 from fedbandits.sim.runner import time_grid
 
 
 def deployment_results(spec: DeploySpec, coord: Coordinator, wall: float) -> Results:
-    """One run of the deployed entry.  Regret comes from the silos' trial reports (a silo that did
-    not report counts 0 and is listed in ``report["silos_missing_report"]``); messages and bytes
-    are what the server measured on the wire (uplink + downlink)."""
+    """One run of the deployed entry.  Regret comes from the silos' trial reports, which a silo sends
+    only if its operator opted in (``share-report``); without every silo's report the regret is not
+    available (NaN, ``report["regret_available"] = False``), never a made-up zero.  Messages and
+    bytes are what the server measured on the wire (uplink + downlink)."""
     config = spec.config
     grid = time_grid(spec.horizon, config.experiment.grid_points)
     M = spec.silos
     s = coord.state
-    curves = np.zeros((1, grid.size))
+    shared = {silo: rep for silo, rep in s.reports.items() if WITHHELD not in rep}
+    withheld = sorted(silo for silo, rep in s.reports.items() if WITHHELD in rep)
+    complete = not withheld  # a silo that never answered counts 0 and is listed as missing
+    curves = np.zeros((1, grid.size)) if complete else np.full((1, grid.size), np.nan)
     per_agent = np.zeros((1, M))
-    for silo, rep in s.reports.items():
-        curves[0] += rep["curve"]
+    per_agent[0, withheld] = np.nan
+    for silo, rep in shared.items():
+        if complete:
+            curves[0] += rep["curve"]
         per_agent[0, silo] = rep["curve"][-1]
     alg = config.algorithms[spec.algorithm_index]
     report: dict[str, object] = {
@@ -38,11 +44,13 @@ def deployment_results(spec: DeploySpec, coord: Coordinator, wall: float) -> Res
         "server_restarts": s.restarts,
         "rounds_with_missing_silos": sum(1 for r in s.rounds if r.missing),
         "silos_missing_report": [i for i in range(M) if i not in s.reports],
+        "silos_withholding_report": withheld,
+        "regret_available": complete,
     }
     if spec.private:
         report.update(
             {
-                key: sum(int(r[key]) for r in s.reports.values())
+                key: sum(int(r[key]) for r in shared.values())
                 for key in ("clipped_features", "clipped_rewards", "psd_repairs")
             }
         )

@@ -26,6 +26,8 @@ from fedbandits.privacy.mechanisms import TreeAnalyzer
 log = logging.getLogger("fedbandits.federation.server")
 
 PHASES = ("setup", "sync", "finish")
+#: a silo's finish reply without its trial report (it did not opt in to share it)
+WITHHELD = "withheld"
 
 
 class ServerStateError(RuntimeError):
@@ -133,7 +135,11 @@ def validate_release(
         if not np.isfinite(x).all():
             return f"silo {silo}: psum has {int((~np.isfinite(x)).sum())} non-finite entries"
         return silo, x
-    # finish: the trial report
+    # finish: the trial report, or an acknowledgement from a silo that does not share it (the default)
+    if meta.get("report") == WITHHELD:
+        if arrays:
+            return f"silo {silo}: a withheld report must carry no arrays, got {sorted(arrays)}"
+        return silo, {WITHHELD: True}
     if set(arrays) != {"curve"}:
         return f"silo {silo}: expected exactly one array 'curve', got {sorted(arrays)}"
     curve = arrays["curve"]

@@ -36,6 +36,7 @@ import numpy as np
 from fedbandits.algorithms.fedlinucb import FedLinUCB
 from fedbandits.envs.base import Round
 from fedbandits.federation.spec import DeploySpec, load_pickle, save_pickle
+from fedbandits.privacy.discrete_gaussian import SecretTreeRandomizer
 from fedbandits.privacy.mechanisms import TreeRandomizer, pack, protocol_streams, silo_noise_rng, unpack
 from fedbandits.privacy.tree import lowest_set_bit
 from fedbandits.protocols.base import Protocol
@@ -44,8 +45,9 @@ from fedbandits.sim.seeding import env_rngs, noise_rngs
 
 log = logging.getLogger("fedbandits.federation.silo")
 
-#: where a silo's noise comes from: "derived" (from the config's noise seed, for parity with
-#: the simulator; the server could recompute it) or "os" (fresh OS entropy, secret to the silo)
+#: where a silo's noise comes from: "os" (the default: an exact discrete Gaussian drawn with the OS
+#: CSPRNG, secret to the silo) or "derived" (the simulator's continuous noise from the config's
+#: noise seed, for parity trials only: the server could recompute and subtract it)
 NOISE_SOURCES = ("derived", "os")
 
 
@@ -157,8 +159,9 @@ class Silo:
         spec: DeploySpec,
         silo_id: int,
         state_dir: str | Path,
-        noise_source: str = "derived",
+        noise_source: str = "os",
         data_file: str | Path | None = None,
+        share_report: bool = False,
     ) -> None:
         if isinstance(silo_id, bool) or not isinstance(silo_id, int) or not 0 <= silo_id < spec.silos:
             raise SiloError(f"silo id must be an integer in [0, {spec.silos}), got {silo_id!r}")
@@ -168,6 +171,7 @@ class Silo:
         self.silo_id = silo_id
         self.path = Path(state_dir) / f"silo-{silo_id}.pkl"
         self.noise_source = noise_source
+        self.share_report = bool(share_report)
         self.data_file = Path(data_file) if data_file else None
         if self.data_file is not None and spec.config.environment.name != "data-files":
             raise SiloError(
@@ -196,11 +200,16 @@ class Silo:
         env, column, digest = self._build_env()
         dim = env.dim
         policy = SiloFedLinUCB(spec, dim, env.n_arms, spec.regularizer())
-        randomizer = None
+        randomizer: TreeRandomizer | None = None
         sigma = spec.sigma()
-        if sigma is not None:
+        secret = spec.secret_noise()
+        if secret is not None and self.noise_source == "os":
+            randomizer = SecretTreeRandomizer(
+                spec.packed(secret.sigma_cov, secret.sigma_bias), secret.grid, spec.releases
+            )
+        elif sigma is not None:
             randomizer = TreeRandomizer(1, 1, sigma, [np.random.Generator(np.random.SFC64(0))], spec.releases)
-            randomizer.silo_rngs = [[self._noise_stream()]]  # this silo's own stream (see _noise_stream)
+            randomizer.silo_rngs = [[self._noise_stream()]]  # the simulator's stream of silo i (parity)
         horizon = spec.horizon
         state = SiloState(
             digest=spec.digest,
@@ -248,9 +257,7 @@ class Silo:
         return Path(paths[self.silo_id]) if len(paths) > self.silo_id else None
 
     def _noise_stream(self) -> np.random.Generator:
-        """``derived``: the stream the simulator gives silo i (parity); ``os``: fresh secret entropy."""
-        if self.noise_source == "os":
-            return np.random.Generator(np.random.SFC64(np.random.SeedSequence()))
+        """``derived`` noise: the stream the simulator gives silo i (parity trials only)."""
         spec = self.spec
         run_rng = noise_rngs(spec.noise_seed, [spec.run], spec.algorithm_index)[0]
         protocol_rng = protocol_streams(run_rng)[0]  # GaussianTreeProtocol's noise stream of the run
@@ -296,8 +303,10 @@ class Silo:
         self._save()  # durable *before* the message leaves the silo
         return message
 
-    def finish(self, prefix: np.ndarray | None, prefix_round: int) -> dict[str, Any]:
-        """Adopt the last synced prefix, play the rounds after the last synchronisation, report."""
+    def finish(self, prefix: np.ndarray | None, prefix_round: int) -> dict[str, Any] | None:
+        """Adopt the last synced prefix, play the rounds after the last synchronisation; return the
+        trial report if this silo's operator opted in (``share_report``), else None: the report is
+        computed from raw data and is outside the privacy guarantee."""
         spec = self.spec
         s = self.state
         if prefix_round != spec.releases:
@@ -309,7 +318,7 @@ class Silo:
             self._play_until(spec.horizon)
             s.finished = True
             self._save()
-        return self.report()
+        return self.report() if self.share_report else None
 
     def report(self) -> dict[str, Any]:
         """What the silo discloses at the end of a *trial*: its regret curve on the grid and counts."""

@@ -26,6 +26,8 @@ import numpy as np
 from fedbandits.algorithms.fedlinucb import FedLinUCBParams, theory_regularizer
 from fedbandits.config import Config, ConfigError, config_from_dict
 from fedbandits.privacy.calibration import NoiseCalibration
+from fedbandits.privacy.discrete_gaussian import SecretNoise, calibrate_secret_noise
+from fedbandits.privacy.guarantee import not_covering_adaptivity
 from fedbandits.privacy.mechanisms import packed_width
 
 #: protocols a deployment runs: the non-private baseline, silo-level LDP (Algorithm 2) and shuffle
@@ -104,8 +106,12 @@ class DeploySpec:
         cal = self.calibration()
         if cal is None:
             return None
+        return self.packed(cal.sigma_cov, cal.sigma_bias)
+
+    def packed(self, cov: float, bias: float) -> np.ndarray:
+        """One value per packed entry: ``cov`` for the d(d+1)/2 covariance entries, ``bias`` for the d bias ones."""
         d = self.dim()
-        return np.concatenate([np.full(d * (d + 1) // 2, cal.sigma_cov), np.full(d, cal.sigma_bias)])
+        return np.concatenate([np.full(d * (d + 1) // 2, cov), np.full(d, bias)])
 
     def regularizer(self) -> float:
         """lambda, exactly as the simulator's fedlinucb factory chooses it."""
@@ -116,9 +122,29 @@ class DeploySpec:
             cal.sigma_cov, self.silos, cal.nodes, self.dim(), self.horizon, self.batch, self.params.alpha
         )
 
-    def privacy_report(self) -> dict[str, object]:
+    def secret_noise(self) -> SecretNoise | None:
+        """The secret (``os``) noise of a deployed silo: an exact discrete Gaussian on a grid,
+        calibrated on its own to meet (epsilon, delta) by zCDP accounting of what is sampled
+        (:mod:`fedbandits.privacy.discrete_gaussian`); None without privacy."""
         cal = self.calibration()
-        return {"protocol": self.params.protocol, **(cal.report() if cal is not None else {})}
+        if cal is None:
+            return None
+        sens = self.params.privacy_spec().sensitivity()
+        return calibrate_secret_noise(
+            cal.sigma_cov, cal.sigma_bias, sens.cov, sens.bias, self.dim(), cal.nodes, cal.epsilon, cal.delta
+        )
+
+    def privacy_report(self) -> dict[str, object]:
+        """The calibration (what ``derived`` trial noise spends, as in the simulator) and the secret
+        noise a silo draws by default; the guarantee is withdrawn for a non-lazy configuration."""
+        cal = self.calibration()
+        report: dict[str, object] = {"protocol": self.params.protocol, **(cal.report() if cal is not None else {})}
+        secret = self.secret_noise()
+        if secret is not None:
+            report.update(secret.report())
+            if not self.params.lazy:
+                report = not_covering_adaptivity(report)
+        return report
 
     def build_env(self):  # type: ignore[no-untyped-def]
         from fedbandits.registry import ENVIRONMENTS

@@ -88,16 +88,19 @@ class TreeRandomizer:
         k = self.k + 1
         level = lowest_set_bit(k)
         node = gamma + self.exact[:level].sum(axis=0)
-        width = node.shape[-1]
-        noise = np.stack([np.stack([rng.standard_normal(width) for rng in silos]) for silos in self.silo_rngs])
-        noise *= self.sigma
         self.exact[level] = node
-        self.noisy[level] = node + noise
+        self.noisy[level] = self._noisy(node)
         # the lower levels are absorbed into this node and never used again
         self.exact[:level] = 0.0
         self.noisy[:level] = 0.0
         self.k = k
         return self.noisy[level].copy()
+
+    def _noisy(self, node: np.ndarray) -> np.ndarray:
+        """The released value of a new node ``(R, M, P)``: Gaussian noise from each silo's own stream."""
+        width = node.shape[-1]
+        noise = np.stack([np.stack([rng.standard_normal(width) for rng in silos]) for silos in self.silo_rngs])
+        return node + noise * self.sigma
 
     def prefix(self) -> np.ndarray:
         """Algorithm 4: each silo's noisy prefix sum after release k, ``(R, M, P)``."""
