@@ -180,6 +180,10 @@ def test_audit_case_and_cli_refuse_bad_input(capsys: pytest.CaptureFixture[str])
     assert main(["audit", "privacy", "--quick", "--trials", "5"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--trials must be >= 10" in err
+    assert main(["audit", "privacy", "--quick", "--epsilon", "3", "--agents", "4"]) == 2
+    assert "--agents, --epsilon: only for `audit schedule`" in capsys.readouterr().err
+    assert main(["audit", "schedule", "--quick"]) == 2
+    assert "--quick is only for `audit privacy`" in capsys.readouterr().err
 
 
 def test_reproductions_run_the_papers_non_lazy_algorithm() -> None:

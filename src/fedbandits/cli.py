@@ -173,8 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_audit.add_argument(
         "--algorithm",
         choices=["feducb", "cdp-fclub-dc"],
-        default="feducb",
-        help="feducb (default: FedUCB vs Private-FedLinUCB) or cdp-fclub-dc (upload timing)",
+        help="schedule: feducb (default: FedUCB vs Private-FedLinUCB) or cdp-fclub-dc (upload timing)",
     )
     p_audit.add_argument(
         "--trials",
@@ -190,12 +189,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--dim", type=_positive_int, help="feature dimension (default 5; with cdp-fclub-dc: d >= 2, default 2)"
     )
     p_audit.add_argument("--seed", type=_nonnegative_int, default=0, help="seed (default 0)")
-    p_audit.add_argument("--epsilon", type=float, default=1.0, help="claimed epsilon (default 1)")
-    p_audit.add_argument("--delta", type=float, default=0.1, help="claimed delta (default 0.1)")
+    p_audit.add_argument("--epsilon", type=float, help="schedule: claimed epsilon (default 1)")
+    p_audit.add_argument("--delta", type=float, help="schedule: claimed delta (default 0.1)")
     p_audit.add_argument(
         "--threshold-c",
         type=float,
-        default=0.5,
         help="C / L^2 in (0, 1) (default 0.5); with cdp-fclub-dc: c, one user of norm^2 > c L^2 triggers",
     )
     p_audit.add_argument("--json", type=Path, help="also write the results as JSON to this file")
@@ -224,9 +222,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: options of `audit schedule` only, with their defaults
+SCHEDULE_OPTIONS = {
+    "algorithm": "feducb",
+    "agents": None,
+    "dim": None,
+    "epsilon": 1.0,
+    "delta": 0.1,
+    "threshold_c": 0.5,
+}
+
+
 def _audit(args: argparse.Namespace) -> int:
     if args.attack == "privacy":
+        given = [name for name in SCHEDULE_OPTIONS if getattr(args, name) is not None]
+        if given:
+            flags = ", ".join("--" + name.replace("_", "-") for name in given)
+            raise ValueError(f"{flags}: only for `audit schedule` (`audit privacy` takes --quick, --trials, --seed)")
         return _audit_privacy(args)
+    if args.quick:
+        raise ValueError("--quick is only for `audit privacy`")
+    for name, default in SCHEDULE_OPTIONS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
     if args.trials is None:
         args.trials = 2000
     if args.algorithm == "cdp-fclub-dc":
