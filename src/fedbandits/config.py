@@ -62,7 +62,12 @@ class ComponentConfig:
     params: Any
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "label": self.label, **{k: v for k, v in asdict(self.params).items()}}
+        # None is "resolved automatically" (TOML has no null): leaving the key out reads back the same
+        return {
+            "name": self.name,
+            "label": self.label,
+            **{k: v for k, v in asdict(self.params).items() if v is not None},
+        }
 
 
 @dataclass(frozen=True)

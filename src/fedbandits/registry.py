@@ -30,7 +30,9 @@ from fedbandits.envs.movielens import (
 )
 from fedbandits.envs.synthetic import GapInstance, GapInstanceParams, GaussianSphere, GaussianSphereParams
 from fedbandits.privacy.calibration import GAUSSIAN_PROTOCOLS, NoiseCalibration, calibrate
+from fedbandits.privacy.distributed_noise import DistributedCalibration, calibrate_distributed
 from fedbandits.protocols.base import Protocol
+from fedbandits.protocols.distributed_dp import DistributedDPProtocol
 from fedbandits.protocols.gaussian_tree import (
     GaussianPrefixProtocol,
     GaussianTreeProtocol,
@@ -90,10 +92,22 @@ def _linucb_factory(cls: type[Policy]) -> Callable[[LinUCBParams, PolicyContext]
 
 def calibrate_protocol(
     params: FedLinUCBParams, *, horizon: int, agents: int, dim: int
-) -> NoiseCalibration | VectorSumCalibration:
+) -> NoiseCalibration | VectorSumCalibration | DistributedCalibration:
     """The noise calibration of a private FedLinUCB configuration (raises ValueError if impossible)."""
     if params.protocol in GAUSSIAN_PROTOCOLS:
         return calibrate(params.privacy_spec(), agents=agents, horizon=horizon, batch=params.batch)
+    if params.protocol == DistributedDPProtocol.name:
+        return calibrate_distributed(
+            params.privacy_spec(),
+            agents=agents,
+            horizon=horizon,
+            batch=params.batch,
+            dim=dim,
+            colluders=params.colluders,
+            dropouts=params.dropouts,
+            bits=params.modulus_bits,
+            granularity=params.granularity,
+        )
     if params.protocol == VectorSumTreeProtocol.name:
         return calibrate_vector_sum(params.privacy_spec(), agents=agents, horizon=horizon, batch=params.batch, dim=dim)
     raise ValueError(f"protocol {params.protocol!r} is not private")
@@ -105,7 +119,10 @@ def _fedlinucb_factory(params: FedLinUCBParams, ctx: PolicyContext) -> Policy:
     protocol: Protocol = PROTOCOLS[params.protocol].factory(cal, ctx)
     if cal is not None and params.regularizer == "theory":
         # noise std of one synced covariance entry per silo and p-sum
-        sigma = cal.sigma_cov if isinstance(cal, NoiseCalibration) else cal.noise_std() / math.sqrt(ctx.n_agents)
+        if isinstance(cal, VectorSumCalibration):
+            sigma = cal.noise_std() / math.sqrt(ctx.n_agents)
+        else:
+            sigma = cal.sigma_cov
         reg = theory_regularizer(sigma, ctx.n_agents, cal.nodes, ctx.dim, ctx.horizon, params.batch, params.alpha)
     return FedLinUCB(ctx.n_runs, ctx.n_agents, ctx.n_arms, ctx.dim, ctx.horizon, params, protocol, reg=reg)
 
@@ -184,6 +201,14 @@ PROTOCOLS: dict[str, Entry] = {
         VectorSumTreeProtocol.description,
         NoParams,
         lambda cal, ctx: VectorSumTreeProtocol(
+            ctx.n_runs, ctx.n_agents, ctx.dim, cal, ctx.noise_rngs, record=ctx.record_transcript
+        ),
+    ),
+    DistributedDPProtocol.name: Entry(
+        DistributedDPProtocol.name,
+        DistributedDPProtocol.description,
+        NoParams,
+        lambda cal, ctx: DistributedDPProtocol(
             ctx.n_runs, ctx.n_agents, ctx.dim, cal, ctx.noise_rngs, record=ctx.record_transcript
         ),
     ),

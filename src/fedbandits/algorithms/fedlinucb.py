@@ -19,6 +19,7 @@ from fedbandits.privacy.guarantee import not_covering_adaptivity
 from fedbandits.protocols.base import Protocol
 
 REGULARIZERS = ("fixed", "theory")
+DISTRIBUTED = "distributed-dp"
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,27 @@ class FedLinUCBParams(LinUCBParams):
     regularizer: str = field(
         default="fixed", metadata={"help": "'fixed' (reg) or 'theory' (lambda of Lemma C.4 from the noise)"}
     )
+    colluders: int = field(
+        default=0,
+        metadata={"help": "distributed-dp: silos that may share their noise with the server (noise provisioned)"},
+    )
+    dropouts: int = field(
+        default=0, metadata={"help": "distributed-dp: silos that may miss a round (noise over-provisioned)"}
+    )
+    modulus_bits: int | None = field(
+        default=None,
+        metadata={
+            "help": "distributed-dp: messages are integers modulo 2^bits, <= 64; default: the fewest that "
+            "cannot overflow"
+        },
+    )
+    granularity: float | None = field(
+        default=None,
+        metadata={
+            "help": "distributed-dp: grid step of covariance entries > 0; default: sensitivity / 2^k with "
+            "2^k >= 1000 sqrt(P)"
+        },
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -54,12 +76,32 @@ class FedLinUCBParams(LinUCBParams):
         if not isinstance(self.lazy, bool):
             raise ValueError(f"lazy must be true or false, got {self.lazy!r}")
         check_choice("regularizer", self.regularizer, REGULARIZERS)
+        self._check_distributed()
         if self.private:
             self.privacy_spec()  # validates epsilon, delta, calibration, bounds, adjacency
         else:
             # still reject nonsense so a later switch of protocol cannot surprise
             check_float("epsilon", self.epsilon, low=0.0, high=MAX_EPSILON, low_open=True)
             check_float("delta", self.delta, low=0.0, high=1.0, low_open=True, high_open=True)
+
+    def _check_distributed(self) -> None:
+        """The distributed-dp parameters: in range, and set only with that protocol (which is lazy)."""
+        check_int("colluders", self.colluders, low=0)
+        check_int("dropouts", self.dropouts, low=0)
+        if self.modulus_bits is not None:
+            check_int("modulus_bits", self.modulus_bits, low=2, high=64)
+        if self.granularity is not None:
+            check_float("granularity", self.granularity, low=0.0, low_open=True)
+        if self.protocol == DISTRIBUTED:
+            if not self.lazy:
+                raise ValueError(
+                    "lazy must be true for protocol 'distributed-dp' (agents act on aggregated statistics only), "
+                    "got false"
+                )
+            return
+        for name in ("colluders", "dropouts", "modulus_bits", "granularity"):
+            if getattr(self, name) not in (None, 0):
+                raise ValueError(f"{name} applies to protocol 'distributed-dp' only, got protocol {self.protocol!r}")
 
     @property
     def private(self) -> bool:
@@ -86,6 +128,11 @@ class FedLinUCBParams(LinUCBParams):
             raise ValueError(f"batch must be an integer in [1, horizon = {horizon}], got {self.batch}")
         if not self.private:
             return
+        if self.protocol == DISTRIBUTED and self.colluders + self.dropouts > agents - 1:
+            raise ValueError(
+                f"colluders + dropouts must be <= agents - 1 = {agents - 1} (one honest silo's noise must arrive), "
+                f"got {self.colluders} + {self.dropouts}"
+            )
         if dim is None and self.protocol == "sdp-vector-sum":
             from fedbandits.privacy.accounting import vector_sum_round_budget
             from fedbandits.privacy.tree import max_nodes_per_datum

@@ -9,6 +9,8 @@ run is everything the mode releases:
   receives);
 * ``shuffled``: the server's view of ``sdp-amplification`` -- each release's shuffled batch,
   reduced to permutation-invariant features (sum, maximum and minimum over silos of every entry);
+* ``aggregate``: the server's view of ``distributed-dp`` -- the decoded modular sum of every
+  release (the masked messages around it are uniform given that sum, so it is all the server learns);
 * ``privatizer``: every release of FedUCB's tree Privatizer(s) -- message tree and, with the
   private schedule, the schedule tree -- round by round, with which streams released (the
   schedule is part of the view).
@@ -45,7 +47,7 @@ from fedbandits.privacy.privatizer import TreePrivatizer
 from fedbandits.registry import ALGORITHMS, ENVIRONMENTS, PolicyContext
 from fedbandits.sim.seeding import env_rngs, noise_rngs
 
-VIEWS = ("messages", "shuffled", "privatizer")
+VIEWS = ("messages", "shuffled", "privatizer", "aggregate")
 #: every audited learner acts greedily on its estimate (a small constant radius): the claims must
 #: hold for every hyperparameter, and this one lets one user steer the most
 GREEDY = {"radius": "constant", "beta": 0.01}
@@ -198,6 +200,9 @@ def _views(case: AuditCase, policy: Policy, rounds: list[np.ndarray]) -> np.ndar
     if case.view == "messages":
         msgs = np.stack([np.asarray(rec["messages"]) for rec in transcript], axis=1)  # (R, K, M, P)
         return msgs.reshape(msgs.shape[0], -1)
+    if case.view == "aggregate":
+        sums = np.stack([np.asarray(rec["sum"]) for rec in transcript], axis=1)  # (R, K, P)
+        return sums.reshape(sums.shape[0], -1)
     batches = np.stack([np.asarray(rec["server_view"]) for rec in transcript], axis=1)  # (R, K, M, P) shuffled
     invariant = np.concatenate([batches.sum(axis=2), batches.max(axis=2), batches.min(axis=2)], axis=-1)
     return invariant.reshape(invariant.shape[0], -1)
@@ -256,7 +261,8 @@ def _feducb(name: str, **extra: object) -> dict[str, Any]:
 
 
 def default_cases() -> list[AuditCase]:
-    """Every private mode, lazy and not: FedLinUCB's four private protocols, FedUCB's Privatizer
+    """Every private mode, lazy and not: FedLinUCB's five private protocols (distributed-dp is lazy
+    only), FedUCB's Privatizer
     with the private schedule, decentralized FedUCB (epsilon = 1, delta = 1e-5, tight)."""
     cases = []
     fedlinucb_modes = (
@@ -276,6 +282,15 @@ def default_cases() -> list[AuditCase]:
                     agents=agents,
                 )
             )
+    cases.append(
+        AuditCase(
+            "FedLinUCB distributed-dp (lazy by construction)",
+            _fedlinucb("distributed-dp", True),
+            "aggregate",
+            dataset="full-sensitivity",
+            agents=2,  # the victim's silo and one more honest share
+        )
+    )
     cases.append(
         AuditCase(
             "FedUCB Privatizer, private schedule",

@@ -20,7 +20,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 
@@ -28,11 +28,18 @@ from fedbandits.config import Config, ConfigError, load_config
 
 
 class TranscriptArrays(TypedDict):
-    """One run's recorded releases: ``sync (K,)``, ``messages (K, M, P)``, ``sigma (P,)``."""
+    """One run's recorded releases: ``sync (K,)``, ``messages (K, M, P)``, ``sigma (P,)``;
+    ``distributed-dp`` adds ``sum (K, P)`` and ``present (K, M)``."""
 
     sync: np.ndarray
     messages: np.ndarray
     sigma: np.ndarray
+    sum: NotRequired[np.ndarray]
+    present: NotRequired[np.ndarray]
+
+
+#: transcript arrays some protocols add (see :class:`TranscriptArrays`)
+TRANSCRIPT_EXTRAS = ("sum", "present")
 
 
 @dataclass
@@ -184,7 +191,10 @@ class Results:
         Each file holds ``sync (K,)`` (release index k), ``messages (K, M, P)`` (what silo i
         released at sync k, before any shuffling: the packed upper triangle of its covariance
         p-sum -- or prefix sum for ``ldp-prefix`` -- followed by its bias p-sum, noise included)
-        and ``sigma (P,)`` (the noise standard deviation of every packed entry).
+        and ``sigma (P,)`` (the noise standard deviation of every packed entry).  For
+        ``distributed-dp``, ``messages`` are the masked residues modulo 2^bits (uint64) that the
+        secure aggregation receives, ``sum (K, P)`` the server's decoded node sums and ``present
+        (K, M)`` which silos' messages arrived; ``sigma`` bounds the std of one silo's share.
         """
         for index, res in enumerate(self.algorithms.values()):
             if not res.transcripts:

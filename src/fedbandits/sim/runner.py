@@ -28,7 +28,7 @@ from fedbandits.config import Config
 from fedbandits.registry import ALGORITHMS, ENVIRONMENTS, PolicyContext
 from fedbandits.sim.memory import check_memory
 from fedbandits.sim.reports import merge_reports
-from fedbandits.sim.results import AlgorithmResult, Results, TranscriptArrays
+from fedbandits.sim.results import TRANSCRIPT_EXTRAS, AlgorithmResult, Results, TranscriptArrays
 from fedbandits.sim.seeding import env_rngs, noise_rngs
 
 
@@ -396,11 +396,19 @@ def _merge(config: Config, chunks: list[ChunkResult], wall: float) -> Results:
 
 
 def _split_transcript(chunk: ChunkResult, label: str) -> list[tuple[int, TranscriptArrays]]:
-    """One transcript per run: sync index (K,), messages (K, M, P), noise std sigma (P,)."""
+    """One transcript per run: sync index (K,), messages (K, M, P), noise std sigma (P,), and for
+    ``distributed-dp`` the server's decoded sums (K, P) and which silos' messages arrived (K, M)."""
     records = chunk.transcripts.get(label)
     if not records:
         return []
     syncs = np.array([rec["sync"] for rec in records])
-    messages = np.stack([np.asarray(rec["messages"]) for rec in records])  # (K, r, M, P)
     sigma = np.asarray(records[0]["sigma"])
-    return [(run, {"sync": syncs, "messages": messages[:, i], "sigma": sigma}) for i, run in enumerate(chunk.runs)]
+    per_run = {
+        key: np.stack([np.asarray(rec[key]) for rec in records])  # (K, r, ...)
+        for key in ("messages", *TRANSCRIPT_EXTRAS)
+        if key in records[0]
+    }
+    return [
+        (run, {"sync": syncs, "sigma": sigma, **{key: arr[:, i] for key, arr in per_run.items()}})  # type: ignore[typeddict-item]
+        for i, run in enumerate(chunk.runs)
+    ]

@@ -1,0 +1,374 @@
+"""Distributed discrete Gaussian noise under secure aggregation: encoding, accounting, calibration.
+
+The ``distributed-dp`` protocol (:mod:`fedbandits.protocols.distributed_dp`) follows Kairouz,
+Liu & Steinke (2021), "The Distributed Discrete Gaussian Mechanism for Federated Learning with
+Secure Aggregation" (ICML), on the tree of p-sums of ``ldp``.  Every silo encodes its node
+p-sum on an integer grid, adds a *share* of discrete Gaussian noise and reduces modulo 2^bits;
+secure aggregation reveals only the modular sum, so the server sees the data plus the sum of
+the honest silos' shares -- central-model noise without a trusted server.
+
+Encoding (:class:`ModularCodec`)
+--------------------------------
+A packed entry v (covariance entries first, then bias) becomes ``round(v / g_j)`` with grid step
+g_j = ``granularity`` for covariance entries and ``granularity * Delta_bias / Delta_cov`` for
+bias entries, so both streams have the same sensitivity in grid units, r = Delta_cov /
+granularity.  Rounding is deterministic (to the nearest integer).  One user moves the unrounded
+vector by at most sqrt(2) r in L2 (Delta_cov and Delta_bias of
+:mod:`fedbandits.privacy.sensitivity`, each r grid steps); each rounding error lies in
+[-1/2, 1/2], so the difference of two rounding errors is below 1 per entry and the rounded
+vectors differ by at most
+
+    l2 = sqrt(2) r + sqrt(P),      l1 = (sqrt(P_cov) + sqrt(P_bias)) r + P      (P entries)
+
+(triangle inequality; ||.||_1 <= sqrt(n) ||.||_2 per stream).  This is the sensitivity the
+accounting uses: the rounding is paid for, not ignored.
+
+Privacy of the sum (KLS21, Proposition 14)
+------------------------------------------
+Let X_1..X_n be i.i.d. N_Z(0, s^2)^P with s >= 1/2 and Z their sum.  For every integer vector
+D and alpha >= 1, the Renyi divergence D_alpha(Z + D || Z) is at most the minimum of
+
+    alpha/2 ||D||_2^2 / (n s^2) + tau P,
+    alpha/2 (||D||_2^2 / (n s^2) + 2 ||D||_1 tau / (sqrt(n) s) + tau^2 P),
+    alpha/2 (||D||_2 / (sqrt(n) s) + tau sqrt(P))^2,
+
+with tau = 10 sum_{k=1}^{n-1} exp(-2 pi^2 s^2 k / (k + 1)).  A user lies in ``nodes`` released
+node sums; Renyi divergences of the same order add over them (adaptive composition, Mironov
+2017, Prop. 1), and each bound has the form alpha rho + c, which is (epsilon, delta)-DP with
+epsilon = c + (the zCDP conversion of rho) (Canonne, Kamath & Steinke 2020, Prop. 12 / Cor. 13;
+:func:`fedbandits.privacy.discrete_gaussian.zcdp_epsilon`).  The best of the three is reported.
+With the default grid s is in the thousands and tau underflows to 0: the sum is then exactly as
+private as a single discrete Gaussian of variance n s^2.
+
+Colluders and dropouts
+----------------------
+n counts the silos whose noise the server does not know: up to ``colluders`` silos may hand their
+shares to the server, and up to ``dropouts`` silos may fail to answer in a round (their noise never
+arrives).  The share s is calibrated so that n = M - colluders - dropouts meets the target; the
+report also gives epsilon at the server with every silo honest and present
+(``epsilon_spent``) and with the colluders but no dropout (``epsilon_colluders``).  A round with
+more dropouts than planned still closes; the protocol reports the epsilon that was delivered.
+
+Overflow (:func:`required_bits`)
+--------------------------------
+Each silo contributes at most one user per round, so any p-sum (and any prefix sum) of one silo
+holds at most T users; a covariance entry is then at most T L^2 in absolute value and a bias
+entry T L B.  In grid units, the M silos' rounded data sum to at most
+A = M (T L^2 / g_cov + 1/2) for covariance entries and M (T L B / g_bias + 1/2) for bias entries
+(:func:`data_bound` takes the larger).  The data part can therefore never leave [-A, A].  The noise is not bounded: a
+discrete Gaussian is s^2-sub-Gaussian (CKS20, Cor. 9), so a sum of at most ``nodes`` node sums
+of M shares has P[|noise| >= t] <= 2 exp(-t^2 / (2 nodes M s^2)); with
+t = sqrt(2 nodes M s^2 ln(2 P K / beta)) and a union bound over the P entries of the K releases,
+the noise leaves [-t, t] in a run with probability at most beta = 2^-64.  The modulus 2^bits with
+2^(bits - 1) > A + t decodes every release exactly (centred residues) unless that event occurs.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import optimize
+
+from fedbandits.core.validation import check_float, check_int
+from fedbandits.privacy.calibration import PrivacySpec
+from fedbandits.privacy.discrete_gaussian import zcdp_epsilon
+from fedbandits.privacy.guarantee import certified
+from fedbandits.privacy.tree import max_nodes_per_datum
+
+#: probability, per run, that the noise alone overflows the modulus (module docstring)
+OVERFLOW_PROBABILITY = 2.0**-64
+#: default grid: r = Delta_cov / granularity is the power of two >= this many sqrt(P), so that the
+#: rounding term sqrt(P) of the sensitivity is below 1/1000 of the data term
+GRID_RESOLUTION = 1000.0
+MAX_BITS = 64
+
+
+def tau(share_sigma: float, honest: int) -> float:
+    """tau of KLS21 Proposition 14 for ``honest`` shares of parameter ``share_sigma``."""
+    return 10.0 * sum(math.exp(-2.0 * math.pi**2 * share_sigma**2 * k / (k + 1)) for k in range(1, honest))
+
+
+def sum_epsilon(share_sigma: float, honest: int, l2: float, l1: float, width: int, nodes: int, delta: float) -> float:
+    """epsilon at ``delta`` of ``nodes`` releases of a sum of ``honest`` discrete Gaussian shares.
+
+    Each release is the data (sensitivity ``l2``, ``l1`` in grid units over ``width`` entries) plus
+    the sum of ``honest`` i.i.d. N_Z(0, share_sigma^2) shares; Proposition 14 and Renyi
+    composition, converted to (epsilon, delta) (module docstring).  ``inf`` if nobody is honest.
+    """
+    if honest < 1:
+        return math.inf
+    if share_sigma < 0.5:
+        raise ValueError(f"the per-silo noise is {share_sigma:.4g} grid steps; KLS21 Prop. 14 needs >= 0.5")
+    t = tau(share_sigma, honest)
+    scale = math.sqrt(honest) * share_sigma
+    forms = (
+        (l2**2 / scale**2, t * width),
+        (l2**2 / scale**2 + 2.0 * l1 * t / scale + t**2 * width, 0.0),
+        ((l2 / scale + t * math.sqrt(width)) ** 2, 0.0),
+    )
+    return min(zcdp_epsilon(nodes * two_rho / 2.0, delta) + nodes * const for two_rho, const in forms)
+
+
+@dataclass(frozen=True)
+class ModularCodec:
+    """Fixed-point encoding of packed p-sums into integers modulo 2^bits, and back.
+
+    ``steps (P,)`` are the grid steps of the packed entries.  :meth:`encode` rounds to the grid
+    (int64, exact); :meth:`residues` reduces modulo 2^bits (uint64: numpy's wrap-around is
+    arithmetic modulo 2^64, and 2^bits divides it); :meth:`decode` maps a modular sum back to its
+    centred representative in [-2^(bits-1), 2^(bits-1)) and rescales.
+    """
+
+    steps: np.ndarray
+    bits: int
+
+    @property
+    def mask(self) -> np.uint64:
+        return np.uint64((1 << self.bits) - 1)
+
+    def encode(self, packed: np.ndarray) -> np.ndarray:
+        return np.rint(packed / self.steps).astype(np.int64)
+
+    def residues(self, ticks: np.ndarray) -> np.ndarray:
+        return ticks.astype(np.uint64) & self.mask
+
+    def centred(self, residues: np.ndarray) -> np.ndarray:
+        """The representative in [-2^(bits-1), 2^(bits-1)) of every residue (int64)."""
+        values = (np.asarray(residues, dtype=np.uint64) & self.mask).view(np.int64)
+        if self.bits == MAX_BITS:
+            return values.copy()
+        half = np.int64(1 << (self.bits - 1))
+        return np.where(values >= half, (values - half) - half, values)  # v - 2^bits, without 2^63 in int64
+
+    def decode(self, ticks: np.ndarray) -> np.ndarray:
+        return ticks.astype(np.float64) * self.steps
+
+
+@dataclass(frozen=True)
+class DistributedCalibration:
+    """The calibrated shares of ``distributed-dp`` and what they guarantee."""
+
+    protocol: str
+    calibration: str
+    epsilon: float
+    delta: float
+    releases: int
+    nodes: int
+    agents: int
+    colluders: int
+    dropouts: int
+    bits: int
+    granularity: float  # grid step of covariance entries (data units)
+    grid_bias: float  # grid step of bias entries
+    share_sigma: float  # discrete Gaussian parameter of one silo's share, grid steps
+    l2: float  # per-user sensitivity of a rounded node sum, grid steps
+    l1: float
+    width: int
+    epsilon_spent: float  # at the server, every silo honest and present
+    epsilon_colluders: float  # ``colluders`` silos share their noise with the server, none drops
+    epsilon_worst: float  # colluders and ``dropouts`` missing shares: the calibrated case
+    guarantee: str
+    guarantee_reason: str
+
+    @property
+    def sigma_cov(self) -> float:
+        """Std bound of one silo's share on a covariance entry, data units (the discrete Gaussian's
+        variance is below its parameter squared, CKS20 Prop. 19)."""
+        return self.share_sigma * self.granularity
+
+    @property
+    def sigma_bias(self) -> float:
+        return self.share_sigma * self.grid_bias
+
+    def steps(self, dim: int) -> np.ndarray:
+        n_tri = dim * (dim + 1) // 2
+        return np.concatenate([np.full(n_tri, self.granularity), np.full(dim, self.grid_bias)])
+
+    def codec(self, dim: int) -> ModularCodec:
+        return ModularCodec(self.steps(dim), self.bits)
+
+    def epsilon_with(self, honest: int) -> float:
+        """epsilon at the server when ``honest`` silos' shares arrived and are unknown to it."""
+        return sum_epsilon(self.share_sigma, honest, self.l2, self.l1, self.width, self.nodes, self.delta)
+
+    def report(self) -> dict[str, object]:
+        return {
+            "protocol": self.protocol,
+            "calibration": self.calibration,
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            "releases": self.releases,
+            "nodes": self.nodes,
+            "epsilon_spent": self.epsilon_spent,
+            "guarantee": self.guarantee,
+            "guarantee_reason": self.guarantee_reason,
+            "noise_std": self.sigma_cov,
+            "server_noise_std": math.sqrt(self.agents) * self.sigma_cov,
+            "colluders": self.colluders,
+            "dropouts": self.dropouts,
+            "epsilon_colluders": self.epsilon_colluders,
+            "epsilon_worst": self.epsilon_worst,
+            "privacy_bits": self.bits,
+            "privacy_granularity": self.granularity,
+            "privacy_grid_bias": self.grid_bias,
+            "privacy_share_sigma": self.share_sigma,
+            "privacy_sensitivity_l2": self.l2,
+            "privacy_overflow_probability": OVERFLOW_PROBABILITY,
+            "privacy_accountant": "distributed discrete Gaussian (Kairouz, Liu & Steinke 2021, Prop. 14), RDP",
+        }
+
+
+def default_granularity(sens_cov: float, width: int) -> float:
+    """The grid step with r = Delta_cov / g the power of two >= GRID_RESOLUTION sqrt(P)."""
+    r = 2.0 ** math.ceil(math.log2(GRID_RESOLUTION * math.sqrt(width)))
+    return sens_cov / r
+
+
+def data_bound(agents: int, horizon: int, spec: PrivacySpec, granularity: float, grid_bias: float) -> float:
+    """A: the largest |entry| of the M silos' rounded data sums, grid steps (module docstring)."""
+    cov = horizon * spec.feature_bound**2 / granularity
+    bias = horizon * spec.feature_bound * spec.reward_bound / grid_bias
+    return agents * (max(cov, bias) + 0.5)
+
+
+def noise_bound(agents: int, nodes: int, share_sigma: float, width: int, releases: int) -> float:
+    """t: the noise of any prefix stays in [-t, t] except with probability OVERFLOW_PROBABILITY."""
+    return math.sqrt(2.0 * nodes * agents * share_sigma**2 * math.log(2.0 * width * releases / OVERFLOW_PROBABILITY))
+
+
+def required_bits(data: float, noise: float) -> int:
+    """The smallest bits with 2^(bits - 1) > data + noise."""
+    return max(2, math.floor(math.log2(data + noise)) + 2)
+
+
+@functools.lru_cache(maxsize=128)
+def calibrate_distributed(
+    spec: PrivacySpec,
+    *,
+    agents: int,
+    horizon: int,
+    batch: int,
+    dim: int,
+    colluders: int = 0,
+    dropouts: int = 0,
+    bits: int | None = None,
+    granularity: float | None = None,
+) -> DistributedCalibration:
+    """The smallest share sigma for which M - colluders - dropouts honest shares meet (epsilon, delta).
+
+    Raises ``ValueError`` naming the parameter when the request cannot be met (paper calibration,
+    too many colluders/dropouts, a grid too coarse for Prop. 14, a modulus that could overflow).
+    """
+    if spec.calibration != "tight":
+        raise ValueError("calibration must be 'tight' for protocol 'distributed-dp' (no paper defines it)")
+    check_int("agents", agents, low=1)
+    check_int("horizon", horizon, low=1)
+    check_int("batch", batch, low=1, high=horizon)
+    check_int("dim", dim, low=1)
+    check_int("colluders", colluders, low=0)
+    check_int("dropouts", dropouts, low=0)
+    honest = agents - colluders - dropouts
+    if honest < 1:
+        raise ValueError(
+            f"colluders + dropouts must be <= agents - 1 = {agents - 1} (one honest silo's noise must arrive), "
+            f"got {colluders} + {dropouts}"
+        )
+    releases = horizon // batch
+    nodes = max_nodes_per_datum(releases)
+    sens = spec.sensitivity()
+    n_tri, width = dim * (dim + 1) // 2, dim * (dim + 1) // 2 + dim
+    g = (
+        default_granularity(sens.cov, width)
+        if granularity is None
+        else check_float("granularity", granularity, low=0.0, low_open=True)
+    )
+    g_bias = g * sens.bias / sens.cov
+    r = sens.cov / g
+    l2 = math.sqrt(2.0) * r + math.sqrt(width)
+    l1 = (math.sqrt(n_tri) + math.sqrt(dim)) * r + width
+
+    def spent(log_sigma: float) -> float:
+        return sum_epsilon(math.exp(log_sigma), honest, l2, l1, width, nodes, spec.delta)
+
+    lo = math.log(0.5)
+    if spent(lo) > spec.epsilon:
+        hi = lo + 1.0
+        while spent(hi) > spec.epsilon:
+            lo, hi = hi, hi + 1.0
+        root = optimize.brentq(lambda s: spent(s) - spec.epsilon, lo, hi, xtol=1e-9)
+        while spent(root) > spec.epsilon:  # never optimistic
+            root += 1e-9
+        share_sigma = math.exp(root)
+    else:
+        share_sigma = 0.5  # Prop. 14's smallest parameter already meets the target
+    needed = required_bits(
+        data_bound(agents, horizon, spec, g, g_bias), noise_bound(agents, nodes, share_sigma, width, releases)
+    )
+    if needed > MAX_BITS:
+        raise ValueError(
+            f"granularity = {g:.4g} needs a {needed}-bit modulus for T = {horizon}, M = {agents}; the limit is "
+            f"{MAX_BITS}: choose a granularity >= {g * 2.0 ** (needed - MAX_BITS):.4g}"
+        )
+    if bits is None:
+        bits = needed
+    elif check_int("modulus_bits", bits, low=2, high=MAX_BITS) < needed:
+        raise ValueError(
+            f"modulus_bits must be an integer in [{needed}, {MAX_BITS}] for these bounds (a sum could overflow "
+            f"2^{bits}), got {bits}"
+        )
+    epsilon_worst = sum_epsilon(share_sigma, honest, l2, l1, width, nodes, spec.delta)
+    guarantee, reason = certified(
+        epsilon_worst,
+        spec.epsilon,
+        spec.delta,
+        f"distributed discrete Gaussian (KLS21 Prop. 14) over {nodes} tree nodes, {honest} honest shares "
+        f"({colluders} colluders, {dropouts} dropouts tolerated)",
+    )
+    return DistributedCalibration(
+        protocol="distributed-dp",
+        calibration=spec.calibration,
+        epsilon=spec.epsilon,
+        delta=spec.delta,
+        releases=releases,
+        nodes=nodes,
+        agents=agents,
+        colluders=colluders,
+        dropouts=dropouts,
+        bits=bits,
+        granularity=g,
+        grid_bias=g_bias,
+        share_sigma=share_sigma,
+        l2=l2,
+        l1=l1,
+        width=width,
+        epsilon_spent=sum_epsilon(share_sigma, agents, l2, l1, width, nodes, spec.delta),
+        epsilon_colluders=sum_epsilon(share_sigma, agents - colluders, l2, l1, width, nodes, spec.delta),
+        epsilon_worst=epsilon_worst,
+        guarantee=guarantee,
+        guarantee_reason=reason,
+    )
+
+
+def sample_shares(rng: np.random.Generator, share_sigma: float, size: int) -> np.ndarray:
+    """``size`` draws of N_Z(0, share_sigma^2) (int64) from a seeded Generator, for the simulator.
+
+    CKS20's Algorithm 3 vectorised: discrete Laplace proposals with scale t = floor(s) + 1 (the
+    difference of two geometric variables), accepted with probability
+    exp(-(|y| - s^2/t)^2 / (2 s^2)).  The acceptance test is in floating point, which is exact up to
+    rounding of the probabilities (a deployed silo uses the exact sampler of
+    :mod:`fedbandits.privacy.discrete_gaussian` with secret randomness).  Candidates are drawn in
+    blocks and the first ``size`` accepted are kept, so the output is a function of the stream.
+    """
+    s2 = share_sigma * share_sigma
+    t = math.floor(share_sigma) + 1
+    p = -math.expm1(-1.0 / t)  # success probability of the geometric variables
+    out = np.empty(0, dtype=np.int64)
+    while out.size < size:
+        block = 2 * (size - out.size) + 8
+        y = rng.geometric(p, block) - rng.geometric(p, block)
+        accept = rng.random(block) < np.exp(-((np.abs(y) - s2 / t) ** 2) / (2.0 * s2))
+        out = np.concatenate([out, y[accept].astype(np.int64)])
+    return out[:size]
