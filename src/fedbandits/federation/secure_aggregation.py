@@ -1,0 +1,330 @@
+"""Secure aggregation by pairwise masking (Bonawitz et al. 2017), transport-agnostic.
+
+The silos' side is :class:`SecAggClient`, the server's :class:`SecAggServer`; whatever carries the
+messages (Flower in a deployment, plain calls in the tests) only moves bytes and arrays between
+them.  Every object holds plain data (bytes, ints, arrays) and pickles, so both sides can keep it
+in their durable state.
+
+Protocol, per *epoch* (a fixed roster of silos; a new epoch starts whenever a silo's mask key had
+to be revealed, see below):
+
+1. *Advertise*: silo i draws two X25519 key pairs, c (to encrypt key shares) and s (to agree mask
+   seeds), and sends the public halves; the server publishes the roster: every member's public
+   keys, the epoch and the reconstruction threshold t.
+2. *Share*: silo i splits its s private key into Shamir shares (degree t - 1 over the prime field
+   of 2^521 - 1), one per member j, and encrypts share j with AES-256-GCM under
+   HKDF-SHA256(X25519(c_i, c_j)); the associated data binds (deployment, epoch, i, j), so a share
+   replayed from another epoch or addressed to another silo does not decrypt.  The server routes
+   the ciphertexts and can read none of them.
+3. *Mask* (every round r of the epoch): silo i sends
+   y_i = x_i + sum_{j != i} sign(i, j) PRG(s_ij, r)  (mod 2^bits),  sign = +1 if i < j else -1,
+   with s_ij = HKDF-SHA256(X25519(s_i, s_j), bound to the deployment and epoch) -- the same for i
+   and j -- and PRG = SHAKE-256(s_ij || r) read as little-endian 64-bit words.  The pairwise masks
+   cancel in the sum over the whole roster.
+4. *Unmask* (only if some members did not send in round r): the server names the dropped silos D;
+   every survivor decrypts and returns its shares of the s keys of D; with t of them the server
+   rebuilds each s key of D, recomputes the masks those silos share with the survivors and removes
+   them.  Their s keys are now known, so the epoch ends: the next round starts a new epoch.
+
+The server accepts one masked message per roster member for the current (epoch, round); a message
+of another round (replayed), another epoch or deployment, from outside the roster (foreign) or a
+second one from the same silo is rejected with its reason.  Without all masks the sum is uniform
+garbage; a message that arrives after its sender was declared dropped is rejected, never unmasked.
+
+Trust model: the server is honest but curious (it follows the protocol and reads everything it
+receives); up to ``t - 1`` silos may collude with it.  The self-masks of Bonawitz et al., which
+protect against a server that *lies* about who dropped, are not used: such a server is outside the
+model, and the masked values it could then open still carry that silo's own noise share.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+from dataclasses import dataclass, field
+
+import numpy as np
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+#: Shamir shares live in the prime field of the Mersenne prime 2^521 - 1 (> any 256-bit key)
+PRIME = (1 << 521) - 1
+SHARE_BYTES = 66
+KEY_BYTES = 32
+NONCE_BYTES = 12
+
+
+class SecAggError(ValueError):
+    """A message or request the protocol cannot accept; nothing changed."""
+
+
+# -- primitives -----------------------------------------------------------------------------------
+def _kdf(secret: bytes, info: bytes) -> bytes:
+    return HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None, info=info).derive(secret)
+
+
+def _agree(private: bytes, public: bytes, info: bytes) -> bytes:
+    shared = X25519PrivateKey.from_private_bytes(private).exchange(X25519PublicKey.from_public_bytes(public))
+    return _kdf(shared, info)
+
+
+def keypair() -> tuple[bytes, bytes]:
+    """(private, public) raw X25519 keys from the OS CSPRNG."""
+    key = X25519PrivateKey.generate()
+    return key.private_bytes_raw(), key.public_key().public_bytes_raw()
+
+
+def prg(seed: bytes, round_: int, width: int, bits: int) -> np.ndarray:
+    """``width`` pseudo-random residues modulo 2^bits (uint64) expanded from ``seed`` for round ``round_``."""
+    stream = hashlib.shake_256(seed + round_.to_bytes(8, "little")).digest(8 * width)
+    return np.frombuffer(stream, dtype="<u8").astype(np.uint64) & np.uint64((1 << bits) - 1)
+
+
+def shamir_split(secret: bytes, holders: list[int], threshold: int) -> dict[int, bytes]:
+    """Shares of ``secret`` for every holder (evaluation point holder + 1), any ``threshold`` rebuild it."""
+    coeffs = [int.from_bytes(secret, "big")] + [secrets.randbelow(PRIME) for _ in range(threshold - 1)]
+    out = {}
+    for h in holders:
+        x, y = h + 1, 0
+        for c in reversed(coeffs):
+            y = (y * x + c) % PRIME
+        out[h] = y.to_bytes(SHARE_BYTES, "big")
+    return out
+
+
+def shamir_join(shares: dict[int, bytes], threshold: int) -> bytes:
+    """The secret from ``threshold`` or more shares (Lagrange interpolation at 0)."""
+    if len(shares) < threshold:
+        raise SecAggError(f"{len(shares)} share(s) cannot rebuild a key that needs {threshold}")
+    points = [(h + 1, int.from_bytes(v, "big")) for h, v in sorted(shares.items())[:threshold]]
+    secret = 0
+    for i, (xi, yi) in enumerate(points):
+        num = den = 1
+        for j, (xj, _) in enumerate(points):
+            if i != j:
+                num = num * -xj % PRIME
+                den = den * (xi - xj) % PRIME
+        secret = (secret + yi * num * pow(den, -1, PRIME)) % PRIME
+    if secret >> (8 * KEY_BYTES):
+        raise SecAggError("the shares rebuild no 32-byte key (corrupted, or from a polynomial of higher degree)")
+    return secret.to_bytes(KEY_BYTES, "big")
+
+
+# -- roster ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Roster:
+    """One epoch's members and their public keys, as the server publishes them."""
+
+    context: bytes  # the deployment (its config hash)
+    epoch: int
+    threshold: int
+    c_public: dict[int, bytes]
+    s_public: dict[int, bytes]
+
+    @property
+    def members(self) -> list[int]:
+        return sorted(self.s_public)
+
+    def info(self, *parts: object) -> bytes:
+        return b"|".join(
+            [b"fedbandits-secagg", self.context, str(self.epoch).encode(), *(str(p).encode() for p in parts)]
+        )
+
+
+def default_threshold(members: int, colluders: int, dropouts: int) -> int:
+    """t: more than the colluders can pool, a majority if the provisioned dropouts leave one."""
+    return max(colluders + 1, min(members // 2 + 1, members - dropouts))
+
+
+# -- silo -----------------------------------------------------------------------------------------
+@dataclass
+class SecAggClient:
+    """One silo's side; its private keys never leave it except as encrypted shares."""
+
+    silo: int
+    bits: int
+    width: int
+    roster: Roster | None = None
+    c_private: bytes = b""
+    s_private: bytes = b""
+    held: dict[int, bytes] = field(default_factory=dict)  # encrypted shares addressed to this silo, by owner
+
+    def advertise(self) -> tuple[bytes, bytes]:
+        """Step 1: fresh c and s public keys (the private halves are kept)."""
+        self.c_private, c_public = keypair()
+        self.s_private, s_public = keypair()
+        self.roster, self.held = None, {}
+        return c_public, s_public
+
+    def share(self, roster: Roster) -> dict[int, bytes]:
+        """Step 2: one encrypted share of this silo's s key per member."""
+        if self.silo not in roster.s_public or not self.s_private:
+            raise SecAggError(f"silo {self.silo} is not in the roster of epoch {roster.epoch} or has no keys")
+        if (
+            roster.s_public[self.silo]
+            != X25519PrivateKey.from_private_bytes(self.s_private).public_key().public_bytes_raw()
+        ):
+            raise SecAggError(f"the roster of epoch {roster.epoch} lists another key for silo {self.silo}")
+        self.roster = roster
+        shares = shamir_split(self.s_private, roster.members, roster.threshold)
+        out = {}
+        for j, share in shares.items():
+            key = _agree(
+                self.c_private, roster.c_public[j], roster.info("share-key", min(self.silo, j), max(self.silo, j))
+            )
+            nonce = os.urandom(NONCE_BYTES)
+            out[j] = nonce + AESGCM(key).encrypt(nonce, share, roster.info("share", self.silo, j))
+        return out
+
+    def receive(self, shares: dict[int, bytes]) -> None:
+        """Step 2, the other way: the encrypted shares the other members addressed to this silo."""
+        if self.roster is None:
+            raise SecAggError("shares arrived before the roster")
+        unknown = set(shares) - set(self.roster.members)
+        if unknown:
+            raise SecAggError(f"shares from silos {sorted(unknown)} outside the roster of epoch {self.roster.epoch}")
+        self.held = dict(shares)
+
+    def _seed(self, j: int) -> bytes:
+        assert self.roster is not None
+        return _agree(
+            self.s_private, self.roster.s_public[j], self.roster.info("mask", min(self.silo, j), max(self.silo, j))
+        )
+
+    def mask(self, round_: int, residues: np.ndarray) -> np.ndarray:
+        """Step 3: the masked message of round ``round_``."""
+        if self.roster is None:
+            raise SecAggError("no roster: the epoch's keys were not shared")
+        out = np.asarray(residues, dtype=np.uint64).copy()
+        for j in self.roster.members:
+            if j == self.silo:
+                continue
+            m = prg(self._seed(j), round_, self.width, self.bits)
+            out = out + m if self.silo < j else out - m
+        return out & np.uint64((1 << self.bits) - 1)
+
+    def reveal(self, dropped: list[int]) -> dict[int, bytes]:
+        """Step 4: this silo's decrypted shares of the dropped silos' s keys."""
+        if self.roster is None:
+            raise SecAggError("no roster")
+        if self.silo in dropped:
+            raise SecAggError(f"silo {self.silo} was declared dropped: it reveals nothing")
+        out = {}
+        for i in dropped:
+            blob = self.held.get(i)
+            if blob is None:
+                raise SecAggError(f"silo {self.silo} holds no share of silo {i}")
+            key = _agree(
+                self.c_private,
+                self.roster.c_public[i],
+                self.roster.info("share-key", min(self.silo, i), max(self.silo, i)),
+            )
+            try:
+                out[i] = AESGCM(key).decrypt(
+                    blob[:NONCE_BYTES], blob[NONCE_BYTES:], self.roster.info("share", i, self.silo)
+                )
+            except InvalidTag:
+                raise SecAggError(f"the share of silo {i} does not authenticate (foreign or replayed)") from None
+        return out
+
+
+# -- server ---------------------------------------------------------------------------------------
+@dataclass
+class SecAggServer:
+    """The server's side: roster, routing, validation of masked messages, modular sum, recovery."""
+
+    context: bytes
+    bits: int
+    width: int
+    epoch: int = 0
+    roster: Roster | None = None
+    round_: int | None = None
+    received: dict[int, np.ndarray] = field(default_factory=dict)
+
+    def publish(self, keys: dict[int, tuple[bytes, bytes]], threshold: int) -> Roster:
+        """Step 1: a new epoch with the silos that advertised keys."""
+        if not 1 <= threshold <= len(keys):
+            raise SecAggError(f"threshold must be in [1, {len(keys)}] for {len(keys)} silos, got {threshold}")
+        self.epoch += 1
+        self.roster = Roster(
+            self.context,
+            self.epoch,
+            threshold,
+            {i: c for i, (c, _) in keys.items()},
+            {i: s for i, (_, s) in keys.items()},
+        )
+        self.round_, self.received = None, {}
+        return self.roster
+
+    @staticmethod
+    def route(shares: dict[int, dict[int, bytes]]) -> dict[int, dict[int, bytes]]:
+        """Step 2: ciphertexts by recipient (sender -> recipient -> blob becomes recipient -> sender -> blob)."""
+        out: dict[int, dict[int, bytes]] = {}
+        for sender, blobs in shares.items():
+            for recipient, blob in blobs.items():
+                out.setdefault(recipient, {})[sender] = blob
+        return out
+
+    def open_round(self, round_: int) -> None:
+        if self.roster is None:
+            raise SecAggError("no epoch: publish a roster first")
+        self.round_, self.received = round_, {}
+
+    def accept(self, sender: object, epoch: object, round_: object, message: object) -> str | None:
+        """Step 3: keep a masked message, or return why it is rejected (nothing kept)."""
+        if self.roster is None or self.round_ is None:
+            return "no round is open"
+        if epoch != self.epoch:
+            return f"epoch {epoch!r} is not the current epoch {self.epoch} (foreign or replayed)"
+        if round_ != self.round_:
+            return f"round {round_!r} is not the current round {self.round_} (stale or replayed)"
+        if sender not in self.roster.s_public:
+            return f"sender {sender!r} is not in the roster of epoch {self.epoch} (foreign)"
+        if sender in self.received:
+            return f"silo {sender}: a second masked message in round {round_}"
+        if not isinstance(message, np.ndarray) or message.dtype != np.uint64 or message.shape != (self.width,):
+            return f"silo {sender}: a masked message must be {self.width} uint64 residues"
+        if (message >> np.uint64(self.bits)).any():
+            return f"silo {sender}: residues must be below 2^{self.bits}"
+        self.received[sender] = message.copy()  # type: ignore[index]
+        return None
+
+    def dropped(self) -> list[int]:
+        assert self.roster is not None
+        return [i for i in self.roster.members if i not in self.received]
+
+    def total(self, revealed: dict[int, dict[int, bytes]] | None = None) -> np.ndarray:
+        """Step 4 and the result: the modular sum of the received messages' inputs.
+
+        ``revealed`` maps each survivor to its shares of the dropped silos' keys (needed only when
+        some member did not send).  After a recovery the epoch is over (those keys are known).
+        """
+        assert self.roster is not None and self.round_ is not None
+        mod = np.uint64((1 << self.bits) - 1)
+        out = np.zeros(self.width, dtype=np.uint64)
+        for message in self.received.values():
+            out = out + message
+        dropped = self.dropped()
+        if dropped:
+            revealed = revealed or {}
+            keys = {}
+            for i in dropped:
+                shares = {j: r[i] for j, r in revealed.items() if j in self.received and i in r}
+                keys[i] = shamir_join(shares, self.roster.threshold)
+                if (
+                    X25519PrivateKey.from_private_bytes(keys[i]).public_key().public_bytes_raw()
+                    != self.roster.s_public[i]
+                ):
+                    raise SecAggError(f"the shares of silo {i}'s key rebuild another key (a corrupted share)")
+            for i, key in keys.items():
+                for j in self.received:
+                    seed = _agree(key, self.roster.s_public[j], self.roster.info("mask", min(i, j), max(i, j)))
+                    m = prg(seed, self.round_, self.width, self.bits)
+                    out = out + m if i < j else out - m  # cancel survivor j's term for i (sign(j, i) = -sign(i, j))
+            self.roster = None  # revealed keys end the epoch
+        self.round_ = None
+        return out & mod
