@@ -513,6 +513,41 @@ def test_deploy_silo_crash_and_server_restart(tmp_path: Path) -> None:
 
 
 @slow
+def test_deploy_distributed_dp_parity_and_a_silo_killed_mid_round(tmp_path: Path) -> None:
+    """distributed-dp over Flower with secure aggregation: the decoded sums equal the simulator's bit
+    for bit (derived noise).  Silo 2 is SIGKILLed while the server waits for round 2's masked
+    messages: the round still closes (the others reveal their shares of its mask key), the report
+    says what that round delivered, a new epoch re-keys, and the restarted silo rejoins."""
+    spec = _spec("distributed-dp", horizon=60, extra="dropouts = 1")  # K = 6, M = 3
+    with LocalDeployment(tmp_path, spec, round_timeout=20, join_timeout=60) as dep:
+        dep.start()
+        _wait(lambda: _completed(dep) >= 1, 120, "round 1")
+        dep.crash("silo-2")
+        _wait(lambda: _completed(dep) >= 2, 120, "round 2 without silo 2")
+        dep.start_silo(2)
+        summary = dep.wait_done(300)
+    assert dep.leftovers() == []
+    assert summary["completed"] == 6 and summary["reports"] == [0, 1, 2]
+    coord = Coordinator(spec, dep.state / "server")
+    assert [r.round for r in coord.state.rounds] == [1, 2, 3, 4, 5, 6]
+    short = [r for r in coord.state.rounds if r.missing]
+    assert short and all(r.missing == [2] for r in short)  # silo 2's rounds are missing, then it rejoins
+    assert coord.state.rounds[-1].missing == [] and coord.state.epochs >= 2
+    log = (dep.state / "server" / "server.log").read_text()
+    assert "asking the others for their key shares" in log
+    from fedbandits.federation.results import deployment_results
+
+    report = deployment_results(spec, coord, 0.0).algorithms[spec.label].report
+    assert report["min_present"] == 2 and report["short_rounds"] == 0  # one dropout was provisioned
+    assert report["guarantee"] == "formal" and report["epsilon_delivered"] <= 5.0
+    # the rounds with all three silos decode to exactly the simulator's node sums
+    ref = reference_run(spec)
+    full = [r.round - 1 for r in coord.state.rounds if not r.missing]
+    assert full and full[0] == 0
+    np.testing.assert_array_equal(coord.synced_prefixes()[: short[0].round - 1], ref.prefixes[: short[0].round - 1])
+
+
+@slow
 def test_deploy_sdp_amplification_through_a_shuffler_party(tmp_path: Path) -> None:
     """Server, silos and the shuffler as separate processes: silos post their p-sums to the shuffler
     (mutual TLS) and acknowledge to the server; the server sees only anonymous batches.  The shuffler

@@ -13,6 +13,16 @@ Messages (Flower Message API, one per silo per synchronisation):
 * server -> silo ``evaluate`` (phase "finish") with the last prefix; the reply is the silo's
   trial report (regret curve on the time grid and counts).
 
+``distributed-dp`` adds secure aggregation (:mod:`fedbandits.federation.secure_aggregation`):
+before the first round of an epoch, ``query`` phase "keys" (each silo replies with its two public
+keys) and phase "shares" (the request carries the roster; each silo replies with its encrypted key
+shares, ``to``/``blobs``); the first ``train`` request of the epoch delivers to each silo the shares
+addressed to it (``held_from``/``held``).  A silo's sync reply carries ``masked``: its residues
+masked for the epoch (uint64).  If some silo's masked message is missing when the round's deadline
+passes, ``query`` phase "unmask" asks the others for their shares of the dropped silos' keys
+(``owners``/``shares``); the server removes those masks and closes the round, and the next round
+starts a new epoch.
+
 Nothing else crosses the network.  Message sizes are measured as the bytes of the objects Flower
 serialises and ships (before TLS framing).
 """
@@ -32,6 +42,7 @@ from flwr.clientapp import ClientApp
 from flwr.common.constant import SUPERLINK_NODE_ID, ErrorCode
 from flwr.serverapp import Grid, ServerApp
 
+from fedbandits.federation.secure_aggregation import KEY_BYTES, Roster, SecAggServer
 from fedbandits.federation.server import WITHHELD, Coordinator, Incoming, validate_release
 from fedbandits.federation.silo import Silo, SiloError, check_pinned_spec
 from fedbandits.federation.spec import atomic_write_bytes, spec_from_json
@@ -123,6 +134,9 @@ def _serve(grid: Grid, cfg: dict[str, Any], state_dir: Path, run_id: int) -> Non
     log.info("%d of %d silos connected", len(nodes), spec.silos)
 
     for k in range(coord.next_round, spec.releases + 1):
+        if spec.masked:
+            _masked_round(grid, coord, registry, spec_json, k, round_timeout, poll)
+            continue
         meta = {"phase": "sync", "round": k, "digest": spec.digest, "prefix_round": k - 1, "spec": spec_json}
         replies = _exchange(grid, coord, registry, "train", meta, k, round_timeout, poll)
         accepted: dict[int, np.ndarray] = {}
@@ -212,6 +226,145 @@ def _serve(grid: Grid, cfg: dict[str, Any], state_dir: Path, run_id: int) -> Non
     log.info("deployment finished\n%s", results.table())
 
 
+def _collect(
+    coord: Coordinator, registry: dict[int, int] | None, replies: list[Incoming], phase: str, k: int
+) -> tuple[dict[int, tuple[int, dict[str, Any]]], list[tuple[int, str]]]:
+    """Validated secure-aggregation replies: silo -> (node, meta), and the rejected ones."""
+    out: dict[int, tuple[int, dict[str, Any]]] = {}
+    rejected: list[tuple[int, str]] = []
+    for inc in replies:
+        res = validate_release(
+            coord.spec, inc, phase=phase, round_=k, registry=registry, seen=set(out), width=coord.width
+        )
+        if isinstance(res, str):
+            log.warning("round %d (%s): rejected a message from node %d: %s", k, phase, inc.node_id, res)
+            rejected.append((inc.node_id, res))
+        else:
+            out[res[0]] = (inc.node_id, res[1])  # type: ignore[assignment]
+    return out, rejected
+
+
+def _byte_list(meta: dict[str, Any], key: str, size: int | None = None) -> list[bytes] | None:
+    value = meta.get(key)
+    if not isinstance(value, list) or not all(isinstance(v, bytes) for v in value):
+        return None
+    if size is not None and any(len(v) != size for v in value):
+        return None
+    return value
+
+
+def _int_list(meta: dict[str, Any], key: str) -> list[int] | None:
+    value = meta.get(key)
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return None
+    return value
+
+
+def _masked_round(
+    grid: Grid,
+    coord: Coordinator,
+    registry: dict[int, int] | None,
+    spec_json: str,
+    k: int,
+    timeout: float,
+    poll: float,
+) -> None:
+    """One ``distributed-dp`` synchronisation: key set-up if the epoch needs one, masked releases,
+    recovery of the dropped silos' masks, the decoded sum (module docstring)."""
+    spec = coord.spec
+    base = {"round": k, "digest": spec.digest, "prefix_round": k - 1, "spec": spec_json}
+    rejected: list[tuple[int, str]] = []
+    per_node: dict[int, dict[str, Any]] = {}
+    if coord.needs_epoch(_targets(grid, registry)):
+        got, bad = _collect(
+            coord,
+            registry,
+            _exchange(grid, coord, registry, "query", {**base, "phase": "keys"}, k, timeout, poll),
+            "keys",
+            k,
+        )
+        rejected += bad
+        keys = {}
+        for silo, (node, meta) in got.items():
+            c, s_ = meta.get("c_public"), meta.get("s_public")
+            if isinstance(c, bytes) and isinstance(s_, bytes) and len(c) == len(s_) == KEY_BYTES:
+                keys[silo] = (c, s_)
+            else:
+                rejected.append((node, f"silo {silo}: public keys must be two {KEY_BYTES}-byte values"))
+        if not keys:
+            raise RuntimeError(f"round {k}: no silo answered the secure-aggregation key set-up")
+        roster = coord.start_epoch(keys, [got[silo][0] for silo in keys])
+        members = roster.members
+        roster_meta = {
+            "phase": "shares",
+            "epoch": roster.epoch,
+            "threshold": roster.threshold,
+            "members": members,
+            "c_public": [roster.c_public[i] for i in members],
+            "s_public": [roster.s_public[i] for i in members],
+        }
+        got, bad = _collect(
+            coord,
+            registry,
+            _exchange(grid, coord, registry, "query", {**base, **roster_meta}, k, timeout, poll),
+            "shares",
+            k,
+        )
+        rejected += bad
+        shares: dict[int, dict[int, bytes]] = {}
+        for silo, (node, meta) in got.items():
+            to, blobs = _int_list(meta, "to"), _byte_list(meta, "blobs")
+            if (
+                silo in members
+                and to is not None
+                and blobs is not None
+                and sorted(to) == members
+                and len(to) == len(blobs)
+            ):
+                shares[silo] = dict(zip(to, blobs, strict=True))
+            else:
+                rejected.append((node, f"silo {silo}: key shares must be one blob for each member {members}"))
+        nodes = {silo: node for silo, (node, _) in got.items()}
+        for silo, held in SecAggServer.route(shares).items():
+            if silo in nodes:
+                owners = sorted(held)
+                per_node[nodes[silo]] = {"held_from": owners, "held": [held[j] for j in owners]}
+    coord.open_masked_round(k)
+    assert coord.state.secagg is not None
+    epoch = coord.state.secagg.epoch
+    replies = _exchange(
+        grid, coord, registry, "train", {**base, "phase": "sync", "epoch": epoch}, k, timeout, poll, per_node
+    )
+    got_masked = 0
+    for inc in replies:
+        res = validate_release(
+            coord.spec, inc, phase="sync", round_=k, registry=registry, seen=set(), width=coord.width
+        )
+        reason = res if isinstance(res, str) else coord.accept_masked(res[0], (inc.meta or {}).get("epoch"), k, res[1])  # type: ignore[arg-type]
+        if reason is not None:
+            log.warning("round %d: rejected a message from node %d: %s", k, inc.node_id, reason)
+            rejected.append((inc.node_id, reason))
+        else:
+            got_masked += 1
+    dropped = coord.dropped()
+    revealed: dict[int, dict[int, bytes]] = {}
+    if dropped:
+        log.warning("round %d: silo(s) %s sent no masked message; asking the others for their key shares", k, dropped)
+        unmask = {**base, "phase": "unmask", "epoch": epoch, "dropped": dropped}
+        got, bad = _collect(
+            coord, registry, _exchange(grid, coord, registry, "query", unmask, k, timeout, poll), "unmask", k
+        )
+        rejected += bad
+        for silo, (node, meta) in got.items():
+            whose, blobs = _int_list(meta, "owners"), _byte_list(meta, "shares")
+            if whose is not None and blobs is not None and len(whose) == len(blobs):
+                revealed[silo] = dict(zip(whose, blobs, strict=True))
+            else:
+                rejected.append((node, f"silo {silo}: revealed shares must pair owners with shares"))
+    coord.close_masked_round(k, revealed, rejected)
+    log.info("round %d closed: %d masked message(s), dropped %s, %d rejected", k, got_masked, dropped, len(rejected))
+
+
 def _targets(grid: Grid, registry: dict[int, int] | None) -> list[int]:
     nodes = sorted(int(n) for n in grid.get_node_ids())
     if registry is not None:
@@ -228,23 +381,29 @@ def _exchange(
     round_: int,
     timeout: float,
     poll: float,
+    per_node: dict[int, dict[str, Any]] | None = None,
 ) -> list[Incoming]:
-    """Send one request to every connected silo; collect replies until all arrive or the deadline."""
+    """Send one request to every connected silo (``per_node``: extra meta for some nodes); collect
+    replies until all arrive or the deadline."""
     nodes = _targets(grid, registry)
-    content = RecordDict({"meta": ConfigRecord(meta)})
     prefix = coord.state.prefix
-    if prefix is not None:
-        content["synced"] = ArrayRecord({"prefix": Array(np.ascontiguousarray(prefix))})
-    size = wire_bytes(content)
+
+    def content(node: int) -> RecordDict:
+        out = RecordDict({"meta": ConfigRecord({**meta, **(per_node or {}).get(node, {})})})
+        if prefix is not None:
+            out["synced"] = ArrayRecord({"prefix": Array(np.ascontiguousarray(prefix))})
+        return out
+
+    contents = [content(n) for n in nodes]
     messages = [
         # time to live = the round's deadline: a reply after it is not used, and a request that
         # outlives its round could be served late by a silo that rejoins (a wasted release)
-        Message(content, dst_node_id=n, message_type=message_type, group_id=str(round_), ttl=timeout)
-        for n in nodes
+        Message(c, dst_node_id=n, message_type=message_type, group_id=str(round_), ttl=timeout)
+        for c, n in zip(contents, nodes, strict=True)
     ]
     pushed = list(grid.push_messages(messages))
     coord.state.downlink_messages += len(messages)
-    coord.state.downlink_bytes += size * len(messages)
+    coord.state.downlink_bytes += sum(wire_bytes(c) for c in contents)
     dest = {mid: n for mid, n in zip(pushed, nodes, strict=True) if mid is not None}
     ids = set(dest)
     out: list[Incoming] = []
@@ -337,6 +496,8 @@ def silo_sync(msg: Message, context: Context) -> Message:
     psum = silo.release(k, prefix, _meta_int(meta, "prefix_round"))
     out_meta = {"silo_id": silo.silo_id, "digest": silo.spec.digest, "phase": "sync", "round": k}
     fault = _faults(context).get(k)
+    if silo.spec.masked:
+        return _reply(msg, {**out_meta, "epoch": meta.get("epoch")}, {"masked": _masked(silo, meta, k)})
     if silo.spec.shuffled:
         # the p-sum goes to the shuffler (mutual TLS); the server only hears that it was sent
         from fedbandits.federation.shuffler import ShufflerClient
@@ -358,6 +519,62 @@ def silo_sync(msg: Message, context: Context) -> Message:
     if fault:
         log.warning("silo %d: injecting fault %r in round %d (test hook)", silo.silo_id, fault, k)
     return _reply(msg, out_meta, {"psum": psum})
+
+
+def _masked(silo: Silo, meta: dict[str, Any], k: int) -> np.ndarray:
+    """The silo's release k masked for the request's epoch (taking the key shares it delivers)."""
+    if "held_from" in meta or "held" in meta:
+        held_from, held = _int_list(meta, "held_from"), _byte_list(meta, "held")
+        if held_from is None or held is None or len(held_from) != len(held):
+            raise SiloError("delivered key shares must pair held_from (integers) with held (bytes)")
+        silo.receive(dict(zip(held_from, held, strict=True)))
+    secagg = silo.state.secagg
+    if secagg is None or secagg.roster is None or secagg.roster.epoch != meta.get("epoch"):
+        raise SiloError(f"request for epoch {meta.get('epoch')!r}, but this silo holds no keys of that epoch")
+    return silo.masked(k)
+
+
+@client_app.query()
+def silo_secure_aggregation(msg: Message, context: Context) -> Message:
+    """Key set-up ("keys", "shares") and recovery ("unmask") of secure aggregation (distributed-dp)."""
+    meta: dict[str, Any] = dict(msg.content["meta"])
+    silo = _silo(context, meta)
+    phase = meta.get("phase")
+    out: dict[str, Any] = {
+        "silo_id": silo.silo_id,
+        "digest": silo.spec.digest,
+        "phase": phase,
+        "round": _meta_int(meta, "round"),
+    }
+    if phase == "keys":
+        out["c_public"], out["s_public"] = silo.advertise()
+    elif phase == "shares":
+        members = _int_list(meta, "members")
+        c_public, s_public = _byte_list(meta, "c_public", KEY_BYTES), _byte_list(meta, "s_public", KEY_BYTES)
+        if members is None or c_public is None or s_public is None:
+            raise SiloError("a roster must list members (integers) and their 32-byte c_public and s_public keys")
+        if not len(members) == len(c_public) == len(s_public):
+            raise SiloError("a roster must give two public keys per member")
+        roster = Roster(
+            silo.spec.digest.encode(),
+            _meta_int(meta, "epoch"),
+            _meta_int(meta, "threshold"),
+            dict(zip(members, c_public, strict=True)),
+            dict(zip(members, s_public, strict=True)),
+        )
+        shares = silo.share(roster)
+        out["to"] = sorted(shares)
+        out["blobs"] = [shares[j] for j in out["to"]]
+    elif phase == "unmask":
+        dropped = _int_list(meta, "dropped")
+        if dropped is None:
+            raise SiloError("an unmask request must list the dropped silos")
+        revealed = silo.reveal(dropped)
+        out["owners"] = sorted(revealed)
+        out["shares"] = [revealed[i] for i in out["owners"]]
+    else:
+        raise SiloError(f"unknown secure-aggregation phase {phase!r}")
+    return _reply(msg, out, {})
 
 
 @client_app.evaluate()

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fedbandits.federation.secure_aggregation import SecAggServer
 from fedbandits.federation.server import Coordinator, Incoming, validate_release
 from fedbandits.federation.shuffler import SERVER_ROLE, ShufflerCore, encode_array
 from fedbandits.federation.silo import Silo, load_silo_results
@@ -97,6 +98,9 @@ def run_loopback(
     width = coord.width
     shuffler = ShufflerCore(spec, state_dir / "shuffler", "derived") if spec.shuffled else None
     for k in range(coord.next_round, spec.releases + 1):
+        if spec.masked:
+            _masked_round(spec, coord, silos, registry, k)
+            continue
         prefix = coord.state.prefix
         accepted: dict[int, np.ndarray] = {}
         rejected: list[tuple[int, str]] = []
@@ -135,3 +139,36 @@ def run_loopback(
     coord.state.finished = True
     coord.save()
     return coord
+
+
+def _masked_round(spec: DeploySpec, coord: Coordinator, silos: list[Silo], registry: dict[int, int], k: int) -> None:
+    """One ``distributed-dp`` round in process: key set-up if needed, masked messages, their sum."""
+    if coord.needs_epoch(sorted(registry)):
+        roster = coord.start_epoch({i: silo.advertise() for i, silo in enumerate(silos)}, sorted(registry))
+        routed = SecAggServer.route({i: silo.share(roster) for i, silo in enumerate(silos)})
+        for i, silo in enumerate(silos):
+            silo.receive(routed[i])
+    coord.open_masked_round(k)
+    rejected: list[tuple[int, str]] = []
+    seen: set[int] = set()
+    epoch = coord.state.secagg.epoch if coord.state.secagg is not None else 0
+    for i, silo in enumerate(silos):
+        silo.release(k, coord.state.prefix, k - 1)
+        meta = {"silo_id": i, "digest": spec.digest, "phase": "sync", "round": k, "epoch": epoch}
+        res = validate_release(
+            spec,
+            Incoming(1000 + i, meta, {"masked": silo.masked(k)}),
+            phase="sync",
+            round_=k,
+            registry=registry,
+            seen=seen,
+            width=coord.width,
+        )
+        reason = res if isinstance(res, str) else coord.accept_masked(res[0], meta["epoch"], k, res[1])  # type: ignore[arg-type]
+        if reason is not None:
+            rejected.append((1000 + i, reason))
+        else:
+            seen.add(i)
+    dropped = coord.dropped()
+    revealed = {j: silos[j].reveal(dropped) for j in seen} if dropped else {}
+    coord.close_masked_round(k, revealed, rejected)

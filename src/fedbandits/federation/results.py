@@ -8,8 +8,31 @@ import numpy as np
 
 from fedbandits.federation.server import WITHHELD, Coordinator
 from fedbandits.federation.spec import DeploySpec
+from fedbandits.privacy.guarantee import NOT_FORMAL
 from fedbandits.sim.results import AlgorithmResult, Results
 from fedbandits.sim.runner import time_grid
+
+
+def delivered_guarantee(spec: DeploySpec, coord: Coordinator) -> dict[str, object]:
+    """``distributed-dp``: what the worst round delivered (fewest silos' shares arrived), and the
+    guarantee withdrawn if that exceeds the target (more silos missing than ``dropouts`` provisions)."""
+    cal = spec.distributed()
+    rounds = coord.state.rounds
+    present = min((spec.silos - len(r.missing) for r in rounds), default=spec.silos)
+    delivered = cal.epsilon_with(present - cal.colluders)
+    out: dict[str, object] = {
+        "epsilon_delivered": delivered,
+        "min_present": present,
+        "short_rounds": sum(1 for r in rounds if len(r.missing) > cal.dropouts),
+        "secure_aggregation_epochs": coord.state.epochs,
+    }
+    if delivered > cal.epsilon * (1.0 + 1e-9):
+        out["guarantee"] = NOT_FORMAL
+        out["guarantee_reason"] = (
+            f"a round closed with {present} of {spec.silos} silos, more missing than the {cal.dropouts} dropouts "
+            f"the noise was provisioned for: epsilon delivered {delivered:.6g} > target {cal.epsilon:g}"
+        )
+    return out
 
 
 def deployment_results(spec: DeploySpec, coord: Coordinator, wall: float) -> Results:
@@ -47,6 +70,8 @@ def deployment_results(spec: DeploySpec, coord: Coordinator, wall: float) -> Res
         "silos_withholding_report": withheld,
         "regret_available": complete,
     }
+    if spec.masked:
+        report.update(delivered_guarantee(spec, coord))
     if spec.private:
         report.update(
             {

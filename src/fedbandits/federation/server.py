@@ -20,12 +20,14 @@ from typing import Any
 
 import numpy as np
 
+from fedbandits.federation.secure_aggregation import Roster, SecAggError, SecAggServer, default_threshold
 from fedbandits.federation.spec import DeploySpec, load_pickle, save_pickle
 from fedbandits.privacy.mechanisms import TreeAnalyzer
+from fedbandits.protocols.distributed_dp import ModularTreeAnalyzer
 
 log = logging.getLogger("fedbandits.federation.server")
 
-PHASES = ("setup", "sync", "finish")
+PHASES = ("setup", "sync", "finish", "keys", "shares", "unmask")
 #: a silo's finish reply without its trial report (it did not opt in to share it)
 WITHHELD = "withheld"
 
@@ -75,6 +77,11 @@ class ServerState:
     restarts: int = 0
     finished: bool = False
     reports: dict[int, dict[str, Any]] = field(default_factory=dict)
+    #: distributed-dp: the server's side of secure aggregation and the analyzer of decoded sums
+    secagg: SecAggServer | None = None
+    modular: ModularTreeAnalyzer | None = None
+    epochs: int = 0  # secure-aggregation epochs started (key set-ups)
+    epoch_nodes: list[int] = field(default_factory=list)  # nodes whose silos are in the current roster
 
 
 def validate_release(
@@ -124,6 +131,15 @@ def validate_release(
         if arrays:
             return f"silo {silo}: a shuffled protocol's acknowledgement must carry no arrays, got {sorted(arrays)}"
         return silo, np.zeros(0)
+    if phase == "sync" and spec.masked:
+        if set(arrays) != {"masked"}:
+            return f"silo {silo}: expected exactly one array 'masked', got {sorted(arrays)}"
+        x = arrays["masked"]
+        if not isinstance(x, np.ndarray) or x.dtype != np.uint64 or x.shape != (width,):
+            return f"silo {silo}: masked must be {width} uint64 residues, got {getattr(x, 'dtype', type(x).__name__)}"
+        return silo, x
+    if phase in ("keys", "shares", "unmask"):
+        return silo, dict(meta)
     if phase == "sync":
         if set(arrays) != {"psum"}:
             return f"silo {silo}: expected exactly one array 'psum', got {sorted(arrays)}"
@@ -181,9 +197,17 @@ class Coordinator:
                 digest=spec.digest,
                 silos=spec.silos,
                 width=self.width,
-                analyzer=TreeAnalyzer(1, self.width, spec.releases) if private else None,
+                analyzer=TreeAnalyzer(1, self.width, spec.releases) if private and not spec.masked else None,
                 total=None if private else np.zeros((1, self.width)),
             )
+            if spec.masked:
+                cal = spec.distributed()
+                self.state.secagg = SecAggServer(spec.digest.encode(), cal.bits, self.width)
+                self.state.modular = ModularTreeAnalyzer(1, cal.codec(spec.dim()), spec.releases)
+        if self.state.secagg is not None and self.state.secagg.round_ is not None:
+            # a round was open when the server stopped: its key set-up may be half done, start a new epoch
+            self.state.secagg.roster = None
+            self.state.secagg.round_ = None
         self.save()
 
     def save(self) -> None:
@@ -221,15 +245,73 @@ class Coordinator:
         record = batch.copy()
         return self._close(k, record[None], record, sorted(acknowledged), rejected)
 
+    # -- distributed-dp: secure aggregation ---------------------------------------------------
+    def _secagg(self) -> SecAggServer:
+        assert self.state.secagg is not None, "not a distributed-dp deployment"
+        return self.state.secagg
+
+    def needs_epoch(self, connected: list[int]) -> bool:
+        """Whether the next masked round needs a key set-up first: none yet, keys were revealed, or a
+        ``connected`` node is not in the roster (a silo that came back, or joined late)."""
+        return self._secagg().roster is None or not set(connected) <= set(self.state.epoch_nodes)
+
+    def start_epoch(self, keys: dict[int, tuple[bytes, bytes]], nodes: list[int]) -> Roster:
+        """Publish the roster of the silos that advertised ``keys`` from ``nodes`` (threshold:
+        :func:`default_threshold`)."""
+        params = self.spec.params
+        roster = self._secagg().publish(keys, default_threshold(len(keys), params.colluders, params.dropouts))
+        self.state.epochs += 1
+        self.state.epoch_nodes = sorted(nodes)
+        self.save()
+        log.info("secure aggregation epoch %d: silos %s, threshold %d", roster.epoch, roster.members, roster.threshold)
+        return roster
+
+    def open_masked_round(self, k: int) -> None:
+        self._secagg().open_round(k)
+
+    def accept_masked(self, silo: int, epoch: object, k: int, masked: np.ndarray) -> str | None:
+        """Keep a validated silo's masked message, or say why it is rejected."""
+        return self._secagg().accept(silo, epoch, k, masked)
+
+    def dropped(self) -> list[int]:
+        return self._secagg().dropped()
+
+    def close_masked_round(
+        self, k: int, revealed: dict[int, dict[int, bytes]], rejected: list[tuple[int, str]]
+    ) -> np.ndarray:
+        """Close ``distributed-dp`` round ``k``: the modular sum of the accepted masked messages (the
+        dropped silos' masks removed with the survivors' ``revealed`` shares), decoded; the decoded node
+        sum is recorded.  If the dropped silos' keys cannot be rebuilt the round closes without data."""
+        if k != self.state.completed + 1:
+            raise ValueError(f"round {k} cannot close: {self.state.completed} rounds are completed")
+        secagg = self._secagg()
+        accepted = sorted(secagg.received)
+        try:
+            total = secagg.total(revealed)
+        except SecAggError as exc:
+            log.warning("round %d: the dropped silos' masks cannot be removed (%s); closing without data", k, exc)
+            total = np.zeros(self.width, dtype=np.uint64)
+            accepted = []
+            secagg.roster, secagg.round_ = None, None
+        assert self.state.modular is not None
+        node, prefix = self.state.modular.release(total[None])
+        return self._close(k, node, node.copy(), accepted, rejected, prefix=prefix[0])
+
     def _close(
-        self, k: int, rows: np.ndarray, record: np.ndarray, accepted: list[int], rejected: list[tuple[int, str]]
+        self,
+        k: int,
+        rows: np.ndarray,
+        record: np.ndarray,
+        accepted: list[int],
+        rejected: list[tuple[int, str]],
+        prefix: np.ndarray | None = None,
     ) -> np.ndarray:
         s = self.state
         if k != s.completed + 1:
             raise ValueError(f"round {k} cannot close: {s.completed} rounds are completed")
-        if s.analyzer is not None:
+        if prefix is None and s.analyzer is not None:
             prefix = s.analyzer.release(rows)[0]
-        else:
+        elif prefix is None:  # none: exact running sum (distributed-dp decodes its own prefix)
             assert s.total is not None
             s.total += rows.sum(axis=1)
             prefix = s.total[0].copy()
@@ -237,7 +319,10 @@ class Coordinator:
         s.rounds.append(RoundRecord(k, accepted, missing, list(rejected), record, prefix.copy()))
         s.prefix = prefix.copy()
         s.completed = k
-        s.payload_bytes += int(np.isfinite(record).all(axis=1).sum()) * self.width * 8
+        if s.modular is not None:
+            s.payload_bytes += len(accepted) * self.width * 8  # uint64 residues
+        else:
+            s.payload_bytes += int(np.isfinite(record).all(axis=1).sum()) * self.width * 8
         s.rejections += len(rejected)
         self.save()
         if missing:

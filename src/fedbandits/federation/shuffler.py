@@ -56,6 +56,7 @@ from typing import Any
 import numpy as np
 
 from fedbandits.federation.spec import DeploySpec, load_pickle, save_pickle
+from fedbandits.privacy.calibration import NoiseCalibration
 from fedbandits.privacy.mechanisms import protocol_streams
 from fedbandits.sim.seeding import noise_rngs
 
@@ -150,7 +151,7 @@ def required_batch(spec: DeploySpec) -> int:
     one message it would hand the server that silo's p-sum -- so it is withheld.  If plain
     composition certifies the target alone, the shuffle adds nothing the guarantee relies on."""
     cal = spec.calibration()
-    if cal is None:
+    if not isinstance(cal, NoiseCalibration):  # none (distributed-dp is never shuffled)
         return 1
     return spec.silos if cal.epsilon_spent < cal.epsilon_silo else 1
 

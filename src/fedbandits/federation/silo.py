@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +36,13 @@ import numpy as np
 
 from fedbandits.algorithms.fedlinucb import FedLinUCB
 from fedbandits.envs.base import Round
+from fedbandits.federation.secure_aggregation import Roster, SecAggClient
 from fedbandits.federation.spec import DeploySpec, load_pickle, save_pickle
-from fedbandits.privacy.discrete_gaussian import SecretTreeRandomizer
+from fedbandits.privacy.discrete_gaussian import SecretTreeRandomizer, sample_discrete_gaussian
 from fedbandits.privacy.mechanisms import TreeRandomizer, pack, protocol_streams, silo_noise_rng, unpack
 from fedbandits.privacy.tree import lowest_set_bit
 from fedbandits.protocols.base import Protocol
+from fedbandits.protocols.distributed_dp import DistributedRandomizer
 from fedbandits.sim.runner import time_grid
 from fedbandits.sim.seeding import env_rngs, noise_rngs
 
@@ -97,6 +100,16 @@ class SiloFedLinUCB(FedLinUCB):
         self.synced_cov, self.synced_bias = cov, bias
 
 
+class SecretDistributedRandomizer(DistributedRandomizer):
+    """One deployed silo's ``distributed-dp`` randomizer with secret shares: every share is an exact
+    discrete Gaussian N_Z(0, s^2) drawn with the OS CSPRNG -- exactly the law the calibration assumes
+    (KLS21 Prop. 14), so no separate accounting is needed.  Nothing secret is kept in the object."""
+
+    def _shares(self, width: int) -> np.ndarray:
+        s2 = Fraction(self.sigma) ** 2
+        return np.array([sample_discrete_gaussian(s2) for _ in range(width)], dtype=np.int64).reshape(1, 1, width)
+
+
 @dataclass
 class SiloState:
     """Everything a silo must not lose; pickled atomically after every completed step."""
@@ -106,7 +119,7 @@ class SiloState:
     noise_source: str
     env: Any
     policy: SiloFedLinUCB
-    randomizer: TreeRandomizer | None
+    randomizer: TreeRandomizer | DistributedRandomizer | None
     t: int = 0  # rounds played (or skipped while down)
     released: int = 0  # releases done (the silo's position in the tree)
     adopted: int = 0  # index of the synced prefix in force (0: none yet)
@@ -118,6 +131,7 @@ class SiloState:
     finished: bool = False
     column: int = 0  # this silo's agent index in the environment's rounds (0 for its own data file)
     data_sha256: str | None = None  # of the silo's data file, if it reads one
+    secagg: SecAggClient | None = None  # distributed-dp: this silo's side of secure aggregation
 
 
 def check_pinned_spec(spec: DeploySpec, pinned: object) -> None:
@@ -200,10 +214,22 @@ class Silo:
         env, column, digest = self._build_env()
         dim = env.dim
         policy = SiloFedLinUCB(spec, dim, env.n_arms, spec.regularizer())
-        randomizer: TreeRandomizer | None = None
+        randomizer: TreeRandomizer | DistributedRandomizer | None = None
         sigma = spec.sigma()
         secret = spec.secret_noise()
-        if secret is not None and self.noise_source == "os":
+        secagg = None
+        if spec.masked:
+            cal = spec.distributed()
+            codec = cal.codec(dim)
+            dummy = [np.random.Generator(np.random.SFC64(0))]
+            if self.noise_source == "os":
+                randomizer = SecretDistributedRandomizer(1, 1, codec, cal.share_sigma, dummy, spec.releases)
+                randomizer.silo_rngs = []
+            else:
+                randomizer = DistributedRandomizer(1, 1, codec, cal.share_sigma, dummy, spec.releases)
+                randomizer.silo_rngs = [[self._noise_stream()]]  # the simulator's stream of silo i (parity)
+            secagg = SecAggClient(self.silo_id, cal.bits, codec.steps.size)
+        elif secret is not None and self.noise_source == "os":
             randomizer = SecretTreeRandomizer(
                 spec.packed(secret.sigma_cov, secret.sigma_bias), secret.grid, spec.releases
             )
@@ -223,6 +249,7 @@ class Silo:
             regret=np.zeros(horizon),
             column=column,
             data_sha256=digest,
+            secagg=secagg,
         )
         self._save(state)
         return state
@@ -320,6 +347,38 @@ class Silo:
             self._save()
         return self.report() if self.share_report else None
 
+    # -- secure aggregation (distributed-dp) -------------------------------------------------
+    def _secagg(self) -> SecAggClient:
+        if self.state.secagg is None:
+            raise SiloError(f"protocol {self.spec.params.protocol!r} uses no secure aggregation")
+        return self.state.secagg
+
+    def advertise(self) -> tuple[bytes, bytes]:
+        """A new epoch: fresh key pairs (durable before the public keys leave the silo)."""
+        keys = self._secagg().advertise()
+        self._save()
+        return keys
+
+    def share(self, roster: Roster) -> dict[int, bytes]:
+        if roster.context != self.spec.digest.encode():
+            raise SiloError("the roster belongs to another deployment")
+        shares = self._secagg().share(roster)
+        self._save()
+        return shares
+
+    def receive(self, shares: dict[int, bytes]) -> None:
+        self._secagg().receive(shares)
+        self._save()
+
+    def masked(self, k: int) -> np.ndarray:
+        """Release ``k``'s residues masked for the current epoch (made by :meth:`release` first)."""
+        if k not in self.state.messages:
+            raise SiloError(f"release {k} was not made")
+        return self._secagg().mask(k, self.state.messages[k])
+
+    def reveal(self, dropped: list[int]) -> dict[int, bytes]:
+        return self._secagg().reveal(dropped)
+
     def report(self) -> dict[str, Any]:
         """What the silo discloses at the end of a *trial*: its regret curve on the grid and counts."""
         s = self.state
@@ -385,7 +444,9 @@ class Silo:
         p.local_cov[...] = 0.0
         p.local_bias[...] = 0.0
         p.last_sync_t = s.t
-        if s.randomizer is not None:
+        if isinstance(s.randomizer, DistributedRandomizer):
+            s.randomizer.skip()
+        elif s.randomizer is not None:
             r = s.randomizer
             level = lowest_set_bit(k)
             r.exact[level] = r.exact[:level].sum(axis=0)

@@ -1,8 +1,9 @@
 """What server and silos agree on before the first message: the deployed algorithm and its constants.
 
 A deployment runs *one* run (index ``run``) of *one* ``fedlinucb`` entry of an ordinary
-fedbandits config, with the ``none`` (non-private), ``ldp`` (silo-level LDP, Algorithm 2) or
-``sdp-amplification`` (Algorithm 2 with a shuffler party) protocol.  Every party derives
+fedbandits config, with the ``none`` (non-private), ``ldp`` (silo-level LDP, Algorithm 2),
+``sdp-amplification`` (Algorithm 2 with a shuffler party) or ``distributed-dp`` (noise shares
+under secure aggregation, :mod:`fedbandits.federation.secure_aggregation`) protocol.  Every party derives
 everything else -- the number of silos M, the number of synchronisations K = T // B, the packed
 message width P, the calibrated noise, the ridge regulariser -- from the config with exactly the
 code the simulator uses, and pins the config by a hash that every message carries.
@@ -27,12 +28,16 @@ from fedbandits.algorithms.fedlinucb import FedLinUCBParams, theory_regularizer
 from fedbandits.config import Config, ConfigError, config_from_dict
 from fedbandits.privacy.calibration import NoiseCalibration
 from fedbandits.privacy.discrete_gaussian import SecretNoise, calibrate_secret_noise
+from fedbandits.privacy.distributed_noise import DistributedCalibration
 from fedbandits.privacy.guarantee import not_covering_adaptivity
 from fedbandits.privacy.mechanisms import packed_width
 
 #: protocols a deployment runs: the non-private baseline, silo-level LDP (Algorithm 2) and shuffle
 #: DP by amplification (Algorithm 2 with a shuffler party, :mod:`fedbandits.federation.shuffler`)
-DEPLOY_PROTOCOLS = ("none", "ldp", "sdp-amplification")
+DEPLOY_PROTOCOLS = ("none", "ldp", "sdp-amplification", "distributed-dp")
+
+#: protocols whose messages are masked and summed by secure aggregation
+MASKED_PROTOCOLS = ("distributed-dp",)
 
 #: protocols whose messages go through the shuffler instead of straight to the server
 SHUFFLED_PROTOCOLS = ("sdp-amplification",)
@@ -79,6 +84,11 @@ class DeploySpec:
         return self.params.protocol in SHUFFLED_PROTOCOLS
 
     @property
+    def masked(self) -> bool:
+        """Whether the silos' messages are masked residues summed by secure aggregation."""
+        return self.params.protocol in MASKED_PROTOCOLS
+
+    @property
     def noise_seed(self) -> int:
         exp = self.config.experiment
         return exp.seed if exp.noise_seed is None else exp.noise_seed
@@ -92,13 +102,19 @@ class DeploySpec:
     def width(self) -> int:
         return packed_width(self.dim())
 
-    def calibration(self) -> NoiseCalibration | None:
+    def calibration(self) -> NoiseCalibration | DistributedCalibration | None:
         if not self.private:
             return None
         from fedbandits.registry import calibrate_protocol
 
         cal = calibrate_protocol(self.params, horizon=self.horizon, agents=self.silos, dim=self.dim())
-        assert isinstance(cal, NoiseCalibration)
+        assert isinstance(cal, NoiseCalibration | DistributedCalibration)
+        return cal
+
+    def distributed(self) -> DistributedCalibration:
+        """The calibration of a ``distributed-dp`` deployment."""
+        cal = self.calibration()
+        assert isinstance(cal, DistributedCalibration)
         return cal
 
     def sigma(self) -> np.ndarray | None:
@@ -127,8 +143,8 @@ class DeploySpec:
         calibrated on its own to meet (epsilon, delta) by zCDP accounting of what is sampled
         (:mod:`fedbandits.privacy.discrete_gaussian`); None without privacy."""
         cal = self.calibration()
-        if cal is None:
-            return None
+        if not isinstance(cal, NoiseCalibration):
+            return None  # none, or distributed-dp: its shares are exact discrete Gaussians by design
         sens = self.params.privacy_spec().sensitivity()
         return calibrate_secret_noise(
             cal.sigma_cov, cal.sigma_bias, sens.cov, sens.bias, self.dim(), cal.nodes, cal.epsilon, cal.delta
@@ -144,6 +160,11 @@ class DeploySpec:
             report.update(secret.report())
             if not self.params.lazy:
                 report = not_covering_adaptivity(report)
+        if self.masked:
+            report["secret_noise_sampler"] = (
+                "exact discrete Gaussian shares (Canonne, Kamath & Steinke 2020), OS CSPRNG; secure aggregation by "
+                "pairwise masking (Bonawitz et al. 2017)"
+            )
         return report
 
     def build_env(self):  # type: ignore[no-untyped-def]

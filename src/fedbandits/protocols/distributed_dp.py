@@ -64,17 +64,46 @@ class DistributedRandomizer:
         """Release k + 1: every silo's encoded, noisy node p-sum modulo 2^bits, ``(R, M, P)`` uint64."""
         if self.k >= self.releases:
             raise ValueError(f"the tree was planned for {self.releases} releases; release {self.k + 1} exceeds it")
+        node = self._absorb(gamma)
+        return self.codec.residues(self.codec.encode(node) + self._shares(node.shape[-1]))
+
+    def skip(self) -> None:
+        """Release k + 1 is not made (a deployed silo that was down): the tree absorbs its lower
+        levels as an empty batch would, and nothing is drawn or sent."""
+        self._absorb(np.zeros(self.exact.shape[1:]))
+
+    def _absorb(self, gamma: np.ndarray) -> np.ndarray:
         k = self.k + 1
         level = lowest_set_bit(k)
         node = gamma + self.exact[:level].sum(axis=0)
         self.exact[level] = node
         self.exact[:level] = 0.0  # absorbed into this node
         self.k = k
-        width = node.shape[-1]
-        shares = np.stack(
+        return node
+
+    def _shares(self, width: int) -> np.ndarray:
+        """One noise share per silo and entry, ``(R, M, P)`` int64, each silo from its own stream."""
+        return np.stack(
             [np.stack([sample_shares(rng, self.sigma, width) for rng in silos]) for silos in self.silo_rngs]
         )
-        return self.codec.residues(self.codec.encode(node) + shares)
+
+
+class ModularTreeAnalyzer:
+    """The server's A: decoded node sums (exact integers, grid steps) and their prefix release."""
+
+    def __init__(self, n_runs: int, codec: ModularCodec, releases: int) -> None:
+        self.codec = codec
+        self.synced = np.zeros((max_nodes_per_datum(releases), n_runs, codec.steps.size), dtype=np.int64)
+        self.k = 0
+
+    def release(self, total: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Take release k + 1's modular sum ``(R, P)``; return (its decoded node sum, the prefix), data units."""
+        k = self.k + 1
+        level = lowest_set_bit(k)
+        self.synced[level] = self.codec.centred(total)
+        self.synced[:level] = 0
+        self.k = k
+        return self.codec.decode(self.synced[level]), self.codec.decode(self.synced[prefix_levels(k)].sum(axis=0))
 
 
 class SimulatedSecureSum:
@@ -140,8 +169,7 @@ class DistributedDPProtocol(Protocol):
             n_runs, n_agents, self.codec, calibration.share_sigma, [noise for noise, _ in streams], calibration.releases
         )
         self.secure_sum = SimulatedSecureSum(n_runs, n_agents, calibration.bits, [masks for _, masks in streams])
-        levels = max_nodes_per_datum(calibration.releases)
-        self.synced = np.zeros((levels, n_runs, packed_width(dim)), dtype=np.int64)  # decoded node sums, grid steps
+        self.analyzer = ModularTreeAnalyzer(n_runs, self.codec, calibration.releases)
         self.min_present = n_agents
         self.short_rounds = 0  # rounds with more missing silos than ``dropouts`` provisions for
         self.transcript: list[dict[str, object]] | None = [] if record else None
@@ -158,11 +186,8 @@ class DistributedDPProtocol(Protocol):
         residues = self.randomizer.release(pack(cov, bias))
         messages = self.secure_sum.mask(residues)
         total = self.secure_sum.aggregate(messages, present, self.secure_sum.recover(present))
-        k = self.randomizer.k
-        level = lowest_set_bit(k)
-        self.synced[level] = self.codec.centred(total)
-        self.synced[:level] = 0
-        prefix = self.codec.decode(self.synced[prefix_levels(k)].sum(axis=0))
+        node_sum, prefix = self.analyzer.release(total)
+        k = self.analyzer.k
         counts = present.sum(axis=1)
         self.min_present = min(self.min_present, int(counts.min()))
         self.short_rounds += int((counts < self.n_agents - self.calibration.dropouts).any())
@@ -172,7 +197,7 @@ class DistributedDPProtocol(Protocol):
                     "sync": k,
                     "messages": messages,  # masked residues: what the secure aggregation receives
                     "present": present.copy(),
-                    "sum": self.codec.decode(self.codec.centred(total)),  # the server's decoded node sum
+                    "sum": node_sum,  # the server's decoded node sum
                     "sigma": self.codec.steps * self.randomizer.sigma,  # std bound of one silo's share
                 }
             )

@@ -1,0 +1,157 @@
+"""distributed-dp in the deployment's logic (no network): parity, dropouts, validation, secret shares."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedbandits.config import loads_config
+from fedbandits.federation.parity import compare, reference_run, run_loopback
+from fedbandits.federation.results import deployment_results
+from fedbandits.federation.secure_aggregation import SecAggServer
+from fedbandits.federation.server import Coordinator, Incoming, validate_release
+from fedbandits.federation.silo import Silo
+from fedbandits.federation.spec import make_spec
+from fedbandits.sim.runner import run_experiment
+
+
+def _spec(agents: int = 4, horizon: int = 135, extra: str = ""):  # type: ignore[no-untyped-def]
+    return make_spec(
+        loads_config(
+            f"""
+[experiment]
+seed = 7
+horizon = {horizon}
+[environment]
+name = "gaussian-sphere"
+agents = {agents}
+arms = 20
+dim = 4
+[[algorithms]]
+name = "fedlinucb"
+batch = 10
+protocol = "distributed-dp"
+epsilon = 5.0
+delta = 0.01
+{extra}
+"""
+        )
+    )
+
+
+def test_loopback_decodes_exactly_the_simulators_sums(tmp_path: Path) -> None:
+    spec = _spec()
+    ref = reference_run(spec)
+    coord = run_loopback(spec, tmp_path)
+    assert compare(spec, ref, coord.synced_prefixes(), {i: tmp_path / f"silo-{i}" for i in range(4)}) == []
+    assert np.array_equal(coord.synced_prefixes(), ref.prefixes)  # bit for bit: the masks cancel exactly
+    sim = run_experiment(spec.config.with_experiment(runs=1))
+    deployed = [coord.state.reports[i]["curve"][-1] for i in range(4)]
+    np.testing.assert_allclose(deployed, sim.algorithms[spec.label].per_agent[0], rtol=1e-12)
+    assert coord.state.epochs == 1  # nobody dropped: one key set-up for the whole run
+    report = deployment_results(spec, coord, 0.0).algorithms[spec.label].report
+    assert (
+        report["guarantee"] == "formal"
+        and report["min_present"] == 4
+        and "pairwise masking" in str(report["secret_noise_sampler"])
+    )
+
+
+def _setup(spec, tmp_path: Path) -> tuple[Coordinator, list[Silo]]:  # type: ignore[no-untyped-def]
+    coord = Coordinator(spec, tmp_path / "server")
+    silos = [Silo(spec, i, tmp_path / f"silo-{i}", "derived") for i in range(spec.silos)]
+    roster = coord.start_epoch({i: s.advertise() for i, s in enumerate(silos)}, [1000 + i for i in range(spec.silos)])
+    routed = SecAggServer.route({i: s.share(roster) for i, s in enumerate(silos)})
+    for i, s in enumerate(silos):
+        s.receive(routed[i])
+    return coord, silos
+
+
+def test_a_silo_missing_from_a_round_is_recovered_and_the_next_round_rekeys(tmp_path: Path) -> None:
+    spec = _spec(extra="dropouts = 1")
+    coord, silos = _setup(spec, tmp_path)
+    coord.open_masked_round(1)
+    residues = {}
+    for i in (0, 1, 3):  # silo 2 never answers
+        silos[i].release(1, None, 0)
+        residues[i] = silos[i].state.messages[1]
+        assert coord.accept_masked(i, coord.state.secagg.epoch, 1, silos[i].masked(1)) is None  # type: ignore[union-attr]
+    assert coord.dropped() == [2]
+    prefix = coord.close_masked_round(1, {j: silos[j].reveal([2]) for j in (0, 1, 3)}, [])
+    codec = spec.distributed().codec(spec.dim())
+    exact = codec.decode(codec.centred(np.sum([residues[i] for i in residues], axis=0, dtype=np.uint64) & codec.mask))
+    np.testing.assert_array_equal(prefix, exact)  # the survivors' sum, exactly
+    assert coord.state.rounds[0].missing == [2]
+    assert coord.needs_epoch([1000, 1001, 1002, 1003])  # silo 2's key is revealed: new keys first
+    report = deployment_results(spec, coord, 0.0).algorithms[spec.label].report
+    assert report["min_present"] == 3 and report["short_rounds"] == 0 and report["guarantee"] == "formal"
+
+
+def test_unprovisioned_dropout_withdraws_the_guarantee(tmp_path: Path) -> None:
+    spec = _spec()  # dropouts = 0
+    coord, silos = _setup(spec, tmp_path)
+    coord.open_masked_round(1)
+    for i in (0, 1, 2):
+        silos[i].release(1, None, 0)
+        coord.accept_masked(i, coord.state.secagg.epoch, 1, silos[i].masked(1))  # type: ignore[union-attr]
+    coord.close_masked_round(1, {j: silos[j].reveal([3]) for j in (0, 1, 2)}, [])
+    report = deployment_results(spec, coord, 0.0).algorithms[spec.label].report
+    assert report["short_rounds"] == 1 and report["guarantee"] == "no formal guarantee"
+    assert report["epsilon_delivered"] > 5.0 and "3 of 4 silos" in str(report["guarantee_reason"])
+
+
+def test_masked_messages_are_validated_and_replays_refused(tmp_path: Path) -> None:
+    spec = _spec()
+    coord, silos = _setup(spec, tmp_path)
+    coord.open_masked_round(1)
+    silos[0].release(1, None, 0)
+    good = silos[0].masked(1)
+    width = coord.width
+
+    def check(arrays: dict[str, np.ndarray]) -> object:
+        meta = {"silo_id": 0, "digest": spec.digest, "phase": "sync", "round": 1, "epoch": 1}
+        return validate_release(
+            spec, Incoming(1000, meta, arrays), phase="sync", round_=1, registry=None, seen=set(), width=width
+        )
+
+    assert "expected exactly one array 'masked'" in str(check({"psum": good.astype(np.float64)}))
+    assert "uint64 residues" in str(check({"masked": good.astype(np.int64)}))
+    assert "uint64 residues" in str(check({"masked": good[:-1]}))
+    res = check({"masked": good})
+    assert not isinstance(res, str) and res[0] == 0 and np.array_equal(res[1], good)  # type: ignore[arg-type]
+    assert coord.accept_masked(0, 1, 1, good) is None
+    assert "second masked message" in str(coord.accept_masked(0, 1, 1, good))
+    assert "not the current epoch" in str(coord.accept_masked(1, 7, 1, good))
+    assert "stale or replayed" in str(coord.accept_masked(1, 1, 2, good))
+
+
+def test_a_restarted_silo_resends_the_same_residues_and_mask(tmp_path: Path) -> None:
+    spec = _spec()
+    _, silos = _setup(spec, tmp_path)
+    silos[1].release(1, None, 0)
+    first, masked = silos[1].state.messages[1].copy(), silos[1].masked(1)
+    again = Silo(spec, 1, tmp_path / "silo-1", "derived")  # from the durable state
+    np.testing.assert_array_equal(again.release(1, None, 0), first)
+    np.testing.assert_array_equal(again.masked(1), masked)
+
+
+def test_a_silo_draws_secret_exact_shares_by_default(tmp_path: Path) -> None:
+    """40 silos' first releases with secret (os) noise: the share in every entry is the residue minus
+    the rounded data; its variance over 40 x 14 = 560 entries is the share's s^2 within 30% (5 sd of a
+    sample variance, sqrt(2/560) = 6%); two silos from the same state never draw the same shares."""
+    spec = _spec(agents=40, horizon=40)
+    cal = spec.distributed()
+    codec = cal.codec(spec.dim())
+    shares = []
+    for i in range(40):
+        silo = Silo(spec, i, tmp_path / f"s{i}")
+        residues = silo.release(1, None, 0)
+        gamma = silo.state.randomizer.exact[0, 0, 0]  # type: ignore[union-attr]
+        shares.append(codec.centred(residues) - codec.encode(gamma))
+    values = np.concatenate(shares).astype(np.float64)
+    assert np.var(values) / cal.share_sigma**2 == pytest.approx(1.0, abs=5 * math.sqrt(2 / values.size))
+    assert abs(values.mean()) < 5 * cal.share_sigma / math.sqrt(values.size)
+    assert not np.array_equal(shares[0], shares[1])
