@@ -182,13 +182,14 @@ def test_shuffler_state_of_another_deployment_or_source_is_refused(tmp_path: Pat
 
 
 def test_required_batch_follows_what_certifies_the_guarantee(monkeypatch: pytest.MonkeyPatch) -> None:
-    from types import SimpleNamespace
+    from dataclasses import replace
 
     from fedbandits.federation.spec import DeploySpec
 
     spec = _spec()
+    real = spec.calibration()
     for silo_eps, spent, need in [(5.0, 5.0, 1), (9.0, 5.0, M), (5.0, 5.0 * (1 - 1e-12), M)]:
-        cal = SimpleNamespace(epsilon_silo=silo_eps, epsilon_spent=spent)
+        cal = replace(real, epsilon_silo=silo_eps, epsilon_spent=spent)
         monkeypatch.setattr(DeploySpec, "calibration", lambda self, cal=cal: cal)
         # amplification (spent below each silo's own guarantee) needs all M messages in a batch
         assert required_batch(spec) == need
