@@ -103,6 +103,26 @@ def test_unprovisioned_dropout_withdraws_the_guarantee(tmp_path: Path) -> None:
     assert report["epsilon_delivered"] > 5.0 and "3 of 4 silos" in str(report["guarantee_reason"])
 
 
+def test_a_round_whose_masks_cannot_be_removed_closes_empty_and_costs_no_guarantee(tmp_path: Path) -> None:
+    """Too few survivors' shares to rebuild a dropped silo's key (t = 3 of 4): the round closes as an
+    empty node (nobody's data released, the prefix does not move), the epoch ends, and the report's
+    worst round is taken over rounds that released data only."""
+    spec = _spec()
+    coord, silos = _setup(spec, tmp_path)
+    coord.open_masked_round(1)
+    for i in (0, 1):
+        silos[i].release(1, None, 0)
+        coord.accept_masked(i, coord.state.secagg.epoch, 1, silos[i].masked(1))  # type: ignore[union-attr]
+    prefix = coord.close_masked_round(1, {j: silos[j].reveal([2, 3]) for j in (0, 1)}, [])
+    assert not prefix.any() and coord.state.rounds[0].accepted == [] and coord.needs_epoch([1000])
+    report = deployment_results(spec, coord, 0.0).algorithms[spec.label].report
+    # counted as short (more missing than provisioned), but it released nothing: still formal
+    assert report["min_present"] == 4 and report["short_rounds"] == 1 and report["guarantee"] == "formal"
+    assert coord.close_without_data(2, []).shape == (spec.width(),) and coord.state.completed == 2
+    with pytest.raises(ValueError, match="round 4 cannot close: 2 rounds are completed"):
+        coord.close_without_data(4, [])
+
+
 def test_masked_messages_are_validated_and_replays_refused(tmp_path: Path) -> None:
     spec = _spec()
     coord, silos = _setup(spec, tmp_path)

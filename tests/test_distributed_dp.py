@@ -239,6 +239,13 @@ def test_a_round_with_unplanned_dropouts_reports_what_it_delivered() -> None:
     provisioned.sync(*zeros, present=one_missing)
     report = provisioned.privacy_report()
     assert report["short_rounds"] == 0 and report["guarantee"] == FORMAL and report["epsilon_delivered"] <= 1.0
+    # a round that nobody answered (in run 0) carries no one's data: it does not lower the guarantee
+    nobody = np.ones((2, 4), dtype=bool)
+    nobody[0] = False
+    empty = _protocol(_cal(agents=4))
+    empty.sync(*zeros, present=nobody)
+    report = empty.privacy_report()
+    assert report["min_present"] == 4 and report["short_rounds"] == 1 and report["guarantee"] == FORMAL
     with pytest.raises(ValueError, match=r"present must have shape \(2, 4\)"):
         provisioned.sync(*zeros, present=np.ones(4, dtype=bool))
 

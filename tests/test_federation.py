@@ -152,6 +152,44 @@ def test_client_app_defaults_are_secret_noise_and_no_report(tmp_path: Path) -> N
     assert trial.noise_source == "derived" and trial.share_report is True
 
 
+def test_a_reply_stored_just_before_the_round_expires_is_still_collected(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server counts a silo as missing only after a last pull past its requests' expiry: a reply
+    the SuperLink stored after the server's last poll inside the deadline is still taken (under
+    distributed-dp a silo counted as missing has its mask key revealed, which must never open a
+    message the server holds).  The fake grid makes node 2's reply visible only after the deadline."""
+    pytest.importorskip("flwr")
+    from types import SimpleNamespace
+
+    from fedbandits.federation import app
+
+    timeout = 0.4  # polls at 0 and 0.25 s fall inside the deadline, the next would be at 0.5 s
+    start = time.time()
+
+    class Grid:
+        def get_node_ids(self) -> list[int]:
+            return [1, 2]
+
+        def push_messages(self, messages: list[object]) -> list[str]:
+            return ["a", "b"]
+
+        def pull_messages(self, ids: set[str]) -> list[object]:
+            late = time.time() > start + timeout  # stored after the server's last poll in time
+            ready = ["a"] + (["b"] if late else [])
+            return [
+                SimpleNamespace(metadata=SimpleNamespace(reply_to_message_id=i, src_node_id=i))
+                for i in ready
+                if i in ids
+            ]
+
+    monkeypatch.setattr(app, "Message", lambda content, **kw: SimpleNamespace(content=content, **kw))  # no run here
+    monkeypatch.setattr(app, "_no_answer", lambda msg: False)
+    monkeypatch.setattr(app, "_incoming", lambda msg: Incoming({"a": 1, "b": 2}[msg.metadata.src_node_id], {}, {}))
+    monkeypatch.setattr(app, "FINAL_PULL_MARGIN", 0.05)
+    state = SimpleNamespace(prefix=None, downlink_messages=0, downlink_bytes=0, uplink_messages=0, uplink_bytes=0)
+    out = app._exchange(Grid(), SimpleNamespace(state=state), None, "train", {"round": 1}, 1, timeout, 0.25)  # type: ignore[arg-type]
+    assert sorted(inc.node_id for inc in out) == [1, 2] and state.uplink_messages == 2
+
+
 def test_deployment_report_names_the_secret_sampler_and_withdraws_non_lazy_guarantees() -> None:
     lazy = _spec("ldp").privacy_report()
     assert lazy["guarantee"] == "formal" and "discrete Gaussian" in str(lazy["secret_noise_sampler"])

@@ -18,7 +18,9 @@ def delivered_guarantee(spec: DeploySpec, coord: Coordinator) -> dict[str, objec
     guarantee withdrawn if that exceeds the target (more silos missing than ``dropouts`` provisions)."""
     cal = spec.distributed()
     rounds = coord.state.rounds
-    present = min((spec.silos - len(r.missing) for r in rounds), default=spec.silos)
+    # rounds that closed without data (nobody answered, or the dropped masks could not be removed)
+    # released no one's data: they do not lower the guarantee
+    present = min((len(r.accepted) for r in rounds if r.accepted), default=spec.silos)
     delivered = cal.epsilon_with(present - cal.colluders)
     out: dict[str, object] = {
         "epsilon_delivered": delivered,

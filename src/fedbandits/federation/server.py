@@ -290,12 +290,21 @@ class Coordinator:
             total = secagg.total(revealed)
         except SecAggError as exc:
             log.warning("round %d: the dropped silos' masks cannot be removed (%s); closing without data", k, exc)
-            total = np.zeros(self.width, dtype=np.uint64)
-            accepted = []
-            secagg.roster, secagg.round_ = None, None
+            return self.close_without_data(k, rejected)
         assert self.state.modular is not None
         node, prefix = self.state.modular.release(total[None])
         return self._close(k, node, node.copy(), accepted, rejected, prefix=prefix[0])
+
+    def close_without_data(self, k: int, rejected: list[tuple[int, str]]) -> np.ndarray:
+        """Close ``distributed-dp`` round ``k`` as an empty node (nobody's data released: no silo
+        could take part, or the masks could not be removed) and end the epoch."""
+        if k != self.state.completed + 1:
+            raise ValueError(f"round {k} cannot close: {self.state.completed} rounds are completed")
+        secagg = self._secagg()
+        secagg.roster, secagg.round_ = None, None
+        assert self.state.modular is not None
+        node, prefix = self.state.modular.release(np.zeros((1, self.width), dtype=np.uint64))
+        return self._close(k, node, node.copy(), [], rejected, prefix=prefix[0])
 
     def _close(
         self,

@@ -1,7 +1,7 @@
 """Keep a silo's SuperNode trying to join after a crash, for a bounded time.
 
 Why: the SuperLink considers a SuperNode online until ``HEARTBEAT_PATIENCE x heartbeat interval``
-(2 x 30 s in Flower 1.41) after its last heartbeat.  A SuperNode that crashed (SIGKILL, power
+(2 x 30 s in Flower 1.41 and 1.42) after its last heartbeat.  A SuperNode that crashed (SIGKILL, power
 loss) never deactivates itself, so for up to a minute afterwards the SuperLink refuses to
 activate the same key again (``412 Failed to activate SuperNode``, code 2004) -- and
 ``flower-supernode`` does not retry that: it logs ``Exit Code: 305`` (SUPERNODE_CONNECTION_ERROR)

@@ -189,7 +189,8 @@ class DistributedDPProtocol(Protocol):
         node_sum, prefix = self.analyzer.release(total)
         k = self.analyzer.k
         counts = present.sum(axis=1)
-        self.min_present = min(self.min_present, int(counts.min()))
+        if (counts > 0).any():  # a round nobody answered releases no one's data
+            self.min_present = min(self.min_present, int(counts[counts > 0].min()))
         self.short_rounds += int((counts < self.n_agents - self.calibration.dropouts).any())
         if self.transcript is not None:
             self.transcript.append(
