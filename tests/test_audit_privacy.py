@@ -36,6 +36,7 @@ def test_quick_audit_covers_every_private_mode(quick_audit) -> None:  # type: ig
             for p in ("ldp", "ldp-prefix", "sdp-amplification", "sdp-vector-sum")
             for lazy in ("lazy", "non-lazy (Alg. 1)")
         ),
+        "FedLinUCB ldp lazy, factorized release",
         "FedLinUCB distributed-dp (lazy by construction)",
         "FedUCB Privatizer, private schedule",
         "FedUCB Privatizer, adaptive schedule",

@@ -119,11 +119,14 @@ def _fedlinucb_factory(params: FedLinUCBParams, ctx: PolicyContext) -> Policy:
     protocol: Protocol = PROTOCOLS[params.protocol].factory(cal, ctx)
     if cal is not None and params.regularizer == "theory":
         # noise std of one synced covariance entry per silo and p-sum
+        factor: float = cal.nodes
         if isinstance(cal, VectorSumCalibration):
             sigma = cal.noise_std() / math.sqrt(ctx.n_agents)
         else:
             sigma = cal.sigma_cov
-        reg = theory_regularizer(sigma, ctx.n_agents, cal.nodes, ctx.dim, ctx.horizon, params.batch, params.alpha)
+            if isinstance(cal, NoiseCalibration):
+                factor = cal.prefix_factor
+        reg = theory_regularizer(sigma, ctx.n_agents, factor, ctx.dim, ctx.horizon, params.batch, params.alpha)
     return FedLinUCB(ctx.n_runs, ctx.n_agents, ctx.n_arms, ctx.dim, ctx.horizon, params, protocol, reg=reg)
 
 

@@ -42,6 +42,13 @@ class FedLinUCBParams(LinUCBParams):
     regularizer: str = field(
         default="fixed", metadata={"help": "'fixed' (reg) or 'theory' (lambda of Lemma C.4 from the noise)"}
     )
+    mechanism: str = field(
+        default="tree",
+        metadata={
+            "help": "ldp/ldp-prefix: 'tree' (noisy p-sums, the papers') or 'factorized' (square-root factorization "
+            "of the prefix-sum matrix: less noise for the same guarantee)"
+        },
+    )
     colluders: int = field(
         default=0,
         metadata={"help": "distributed-dp: silos that may share their noise with the server (noise provisioned)"},
@@ -77,6 +84,8 @@ class FedLinUCBParams(LinUCBParams):
             raise ValueError(f"lazy must be true or false, got {self.lazy!r}")
         check_choice("regularizer", self.regularizer, REGULARIZERS)
         self._check_distributed()
+        if self.mechanism != "tree" and not self.private:
+            raise ValueError(f"mechanism {self.mechanism!r} applies to private protocols only, got protocol 'none'")
         if self.private:
             self.privacy_spec()  # validates epsilon, delta, calibration, bounds, adjacency
         else:
@@ -116,6 +125,7 @@ class FedLinUCBParams(LinUCBParams):
             feature_bound=self.feature_bound,
             reward_bound=self.reward_bound,
             adjacency=self.adjacency,
+            mechanism=self.mechanism,
         )
 
     def check_compatible(self, horizon: int, agents: int, dim: int | None) -> None:
@@ -273,12 +283,13 @@ def _with_reg(params: FedLinUCBParams, reg: float) -> FedLinUCBParams:
 
 
 def theory_regularizer(
-    sigma_cov: float, agents: int, nodes: int, dim: int, horizon: int, batch: int, alpha: float
+    sigma_cov: float, agents: int, nodes: float, dim: int, horizon: int, batch: int, alpha: float
 ) -> float:
     """lambda of Lemma C.4 with constant 1: max(1, sigma_total (sqrt(d) + sqrt(log(T / (B alpha))))).
 
     sigma_total = sqrt(M * nodes) * sigma_cov bounds the std of one entry of the synced noise
-    (M silos, at most ``nodes`` p-sums in a prefix).
+    (M silos, at most ``nodes`` p-sums in a prefix; for a factorized release ``nodes`` is the
+    largest prefix variance factor max_k ||A[k, :]||^2).
     """
     sigma_total = math.sqrt(agents * nodes) * sigma_cov
     return max(1.0, sigma_total * (math.sqrt(dim) + math.sqrt(max(0.0, math.log(horizon / (batch * alpha))))))

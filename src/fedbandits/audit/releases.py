@@ -262,7 +262,7 @@ def _feducb(name: str, **extra: object) -> dict[str, Any]:
 
 def default_cases() -> list[AuditCase]:
     """Every private mode, lazy and not: FedLinUCB's five private protocols (distributed-dp is lazy
-    only), FedUCB's Privatizer
+    only) and the factorized release of ldp, FedUCB's Privatizer
     with the private schedule, decentralized FedUCB (epsilon = 1, delta = 1e-5, tight)."""
     cases = []
     fedlinucb_modes = (
@@ -282,6 +282,14 @@ def default_cases() -> list[AuditCase]:
                     agents=agents,
                 )
             )
+    cases.append(
+        AuditCase(
+            "FedLinUCB ldp lazy, factorized release",
+            _fedlinucb("ldp", True, mechanism="factorized"),
+            "messages",
+            dataset="full-sensitivity",
+        )
+    )
     cases.append(
         AuditCase(
             "FedLinUCB distributed-dp (lazy by construction)",

@@ -134,8 +134,9 @@ class DeploySpec:
         cal = self.calibration()
         if cal is None or self.params.regularizer != "theory":
             return float(self.params.reg)
+        factor = cal.prefix_factor if isinstance(cal, NoiseCalibration) else cal.nodes
         return theory_regularizer(
-            cal.sigma_cov, self.silos, cal.nodes, self.dim(), self.horizon, self.batch, self.params.alpha
+            cal.sigma_cov, self.silos, factor, self.dim(), self.horizon, self.batch, self.params.alpha
         )
 
     def secret_noise(self) -> SecretNoise | None:
@@ -211,6 +212,8 @@ def make_spec(config: Config, label: str | None = None, run: int = 0) -> DeployS
             f"protocol {params.protocol!r} does not deploy; deployable protocols: {', '.join(DEPLOY_PROTOCOLS)} "
             "(sdp-vector-sum's shuffled integer messages are not deployed: see docs/deployment.md)"
         )
+    if params.mechanism != "tree":
+        raise ConfigError(f"mechanism {params.mechanism!r} does not deploy yet; the deployment releases tree p-sums")
     if config.environment.params.agents < 1:
         raise ConfigError("the environment needs at least one agent (silo)")
     return DeploySpec(_absolute_data_paths(config), config.algorithms[index].label, index, run)

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 
 from fedbandits.core.validation import check_choice, check_float, check_int
 from fedbandits.privacy import accounting
+from fedbandits.privacy.factorization import MECHANISMS, factorize
 from fedbandits.privacy.guarantee import certified
 from fedbandits.privacy.sensitivity import ADJACENCIES, Sensitivity, stream_sensitivity
 from fedbandits.privacy.tree import max_nodes_per_datum
@@ -47,6 +48,7 @@ class PrivacySpec:
     feature_bound: float = 1.0
     reward_bound: float = 1.0
     adjacency: str = "replace"
+    mechanism: str = "tree"
 
     def __post_init__(self) -> None:
         check_float("epsilon", self.epsilon, low=0.0, high=MAX_EPSILON, low_open=True)
@@ -55,6 +57,14 @@ class PrivacySpec:
         check_float("feature_bound", self.feature_bound, low=0.0, low_open=True)
         check_float("reward_bound", self.reward_bound, low=0.0, low_open=True)
         check_choice("adjacency", self.adjacency, ADJACENCIES)
+        check_choice("mechanism", self.mechanism, MECHANISMS)
+        if self.mechanism == "factorized" and (
+            self.protocol not in ("ldp", "ldp-prefix") or self.calibration != "tight"
+        ):
+            raise ValueError(
+                "mechanism 'factorized' needs protocol 'ldp' or 'ldp-prefix' with calibration 'tight' "
+                f"(got protocol {self.protocol!r}, calibration {self.calibration!r})"
+            )
 
     def sensitivity(self) -> Sensitivity:
         return stream_sensitivity(self.feature_bound, self.reward_bound, self.adjacency)
@@ -77,6 +87,10 @@ class NoiseCalibration:
     guarantee_reason: str  # the certificate and the comparison, in one sentence
     epsilon_silo: float  # each silo's own (silo-level LDP) guarantee, shuffling ignored
     details: dict[str, object] = field(default_factory=dict)
+    mechanism: str = "tree"  # how releases carry noise: "tree" p-sums or a "factorized" prefix-sum matrix
+    #: the largest prefix noise variance per silo and entry, in units of sigma^2 (tree: at most
+    #: ``nodes`` noisy p-sums in a prefix; factorized: max_k ||A[k, :]||^2)
+    prefix_factor: float = 0.0
 
     def report(self) -> dict[str, object]:
         out = asdict(self)
@@ -86,8 +100,9 @@ class NoiseCalibration:
         return out
 
 
-def gaussian_tree_mu(sigma_cov: float, sigma_bias: float, sens: Sensitivity, nodes: int) -> float:
-    """mu of the GDP guarantee of one silo's releases: ``nodes`` p-sums of each stream."""
+def gaussian_tree_mu(sigma_cov: float, sigma_bias: float, sens: Sensitivity, nodes: float) -> float:
+    """mu of the GDP guarantee of one silo's releases: ``nodes`` p-sums of each stream (for a
+    factorized release, ``nodes`` is the encoder's squared column norm)."""
     return math.sqrt(nodes * ((sens.cov / sigma_cov) ** 2 + (sens.bias / sigma_bias) ** 2))
 
 
@@ -111,7 +126,33 @@ def calibrate(spec: PrivacySpec, *, agents: int, horizon: int, batch: int) -> No
         "sensitivity_cov": sens.cov,
         "sensitivity_bias": sens.bias,
     }
-    if spec.protocol in ("ldp", "ldp-prefix"):
+    prefix_factor = float(nodes)
+    if spec.mechanism == "factorized":
+        # one Gaussian mechanism with l2 sensitivity ||B[:, 1]|| per unit (module factorization);
+        # sigma = z ||B[:, 1]|| Delta per stream gives mu = sqrt(2) / z, as two compositions at z
+        factor = factorize(releases)
+        z = accounting.tight_noise_multiplier(spec.epsilon, spec.delta, 2)
+        scale = math.sqrt(factor.sensitivity_sq)
+        sigma_cov, sigma_bias = z * scale * sens.cov, z * scale * sens.bias
+        nodes = factor.band  # releases one batch enters
+        prefix_factor = float(factor.prefix_variance().max())
+        details.update(
+            {
+                "noise_multiplier": z * scale,
+                "factorization": "square root of the prefix-sum matrix"
+                + ("" if factor.band == releases else f", banded to {factor.band}"),
+                "factor_band": factor.band,
+                "factor_sensitivity_sq": factor.sensitivity_sq,
+            }
+        )
+        mu = gaussian_tree_mu(sigma_cov, sigma_bias, sens, factor.sensitivity_sq)
+        epsilon_spent = accounting.gaussian_epsilon(mu, spec.delta)
+        epsilon_silo = epsilon_spent
+        certificate = (
+            "Gaussian mechanism with the factor's column norm as sensitivity, adaptive streams "
+            "(Denisov et al. 2022, Thm 2.1)"
+        )
+    elif spec.protocol in ("ldp", "ldp-prefix"):
         if spec.calibration == "paper":
             # Theorem 5.1 is stated for sensitivity 1 per stream (L = 1); scale by the paper's
             # per-user norms L^2 and L B so that L = B = 1 gives the paper's sigma_0 exactly.
@@ -188,4 +229,6 @@ def calibrate(spec: PrivacySpec, *, agents: int, horizon: int, batch: int) -> No
         guarantee_reason=guarantee_reason,
         epsilon_silo=epsilon_silo,
         details=details,
+        mechanism=spec.mechanism,
+        prefix_factor=prefix_factor,
     )

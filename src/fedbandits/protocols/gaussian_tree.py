@@ -2,6 +2,9 @@
 
 * ``ldp``: Algorithm 2 with S = identity -- silo-level LDP (Theorem 5.1);
 * ``ldp-prefix``: Algorithm 4 -- each silo releases its own noisy prefix sum; same privacy;
+* either of the first two with ``mechanism = "factorized"``: the silos release B gamma + noise and
+  the server decodes with A, for a factorization C = A B of the prefix-sum matrix
+  (:mod:`fedbandits.privacy.factorization`) -- less noise than the tree for the same guarantee;
 * ``sdp-amplification``: Algorithm 2 with a real shuffler S permuting the M messages of each
   release; the guarantee comes from the amplification Lemma F.2 (computed numerically) or, if
   the user asks for the paper's heuristic noise, carries the label "no formal guarantee".
@@ -18,6 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from fedbandits.privacy.calibration import NoiseCalibration
+from fedbandits.privacy.factorization import FactorizedAnalyzer, FactorizedRandomizer, factorize
 from fedbandits.privacy.mechanisms import (
     TreeAnalyzer,
     TreeRandomizer,
@@ -55,8 +59,17 @@ class GaussianTreeProtocol(Protocol):
         streams = [protocol_streams(rng) for rng in rngs]
         noise_rngs = [noise for noise, _ in streams]
         self.shuffle_rngs = [shuffle for _, shuffle in streams]
-        self.randomizer = TreeRandomizer(n_runs, n_agents, sigma, noise_rngs, calibration.releases)
-        self.analyzer = TreeAnalyzer(n_runs, packed_width(dim), calibration.releases)
+        self.randomizer: TreeRandomizer | FactorizedRandomizer
+        self.analyzer: TreeAnalyzer | FactorizedAnalyzer
+        if calibration.mechanism == "factorized":
+            factor = factorize(calibration.releases)
+            silo_rngs = [rng.spawn(n_agents) for rng in noise_rngs]  # as TreeRandomizer: one stream per silo
+            keep_prefix = self.name == "ldp-prefix"
+            self.randomizer = FactorizedRandomizer(n_runs, n_agents, sigma, silo_rngs, factor, keep_prefix)
+            self.analyzer = FactorizedAnalyzer((n_runs, packed_width(dim)), factor)
+        else:
+            self.randomizer = TreeRandomizer(n_runs, n_agents, sigma, noise_rngs, calibration.releases)
+            self.analyzer = TreeAnalyzer(n_runs, packed_width(dim), calibration.releases)
         self.transcript: list[dict[str, object]] | None = [] if record else None
 
     def _messages(self, gamma: np.ndarray) -> np.ndarray:

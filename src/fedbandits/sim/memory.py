@@ -3,9 +3,10 @@
 A task simulates ``R = runs_per_task`` runs of M agents together.  Per round the environment holds
 at least the contexts, a float32 array (R, M, K, d); every learner that keeps one ridge state per
 agent (``linucb-independent``, ``fedlinucb``, ``feducb``, ``feducb-decentralized``) holds at least
-its Gram matrix and inverse, two float64 arrays (R, M, d, d).  The estimate counts only these
-arrays, so it is a lower bound of what a task needs: a config it refuses cannot run.  ``workers``
-tasks run at once locally.
+its Gram matrix and inverse, two float64 arrays (R, M, d, d); a factorized release adds the
+batches its silos keep (:func:`_factorized_bytes`).  The estimate counts only these arrays, so
+it is a lower bound of what a task needs: a config it refuses cannot run.  ``workers`` tasks run
+at once locally.
 
 Available memory is MemAvailable of /proc/meminfo (Linux) unless a bound is given
 (``--max-memory``); where neither is known nothing is refused.
@@ -17,6 +18,7 @@ import re
 from pathlib import Path
 
 from fedbandits.config import Config
+from fedbandits.privacy.factorization import DEFAULT_MAX_BAND
 
 #: learners with a ridge state per agent: Gram matrix and inverse, float64 (R, M, d, d) each
 PER_AGENT_STATE = ("linucb-independent", "fedlinucb", "feducb", "feducb-decentralized")
@@ -42,7 +44,22 @@ def task_bytes(config: Config) -> int:
     arms, dim = _size(config, "arms"), _size(config, "dim")
     contexts = runs * agents * arms * dim * 4
     learners = sum(alg.name in PER_AGENT_STATE for alg in config.algorithms)
-    return contexts + learners * 2 * runs * agents * dim * dim * 8
+    return contexts + learners * 2 * runs * agents * dim * dim * 8 + _factorized_bytes(config, runs, agents, dim)
+
+
+def _factorized_bytes(config: Config, runs: int, agents: int, dim: int) -> int:
+    """A factorized release keeps every silo's last ``band`` batches, float64 (band, R, M, P), the
+    server's summed messages (K, R, P), and with ``ldp-prefix`` every silo's messages (K, R, M, P)."""
+    width = dim * (dim + 1) // 2 + dim
+    total = 0
+    for alg in config.algorithms:
+        if getattr(alg.params, "mechanism", "tree") != "factorized":
+            continue
+        releases = config.experiment.horizon // alg.params.batch
+        band = min(releases, DEFAULT_MAX_BAND)
+        silo_copies = band + (releases if alg.params.protocol == "ldp-prefix" else 0)
+        total += (silo_copies * agents + releases) * runs * width * 8
+    return total
 
 
 def available_bytes() -> int | None:
