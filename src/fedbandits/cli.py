@@ -4,6 +4,8 @@
     fedbandits run CONFIG.toml [--out DIR] [--workers N] [--runs N] [--seed S]
                    [--backend local|ray] [--address HOST:PORT] [--resume]
     fedbandits plot DIR                   (re)draw the figures of a results folder
+    fedbandits frontier CONFIG.toml [--epsilons E1,E2,...] [--out DIR] [--workers N] [--runs N] ...
+                                          regret against epsilon, with the crossing point
     fedbandits list                       every environment, algorithm and protocol name
     fedbandits reproduce NAME|all [--scale quick|paper] [--runs N] [--out DIR] [--workers N]
                    [--backend local|ray] [--address HOST:PORT] [--resume]
@@ -130,6 +132,26 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run the embedded default experiment (GaussianSphere, 20 agents).",
     )
     run_options(p_quick)
+
+    p_front = sub.add_parser(
+        "frontier",
+        help="regret against epsilon for every private algorithm of a config, with the reference lines",
+        description="Run every private algorithm of CONFIG at every epsilon of a grid, next to independent agents "
+        "and the non-private federation (one experiment: common random numbers), and write frontier.csv, "
+        "frontier.md and frontier.png with the epsilon from which federation beats going alone. No tuning.",
+    )
+    p_front.add_argument("config", type=Path, metavar="CONFIG.toml", help="experiment configuration")
+    p_front.add_argument(
+        "--epsilons",
+        metavar="E1,E2,...",
+        help="the epsilon grid, comma-separated (default: 7 log-spaced values 0.1 ... 10)",
+    )
+    p_front.add_argument("--out", type=Path, help="results folder (default: results/<experiment name>-frontier)")
+    backend_options(p_front)
+    p_front.add_argument("--max-memory", metavar="SIZE", help="as for `run`")
+    p_front.add_argument("--runs", type=_positive_int, help="override [experiment] runs")
+    p_front.add_argument("--seed", type=_nonnegative_int, help="override [experiment] seed")
+    p_front.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
     p_plot = sub.add_parser("plot", help="draw the figures of a results folder")
     p_plot.add_argument("folder", type=Path, metavar="DIR", help="a folder written by `fedbandits run`")
@@ -414,6 +436,42 @@ def _run(config: Config, args: argparse.Namespace) -> int:
     return 0
 
 
+def _frontier(args: argparse.Namespace) -> int:
+    from fedbandits.experiments.frontier import (
+        DEFAULT_EPSILONS,
+        crossings,
+        describe_crossing,
+        frontier_plan,
+        frontier_rows,
+        parse_epsilons,
+        write_frontier,
+    )
+    from fedbandits.sim.memory import parse_bytes
+    from fedbandits.sim.runner import run_experiment
+
+    epsilons = DEFAULT_EPSILONS if args.epsilons is None else parse_epsilons(args.epsilons)
+    config = load_config(args.config)
+    overrides = {k: v for k, v in (("runs", args.runs), ("seed", args.seed)) if v is not None}
+    if overrides:
+        config = config.with_experiment(**overrides)
+    plan = frontier_plan(config, epsilons)
+    out = args.out if args.out is not None else Path("results") / plan.config.experiment.name
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} exists and is not a folder")
+    backend = _backend_kwargs(args)
+    max_memory = None if args.max_memory is None else parse_bytes(args.max_memory)
+    results = run_experiment(
+        plan.config, progress=not args.no_progress, checkpoint=out / "checkpoint", max_memory=max_memory, **backend
+    )
+    results.save(out)
+    paths = write_frontier(plan, results, out)
+    print(results.table())
+    for base, point in crossings(plan, frontier_rows(plan, results)).items():
+        print(f"{base}: beats independent agents {describe_crossing(point, epsilons)}")
+    print(f"frontier: {', '.join(str(p) for p in paths)}")
+    return 0
+
+
 def _data_export(args: argparse.Namespace) -> int:
     from fedbandits.envs.files import export_partition
 
@@ -443,7 +501,7 @@ def _list() -> int:
 
 
 #: commands whose driver starts worker processes
-WORK_COMMANDS = ("run", "quickstart", "reproduce", "audit")
+WORK_COMMANDS = ("run", "quickstart", "reproduce", "frontier", "audit")
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -473,6 +531,8 @@ def _main(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             from fedbandits.api import quickstart_config
 
             return _run(quickstart_config(), args)
+        if args.command == "frontier":
+            return _frontier(args)
         if args.command == "plot":
             from fedbandits.plots import plot_results
             from fedbandits.sim.results import Results
@@ -501,7 +561,7 @@ def _main(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         print(f"fedbandits: error: {exc}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
-        resumable = args.command in ("run", "quickstart", "reproduce")
+        resumable = args.command in ("run", "quickstart", "reproduce", "frontier")
         hint = "; rerun with --resume to skip the finished runs" if resumable else ""
         print(f"fedbandits: interrupted{hint}", file=sys.stderr)
         return 130

@@ -1,9 +1,10 @@
 """Figures in the style of the papers: regret curves with a spread band over runs,
-time-averaged regret Reg(T)/T, and communication against regret."""
+time-averaged regret Reg(T)/T, communication against regret, and regret against epsilon."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -69,6 +70,37 @@ def plot_results(results: Results, out: str | Path) -> list[Path]:
     ax.legend(fontsize=8)
     paths.append(save_figure(fig, out / "communication.png"))
     return paths
+
+
+def frontier_figure(
+    rows: list[dict[str, Any]],
+    points: dict[str, float | None],
+    epsilons: tuple[float, ...],
+    path: str | Path,
+    title: str = "",
+) -> Path:
+    """Final regret against epsilon (log x) for every private algorithm of a frontier, mean ± 1 std
+    over runs, the reference lines (rows whose epsilon is NaN) dashed, crossing points marked."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for base in points:
+        mine = sorted((r for r in rows if r["algorithm"] == base), key=lambda r: r["epsilon"])
+        eps = np.array([r["epsilon"] for r in mine])
+        mean = np.array([r["final_regret_mean"] for r in mine])
+        std = np.array([r["final_regret_std"] for r in mine])
+        (line,) = ax.plot(eps, mean, "o-", label=base)
+        ax.fill_between(eps, mean - std, mean + std, color=line.get_color(), alpha=0.2, linewidth=0)
+        point = points[base]
+        if point:  # crossing inside the grid
+            ax.axvline(point, color=line.get_color(), linestyle=":", linewidth=1)
+    for ref in (r for r in rows if np.isnan(r["epsilon"])):
+        ax.axhline(ref["final_regret_mean"], linestyle="--", color="grey" if "independent" in ref["algorithm"] else "k")
+        ax.annotate(ref["algorithm"], (epsilons[0], ref["final_regret_mean"]), fontsize=8, va="bottom")
+    ax.set_xscale("log")
+    ax.set(xlabel="epsilon (delta as configured)", ylabel="final group pseudo-regret", title=title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return save_figure(fig, path)
 
 
 def save_figure(fig, path: str | Path) -> Path:  # type: ignore[no-untyped-def]
