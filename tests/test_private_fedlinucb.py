@@ -206,3 +206,43 @@ BASE = {
 def test_bad_privacy_requests_are_refused(alg, pattern):
     with pytest.raises(ConfigError, match=pattern):
         config_from_dict({**BASE, "algorithms": [{"name": "fedlinucb", **alg}]})
+
+
+# -- the noise regularizer (regularizer = "noise") ------------------------------------------------
+def test_noise_norm_bound_holds_for_symmetric_gaussian_noise() -> None:
+    """Lambda = s (2 sqrt(d) + 2 sqrt(ln(K / alpha))) bounds the operator norm of K symmetric noise
+    matrices with probability >= 1 - alpha.  2,000 draws of d = 10, s = 1 (K = 1, alpha = 0.5: Lambda =
+    6.32 + 2 sqrt(ln 2) = 7.99): a violation count above 1,000 would refute it; the bound is not
+    loose either -- the largest norm seen must exceed 0.6 Lambda (E||N|| is about 2 sqrt(d) s = 6.3)."""
+    from fedbandits.algorithms.fedlinucb import noise_norm_bound
+
+    rng = np.random.default_rng(11)
+    d, draws = 10, 2000
+    upper = np.triu(rng.standard_normal((draws, d, d)))
+    noise = upper + np.triu(upper, 1).transpose(0, 2, 1)
+    norms = np.abs(np.linalg.eigvalsh(noise)).max(axis=1)
+    bound = noise_norm_bound(1.0, d, 1, 0.5)
+    assert bound == pytest.approx(2 * np.sqrt(10) + 2 * np.sqrt(np.log(2)))
+    assert (norms > bound).sum() <= draws // 2 and norms.max() > 0.6 * bound
+
+
+def test_noise_regularizer_is_the_psd_shift_in_simulator_and_deployment() -> None:
+    from fedbandits.algorithms.fedlinucb import NOISE_SHIFT, noise_norm_bound
+    from fedbandits.federation.spec import make_spec
+    from fedbandits.registry import calibrate_protocol, prefix_noise_std
+
+    config = config_from_dict(
+        {
+            "experiment": {"seed": 1, "runs": 1, "horizon": 400},
+            "environment": {"name": "gaussian-sphere", "agents": 3, "arms": 5, "dim": 3},
+            "algorithms": [{"name": "fedlinucb", "batch": 20, "protocol": "ldp", "regularizer": "noise"}],
+        }
+    )
+    params = config.algorithms[0].params
+    cal = calibrate_protocol(params, horizon=400, agents=3, dim=3)
+    std = cal.sigma_cov * np.sqrt(3 * cal.prefix_factor)  # 3 silos, at most `nodes` p-sums per prefix
+    assert prefix_noise_std(cal, 3) == pytest.approx(std)
+    expected = NOISE_SHIFT * noise_norm_bound(std, 3, 20, params.alpha)
+    assert make_spec(config).regularizer() == pytest.approx(expected) and expected > 100
+    policy = _policy(params, runs=1, agents=3, arms=5, dim=3, horizon=400)
+    assert policy.reg_value == pytest.approx(expected)  # the simulator's learner uses the same lambda

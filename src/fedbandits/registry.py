@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from fedbandits.algorithms.base import LinUCBParams, Policy
-from fedbandits.algorithms.fedlinucb import FedLinUCB, FedLinUCBParams, theory_regularizer
+from fedbandits.algorithms.fedlinucb import FedLinUCB, FedLinUCBParams, noise_regularizer, theory_regularizer
 from fedbandits.algorithms.feducb import FedUCB, FedUCBParams
 from fedbandits.algorithms.feducb_decentralized import DecentralizedFedUCB, DecentralizedFedUCBParams
 from fedbandits.algorithms.linucb import IndependentLinUCB, SuperAgentLinUCB
@@ -113,20 +113,35 @@ def calibrate_protocol(
     raise ValueError(f"protocol {params.protocol!r} is not private")
 
 
+def prefix_noise_std(cal: NoiseCalibration | VectorSumCalibration | DistributedCalibration, agents: int) -> float:
+    """Std of one covariance entry of a synced prefix's noise at its worst release: every silo's noise,
+    times the largest number of noisy p-sums in a prefix (or the factorized decoder's row norm^2)."""
+    if isinstance(cal, VectorSumCalibration):
+        return cal.noise_std() * math.sqrt(cal.nodes)
+    factor = cal.prefix_factor if isinstance(cal, NoiseCalibration) else cal.nodes
+    return cal.sigma_cov * math.sqrt(agents * factor)
+
+
+def private_regularizer(
+    params: FedLinUCBParams,
+    cal: NoiseCalibration | VectorSumCalibration | DistributedCalibration,
+    agents: int,
+    dim: int,
+    horizon: int,
+) -> float:
+    """lambda of a private FedLinUCB: Lemma C.4's (``theory``) or the noise shift (``noise``)."""
+    std = prefix_noise_std(cal, agents)
+    if params.regularizer == "theory":
+        return theory_regularizer(std, 1, 1.0, dim, horizon, params.batch, params.alpha)
+    return noise_regularizer(std, dim, horizon // params.batch, params.alpha)
+
+
 def _fedlinucb_factory(params: FedLinUCBParams, ctx: PolicyContext) -> Policy:
     reg = params.reg
     cal = calibrate_protocol(params, horizon=ctx.horizon, agents=ctx.n_agents, dim=ctx.dim) if params.private else None
     protocol: Protocol = PROTOCOLS[params.protocol].factory(cal, ctx)
-    if cal is not None and params.regularizer == "theory":
-        # noise std of one synced covariance entry per silo and p-sum
-        factor: float = cal.nodes
-        if isinstance(cal, VectorSumCalibration):
-            sigma = cal.noise_std() / math.sqrt(ctx.n_agents)
-        else:
-            sigma = cal.sigma_cov
-            if isinstance(cal, NoiseCalibration):
-                factor = cal.prefix_factor
-        reg = theory_regularizer(sigma, ctx.n_agents, factor, ctx.dim, ctx.horizon, params.batch, params.alpha)
+    if cal is not None and params.regularizer != "fixed":
+        reg = private_regularizer(params, cal, ctx.n_agents, ctx.dim, ctx.horizon)
     return FedLinUCB(ctx.n_runs, ctx.n_agents, ctx.n_arms, ctx.dim, ctx.horizon, params, protocol, reg=reg)
 
 

@@ -18,7 +18,7 @@ from fedbandits.privacy.calibration import MAX_EPSILON, PrivacySpec
 from fedbandits.privacy.guarantee import not_covering_adaptivity
 from fedbandits.protocols.base import Protocol
 
-REGULARIZERS = ("fixed", "theory")
+REGULARIZERS = ("fixed", "theory", "noise")
 DISTRIBUTED = "distributed-dp"
 
 
@@ -40,7 +40,11 @@ class FedLinUCBParams(LinUCBParams):
         },
     )
     regularizer: str = field(
-        default="fixed", metadata={"help": "'fixed' (reg) or 'theory' (lambda of Lemma C.4 from the noise)"}
+        default="fixed",
+        metadata={
+            "help": "'fixed' (reg), 'theory' (lambda of Lemma C.4 from the noise) or 'noise' (2 x the operator-norm "
+            "bound of the synced noise: a PSD shift)"
+        },
     )
     mechanism: str = field(
         default="tree",
@@ -293,3 +297,25 @@ def theory_regularizer(
     """
     sigma_total = math.sqrt(agents * nodes) * sigma_cov
     return max(1.0, sigma_total * (math.sqrt(dim) + math.sqrt(max(0.0, math.log(horizon / (batch * alpha))))))
+
+
+#: lambda = NOISE_SHIFT x the bound of :func:`noise_norm_bound` (``regularizer = "noise"``): with 2, the
+#: synced Gram matrix stays >= Lambda I (FedUCB's 2 Lambda shift, Dubey & Pentland 2020)
+NOISE_SHIFT = 2.0
+
+
+def noise_norm_bound(prefix_std: float, dim: int, releases: int, alpha: float) -> float:
+    """Lambda: with probability >= 1 - alpha, the covariance noise N of every one of the K synced
+    prefixes has operator norm <= Lambda.  N is symmetric with independent N(0, s^2) entries on and
+    above the diagonal (s = ``prefix_std``), so E||N|| <= 2 s sqrt(d) and ||N|| is sqrt(2) s-Lipschitz
+    in those entries: P(||N|| > 2 s sqrt(d) + sqrt(2) s t) <= exp(-t^2 / 2) (Gaussian concentration);
+    t = sqrt(2 ln(K / alpha)) and a union bound over the K prefixes give
+    Lambda = s (2 sqrt(d) + 2 sqrt(ln(K / alpha)))."""
+    return prefix_std * (2.0 * math.sqrt(dim) + 2.0 * math.sqrt(math.log(max(releases, 1) / alpha)))
+
+
+def noise_regularizer(prefix_std: float, dim: int, releases: int, alpha: float) -> float:
+    """lambda of ``regularizer = "noise"``: the PSD shift NOISE_SHIFT x Lambda (at least 1).  With
+    lambda = 2 Lambda the synced Gram matrix lambda I + sum x x^T + N stays >= Lambda I for every
+    release with probability >= 1 - alpha (the eigenvalue floor then never has to act)."""
+    return max(1.0, NOISE_SHIFT * noise_norm_bound(prefix_std, dim, releases, alpha))

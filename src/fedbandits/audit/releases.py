@@ -251,6 +251,7 @@ def _fedlinucb(protocol: str, lazy: bool, epsilon: float = 1.0, **extra: object)
         "delta": 1e-5,
         "calibration": "tight",
         "lazy": lazy,
+        "regularizer": "fixed",  # lambda = 1: a single user moves the estimate the most
         **GREEDY,
         **extra,
     }

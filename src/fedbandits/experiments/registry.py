@@ -88,6 +88,9 @@ def _private(label: str, protocol: str, epsilon: float, delta: float, calibratio
         "delta": delta,
         "calibration": calibration,
         "lazy": False,
+        # the paper's tuning, not the library's noise-aware default: lambda = 1 and Lemma C.4's radius
+        "regularizer": "fixed",
+        "radius": "theory",
     }
 
 

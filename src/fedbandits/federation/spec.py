@@ -24,13 +24,14 @@ from typing import Any
 
 import numpy as np
 
-from fedbandits.algorithms.fedlinucb import FedLinUCBParams, theory_regularizer
+from fedbandits.algorithms.fedlinucb import FedLinUCBParams
 from fedbandits.config import Config, ConfigError, config_from_dict
 from fedbandits.privacy.calibration import NoiseCalibration
 from fedbandits.privacy.discrete_gaussian import SecretNoise, calibrate_secret_noise
 from fedbandits.privacy.distributed_noise import DistributedCalibration
 from fedbandits.privacy.guarantee import not_covering_adaptivity
 from fedbandits.privacy.mechanisms import packed_width
+from fedbandits.registry import private_regularizer
 
 #: protocols a deployment runs: the non-private baseline, silo-level LDP (Algorithm 2) and shuffle
 #: DP by amplification (Algorithm 2 with a shuffler party, :mod:`fedbandits.federation.shuffler`)
@@ -132,12 +133,9 @@ class DeploySpec:
     def regularizer(self) -> float:
         """lambda, exactly as the simulator's fedlinucb factory chooses it."""
         cal = self.calibration()
-        if cal is None or self.params.regularizer != "theory":
+        if cal is None or self.params.regularizer == "fixed":
             return float(self.params.reg)
-        factor = cal.prefix_factor if isinstance(cal, NoiseCalibration) else cal.nodes
-        return theory_regularizer(
-            cal.sigma_cov, self.silos, factor, self.dim(), self.horizon, self.batch, self.params.alpha
-        )
+        return private_regularizer(self.params, cal, self.silos, self.dim(), self.horizon)
 
     def secret_noise(self) -> SecretNoise | None:
         """The secret (``os``) noise of a deployed silo: an exact discrete Gaussian on a grid,

@@ -1,0 +1,76 @@
+"""Does private federation pay off?  Every private variant, with the papers' tuning and the noise-aware one.
+
+Instance: Zhou & Chowdhury's synthetic ``gaussian-sphere`` (K = 100 arms, d = 10), T = 10,000, B = 25,
+4 runs, seed 2023, M = 20 and M = 100, epsilon = 1, delta = 1e-5, tight, lazy.  In one experiment per M (same contexts
+and rewards): independent agents, the non-private federation, and ``ldp`` with the tree, ``ldp``
+factorized and ``distributed-dp``, each with
+
+* the papers' tuning (the library default): lambda = 1 and Lemma C.4's radius;
+* noise-aware: lambda = 2 Lambda (``regularizer = "noise"``) and a constant radius 3 (the best of a
+  2-run sweep on seed 1000, benchmarks/noise_tuning.py).
+
+Printed: final regret (mean +- std over runs) and its ratio to independent agents.
+
+Usage::
+
+    python benchmarks/private_federation.py            # about 10 minutes on 2 cores
+    python benchmarks/private_federation.py --quick    # T = 1,000, 2 runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import time
+
+import fedbandits
+from fedbandits.sim.runner import run_experiment
+
+PRIVATE = {"name": "fedlinucb", "batch": 25, "epsilon": 1.0, "delta": 1e-5}
+VARIANTS = {
+    "ldp tree": {"protocol": "ldp"},
+    "ldp factorized": {"protocol": "ldp", "mechanism": "factorized"},
+    "distributed-dp": {"protocol": "distributed-dp"},
+}
+TUNINGS = {
+    "paper tuning": {},  # the library default: lambda = 1, Lemma C.4's radius
+    "noise-aware": {"regularizer": "noise", "radius": "constant", "beta": 3.0},
+}
+
+
+def algorithms() -> list[dict[str, object]]:
+    out: list[dict[str, object]] = [
+        {"name": "linucb-independent", "label": "independent agents"},
+        {"name": "fedlinucb", "label": "non-private federation", "batch": 25},
+    ]
+    for (name, variant), (tuning, fields) in itertools.product(VARIANTS.items(), TUNINGS.items()):
+        out.append({**PRIVATE, **variant, **fields, "label": f"{name}, {tuning}"})
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="T = 1,000 and 2 runs")
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+    runs, horizon = (2, 1000) if args.quick else (4, 10_000)
+    for agents in (20, 100):
+        config = fedbandits.config_from_dict(
+            {
+                "experiment": {"name": f"private M={agents}", "seed": 2023, "runs": runs, "horizon": horizon},
+                "environment": {"name": "gaussian-sphere", "agents": agents, "arms": 100, "dim": 10},
+                "algorithms": algorithms(),
+            }
+        )
+        start = time.perf_counter()
+        results = run_experiment(config, workers=args.workers)
+        alone = results.algorithms["independent agents"].final_regret.mean()
+        print(f"M = {agents}, T = {horizon}, {runs} runs ({time.perf_counter() - start:.0f} s)")
+        for label, res in results.algorithms.items():
+            final = res.final_regret
+            std = final.std(ddof=1) if final.size > 1 else 0.0
+            print(f"  {label:<36} regret {final.mean():>8.0f} +- {std:>5.0f}   x{final.mean() / alone:5.2f}")
+
+
+if __name__ == "__main__":
+    main()
