@@ -27,12 +27,10 @@ from __future__ import annotations
 
 import argparse
 import math
-import time
 
-import fedbandits
 from fedbandits.privacy.calibration import PrivacySpec, calibrate
 from fedbandits.privacy.distributed_noise import calibrate_distributed
-from fedbandits.sim.runner import run_experiment
+from synthetic import experiments, print_regrets, scale
 
 EPSILON, DELTA, BATCH = 1.0, 1e-5, 25
 PRIVATE = {"epsilon": EPSILON, "delta": DELTA, "calibration": "tight"}
@@ -57,24 +55,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="T = 1,000 and 2 runs")
     parser.add_argument("--workers", type=int, default=1, help="simulator workers (timings stay per algorithm)")
     args = parser.parse_args()
-    runs, horizon = (2, 1000) if args.quick else (4, 10_000)
-    for agents in (20, 100):
-        config = fedbandits.config_from_dict(
-            {
-                "experiment": {"name": f"distributed-dp M={agents}", "seed": 2023, "runs": runs, "horizon": horizon},
-                "environment": {"name": "gaussian-sphere", "agents": agents, "arms": 100, "dim": 10},
-                "algorithms": ALGORITHMS,
-            }
-        )
-        start = time.perf_counter()
-        results = run_experiment(config, workers=args.workers)
-        wall = time.perf_counter() - start
-        print(f"M = {agents}, T = {horizon}, {runs} runs ({wall:.0f} s)")
+    runs, horizon = scale(args)
+    for agents, results in experiments("distributed-dp", ALGORITHMS, runs, horizon, args.workers):
         print(f"  noise: distributed-dp server std / (ldp server std / sqrt(M)) = {noise_ratio(agents, horizon):.3f}")
-        for label, res in results.algorithms.items():
-            final = res.final_regret
-            std = final.std(ddof=1) if final.size > 1 else 0.0
-            print(f"  {label:<24} regret {final.mean():>10.0f} +- {std:>6.0f}   {res.seconds:6.2f} s")
+        print_regrets(results)
         ddp, ldp = results.algorithms["distributed-dp"], results.algorithms["ldp (lazy)"]
         alone = results.algorithms["independent agents"].final_regret.mean()
         print(f"  cost: distributed-dp / ldp simulator seconds = {ddp.seconds / ldp.seconds:.2f}")

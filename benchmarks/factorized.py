@@ -26,10 +26,9 @@ import argparse
 import math
 import time
 
-import fedbandits
 from fedbandits.privacy.calibration import PrivacySpec, calibrate
 from fedbandits.privacy.factorization import factorize, tree_prefix_variance
-from fedbandits.sim.runner import run_experiment
+from synthetic import experiments, print_regrets, scale
 
 EPSILON, DELTA, BATCH = 1.0, 1e-5, 25
 LDP = {"name": "fedlinucb", "protocol": "ldp", "epsilon": EPSILON, "delta": DELTA, "batch": BATCH}
@@ -54,27 +53,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="T = 1,000 and 2 runs")
     args = parser.parse_args()
-    runs, horizon = (2, 1000) if args.quick else (4, 10_000)
+    runs, horizon = scale(args)
     factorize.cache_clear()
     start = time.perf_counter()
     factorize(4000)
     print(f"one-off factorization at K = 4,000: {1e3 * (time.perf_counter() - start):.2f} ms")
     print(f"largest prefix-noise std, tree / factorized (K = {horizon // BATCH}): {prefix_std_ratio(horizon):.2f}")
-    for agents in (20, 100):
-        config = fedbandits.config_from_dict(
-            {
-                "experiment": {"name": f"factorized M={agents}", "seed": 2023, "runs": runs, "horizon": horizon},
-                "environment": {"name": "gaussian-sphere", "agents": agents, "arms": 100, "dim": 10},
-                "algorithms": ALGORITHMS,
-            }
-        )
-        start = time.perf_counter()
-        results = run_experiment(config)
-        print(f"M = {agents}, T = {horizon}, {runs} runs ({time.perf_counter() - start:.0f} s)")
-        for label, res in results.algorithms.items():
-            final = res.final_regret
-            std = final.std(ddof=1) if final.size > 1 else 0.0
-            print(f"  {label:<24} regret {final.mean():>10.0f} +- {std:>6.0f}   {res.seconds:6.2f} s")
+    for _, results in experiments("factorized", ALGORITHMS, runs, horizon):
+        print_regrets(results)
         fact, tree = results.algorithms["ldp factorized"], results.algorithms["ldp tree"]
         print(f"  cost: factorized / tree simulator seconds = {fact.seconds / tree.seconds:.2f}")
 

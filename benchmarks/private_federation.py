@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import time
 
-import fedbandits
-from fedbandits.sim.runner import run_experiment
+from synthetic import experiments, print_regrets, scale
 
 PRIVATE = {"name": "fedlinucb", "batch": 25, "epsilon": 1.0, "delta": 1e-5}
 VARIANTS = {
@@ -53,23 +51,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="T = 1,000 and 2 runs")
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
-    runs, horizon = (2, 1000) if args.quick else (4, 10_000)
-    for agents in (20, 100):
-        config = fedbandits.config_from_dict(
-            {
-                "experiment": {"name": f"private M={agents}", "seed": 2023, "runs": runs, "horizon": horizon},
-                "environment": {"name": "gaussian-sphere", "agents": agents, "arms": 100, "dim": 10},
-                "algorithms": algorithms(),
-            }
-        )
-        start = time.perf_counter()
-        results = run_experiment(config, workers=args.workers)
-        alone = results.algorithms["independent agents"].final_regret.mean()
-        print(f"M = {agents}, T = {horizon}, {runs} runs ({time.perf_counter() - start:.0f} s)")
-        for label, res in results.algorithms.items():
-            final = res.final_regret
-            std = final.std(ddof=1) if final.size > 1 else 0.0
-            print(f"  {label:<36} regret {final.mean():>8.0f} +- {std:>5.0f}   x{final.mean() / alone:5.2f}")
+    runs, horizon = scale(args)
+    for _, results in experiments("private", algorithms(), runs, horizon, args.workers):
+        print_regrets(results, reference="independent agents")
 
 
 if __name__ == "__main__":
