@@ -121,6 +121,7 @@ def test_upload_timing_control_is_at_chance(timing) -> None:  # type: ignore[no-
     assert lo < 0.5 < hi and r.p_value > 0.01 and r.epsilon_lower_bound == 0.0
 
 
+@pytest.mark.slow  # ~36 s; CI runs it in its slow audit step
 def test_upload_timing_refutes_the_reported_epsilon() -> None:
     """eps = 8, delta = 1e-5: sigma = 8 sqrt(6) ln(2e5) / 8 = 29.9, sigma_eff = 62, TPR model =
     0.4 / 62 = 0.0064: ~26 true positives expected in 4000 trials, and no false positive.  With

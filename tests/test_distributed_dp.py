@@ -276,6 +276,7 @@ def test_runs_are_bit_identical_across_workers_and_record_the_transcript() -> No
     assert a.report["guarantee"] == FORMAL and a.report["colluders"] == 1 and a.report["lazy"] is True
 
 
+@pytest.mark.slow  # ~20 s: 2 x 4,000 audited runs; CI runs it in its slow audit step
 def test_distributed_dp_is_in_the_audit_and_an_under_noised_share_is_flagged() -> None:
     """The lazy-only audit row at eps = 2 (agents = 2, the aggregate view): shares shrunk to 0.3x
     raise the full-sensitivity pair's mu from ~0.43 to 1.45 (as for ldp,
