@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedbandits.core.validation import check_int
+from fedbandits.privacy.mechanisms import silo_noise
 
 MECHANISMS = ("tree", "factorized")
 #: the encoder band used when none is given: the full square root up to this many releases (a
@@ -82,13 +83,18 @@ class Factorization:
         return np.cumsum(self.decoder**2)
 
 
+def default_band(releases: int) -> int:
+    """The encoder band :func:`factorize` uses unless told: the full K up to DEFAULT_MAX_BAND."""
+    return min(releases, DEFAULT_MAX_BAND)
+
+
 @functools.lru_cache(maxsize=32)
 def factorize(releases: int, band: int | None = None) -> Factorization:
     """The square-root factorization of the K x K prefix-sum matrix, banded to ``band`` (default:
     full up to :data:`DEFAULT_MAX_BAND` releases, that band beyond)."""
     check_int("releases", releases, low=1)
     if band is None:
-        band = min(releases, DEFAULT_MAX_BAND)
+        band = default_band(releases)
     check_int("band", band, low=1, high=releases)
     b = sqrt_coefficients(band)
     if band == releases:
@@ -148,10 +154,7 @@ class FactorizedRandomizer:
         # slot s holds gamma_{k - ((pos - s) mod band)}; slots not yet written hold zeros
         coefficients = f.encoder[(pos - np.arange(f.band)) % f.band]
         encoded = np.tensordot(coefficients, self.batches, axes=1)
-        noise = np.stack(
-            [np.stack([rng.standard_normal(gamma.shape[-1]) for rng in silos]) for silos in self.silo_rngs]
-        )
-        message = encoded + noise * self.sigma
+        message = encoded + silo_noise(self.silo_rngs, gamma.shape[-1]) * self.sigma
         if self.decoder is not None:
             self.decoder.release_sum(message)
         self.k = k

@@ -98,13 +98,17 @@ class TreeRandomizer:
 
     def _noisy(self, node: np.ndarray) -> np.ndarray:
         """The released value of a new node ``(R, M, P)``: Gaussian noise from each silo's own stream."""
-        width = node.shape[-1]
-        noise = np.stack([np.stack([rng.standard_normal(width) for rng in silos]) for silos in self.silo_rngs])
-        return node + noise * self.sigma
+        return node + silo_noise(self.silo_rngs, node.shape[-1]) * self.sigma
 
     def prefix(self) -> np.ndarray:
         """Algorithm 4: each silo's noisy prefix sum after release k, ``(R, M, P)``."""
         return self.noisy[prefix_levels(self.k)].sum(axis=0)
+
+
+def silo_noise(silo_rngs: Sequence[Sequence[np.random.Generator]], width: int) -> np.ndarray:
+    """``(R, M, width)`` standard normals: silo i of run r draws its ``width`` from ``silo_rngs[r][i]``
+    (its own stream, as a deployed silo would)."""
+    return np.stack([np.stack([rng.standard_normal(width) for rng in silos]) for silos in silo_rngs])
 
 
 def protocol_streams(run_rng: np.random.Generator) -> tuple[np.random.Generator, np.random.Generator]:

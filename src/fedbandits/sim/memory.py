@@ -18,7 +18,8 @@ import re
 from pathlib import Path
 
 from fedbandits.config import Config
-from fedbandits.privacy.factorization import DEFAULT_MAX_BAND
+from fedbandits.privacy.factorization import default_band
+from fedbandits.privacy.mechanisms import packed_width
 
 #: learners with a ridge state per agent: Gram matrix and inverse, float64 (R, M, d, d) each
 PER_AGENT_STATE = ("linucb-independent", "fedlinucb", "feducb", "feducb-decentralized")
@@ -50,14 +51,13 @@ def task_bytes(config: Config) -> int:
 def _factorized_bytes(config: Config, runs: int, agents: int, dim: int) -> int:
     """A factorized release keeps every silo's last ``band`` batches, float64 (band, R, M, P), the
     server's summed messages (K, R, P), and with ``ldp-prefix`` every silo's messages (K, R, M, P)."""
-    width = dim * (dim + 1) // 2 + dim
+    width = packed_width(dim)
     total = 0
     for alg in config.algorithms:
         if getattr(alg.params, "mechanism", "tree") != "factorized":
             continue
         releases = config.experiment.horizon // alg.params.batch
-        band = min(releases, DEFAULT_MAX_BAND)
-        silo_copies = band + (releases if alg.params.protocol == "ldp-prefix" else 0)
+        silo_copies = default_band(releases) + (releases if alg.params.protocol == "ldp-prefix" else 0)
         total += (silo_copies * agents + releases) * runs * width * 8
     return total
 
