@@ -15,6 +15,8 @@ from fedbandits.privacy.factorization import (
     FactorizedAnalyzer,
     FactorizedRandomizer,
     factorize,
+    honaker_node_variance,
+    honaker_prefix_variance,
     sqrt_coefficients,
     tree_prefix_variance,
 )
@@ -65,6 +67,44 @@ def test_the_tree_variance_is_popcount_and_the_factorization_is_lower_at_the_sam
     for cal in (tree, fact):
         assert cal.guarantee == FORMAL and 0.99 < cal.epsilon_spent <= 1.0
     assert fact.mechanism == "factorized" and fact.report()["privacy_factor_band"] == 400
+
+
+def _full_tree_blue_variance(k: int) -> float:
+    """Brute force: every complete dyadic block ending at or before k observed with unit noise;
+    the variance of the best linear unbiased estimate of the prefix sum, 1^T (H^T H)^{-1} 1."""
+    rows = []
+    size = 1
+    while size <= k:
+        for end in range(size, k + 1, size):
+            row = np.zeros(k)
+            row[end - size : end] = 1.0
+            rows.append(row)
+        size *= 2
+    h = np.array(rows)
+    ones = np.ones(k)
+    return float(ones @ np.linalg.solve(h.T @ h, ones))
+
+
+def test_honaker_estimate_is_the_best_linear_unbiased_prefix_of_the_full_tree() -> None:
+    """The closed form v_h = 2^h / (2^(h+1) - 1), summed over the one bits of k, equals the GLS
+    variance of the prefix from every released node, computed by brute force."""
+    np.testing.assert_allclose(honaker_node_variance(4), [1.0, 2 / 3, 4 / 7, 8 / 15], rtol=1e-14)
+    brute = [_full_tree_blue_variance(k) for k in range(1, 40)]
+    np.testing.assert_allclose(honaker_prefix_variance(39), brute, rtol=1e-10)
+
+
+@pytest.mark.parametrize("releases", [3, 100, 400, 1000, 4000])
+def test_factorized_beats_honaker_which_beats_the_tree(releases: int) -> None:
+    """Same count of released nodes per datum, so the same node noise: per unit of it, the largest
+    prefix variance of the factorized release < Honaker's full tree < the papers' tree (K >= 3).
+    Measured at K = 400: 8.84 < 43.2 < 72."""
+    nodes = max_nodes_per_datum(releases)
+    tree = nodes * tree_prefix_variance(releases).max()
+    honaker = nodes * honaker_prefix_variance(releases).max()
+    f = factorize(releases)
+    fact = f.sensitivity_sq * f.prefix_variance().max()
+    assert fact < honaker < tree
+    assert tree / honaker < 2.0  # Honaker gains less than 2x: v_h >= 1/2
 
 
 # -- the randomizer and the analyzer --------------------------------------------------------------
