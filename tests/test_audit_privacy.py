@@ -190,7 +190,7 @@ def test_audit_case_and_cli_refuse_bad_input(capsys: pytest.CaptureFixture[str])
 
 def test_reproductions_run_the_papers_non_lazy_algorithm() -> None:
     """The registered paper figures set lazy = false explicitly (Algorithm 1 as published)."""
-    from fedbandits.experiments.registry import EXPERIMENTS, get_experiment
+    from fedbandits.experiments.figures import EXPERIMENTS, get_experiment
 
     private = 0
     for name in EXPERIMENTS:

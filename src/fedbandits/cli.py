@@ -163,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="reproduce a published figure (or all) and write a report",
         description="Run a registered reproduction, draw its figure, check the paper's claims and write DIR/report.md.",
     )
-    from fedbandits.experiments.registry import EXPERIMENTS
+    from fedbandits.experiments.figures import EXPERIMENTS
 
     p_rep.add_argument("name", metavar="NAME|all", help=f"one of {', '.join(EXPERIMENTS)}, or `all`")
     p_rep.add_argument(

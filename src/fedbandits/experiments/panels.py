@@ -24,7 +24,7 @@ import numpy as np
 from fedbandits.sim.results import Results
 
 if TYPE_CHECKING:
-    from fedbandits.experiments.registry import Experiment
+    from fedbandits.experiments.figures import Experiment
 
 
 def panel_key(panel: str, label: str) -> str:

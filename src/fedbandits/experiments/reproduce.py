@@ -24,7 +24,7 @@ from typing import Any
 
 from fedbandits.config import config_from_dict
 from fedbandits.experiments.claims import ClaimResult, check
-from fedbandits.experiments.registry import EXPERIMENTS, Experiment, get_experiment
+from fedbandits.experiments.figures import EXPERIMENTS, Experiment, get_experiment
 from fedbandits.sim.results import Results
 
 

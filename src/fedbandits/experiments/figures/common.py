@@ -1,0 +1,64 @@
+"""What every registered figure reproduction is made of: :class:`Experiment`, :class:`Claim`, the scales.
+
+Shared by :mod:`~fedbandits.experiments.figures.zhou`, :mod:`~fedbandits.experiments.figures.dubey`
+and :mod:`~fedbandits.experiments.figures.liu`: the scale names and their validation
+(:func:`check_scale`), the seed and the confidence level ``alpha`` they use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+SCALES = ("quick", "paper", "tiny")
+#: the confidence level ``alpha`` of the theory radius (section 6 of Zhou & Chowdhury) and the seed
+ALPHA, SEED = 0.01, 2023
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim of the paper, checked by :mod:`fedbandits.experiments.claims`.
+
+    ``kind`` is ``"lower_than"`` (``args = (a, b)``: algorithm ``a`` ends with lower regret than
+    ``b``) or ``"decreasing"`` (``args = (label_1, label_2, ...)`` ordered by increasing epsilon:
+    regret decreases along them).
+    """
+
+    text: str
+    kind: str
+    args: tuple[str, ...]
+    #: what is compared: "regret" (final group regret) or "messages" (messages sent)
+    metric: str = "regret"
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    title: str
+    paper: str
+    figure: str
+    scale: str
+    config: dict[str, Any]
+    claims: tuple[Claim, ...]
+    shrunk: str = ""
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    #: extra setting text for the report, e.g. "B = 25, alpha = 0.01; "
+    setting: str = ""
+    #: several environments in one figure: ((panel label, config), ...); ``config`` is then the
+    #: first panel's (see :mod:`fedbandits.experiments.panels`)
+    panels: tuple[tuple[str, dict[str, Any]], ...] = ()
+    #: "curves" (regret against t) or "final-vs-x" (final regret against ``x_values[label]``)
+    figure_kind: str = "curves"
+    x_values: dict[str, float] = field(default_factory=dict)
+    x_label: str = ""
+
+    def configs(self) -> list[tuple[str, dict[str, Any]]]:
+        """(panel label, config) of every environment this experiment runs ("" for a single one)."""
+        return list(self.panels) if self.panels else [("", self.config)]
+
+
+def check_scale(scale: str, runs: int | None) -> None:
+    if scale not in SCALES:
+        raise ValueError(f"scale must be one of {', '.join(map(repr, SCALES))}, got {scale!r}")
+    if runs is not None and (isinstance(runs, bool) or not isinstance(runs, int) or runs < 1):
+        raise ValueError(f"runs must be an integer >= 1, got {runs!r}")
