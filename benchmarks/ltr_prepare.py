@@ -64,10 +64,10 @@ def generate(folder: Path, scale: float, seed: int = 0) -> tuple[int, int]:
 
 MEASURE = """
 import json, resource, sys, time
-from fedbandits.envs import ltr
+from fedbandits.envs import ltr_instance
 root, columns, cache = sys.argv[1:4]
 start = time.perf_counter()
-inst = ltr.build_instance(ltr.resolve_files(root), columns=columns, cache_dir=cache)
+inst = ltr_instance.build_instance(ltr_instance.resolve_files(root), columns=columns, cache_dir=cache)
 seconds = time.perf_counter() - start
 print(json.dumps({"seconds": round(seconds, 2),
                   "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),

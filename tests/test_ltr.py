@@ -12,11 +12,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fedbandits.algorithms import IndependentLinUCB, LinUCBParams
-from fedbandits.envs import ltr
-from fedbandits.envs.ltr import LearningToRank, LearningToRankParams, build_instance, parse_columns, read_svmlight
+from fedbandits.envs import ltr_instance, svmlight
+from fedbandits.envs.ltr import LearningToRank, LearningToRankParams
+from fedbandits.envs.ltr_instance import build_instance, parse_columns
+from fedbandits.envs.svmlight import read_svmlight
 from fedbandits.sim.seeding import env_rngs
 
-DATA = (ltr.DEFAULT_PATH / "..").resolve()
+DATA = (ltr_instance.DEFAULT_PATH / "..").resolve()
 MSLR = DATA / "mslr-web-fold1-5k"
 LETOR = DATA / "letor-mq2008-fold1"
 needs_mslr = pytest.mark.skipif(
@@ -54,7 +56,7 @@ KNOWN = "".join(
 )
 
 
-def check_known(data: ltr.SvmlightData) -> None:
+def check_known(data: svmlight.SvmlightData) -> None:
     np.testing.assert_array_equal(data.features, np.array([[0.5, -1, 300], [1, 0, 0], [0, 2.5, 1]], np.float32))
     assert data.features.dtype == np.float32
     np.testing.assert_array_equal(data.labels, [2, 0, 1])
@@ -343,19 +345,19 @@ def test_fuzz_arbitrary_text_parses_or_names_the_line(tmp_path, junk, chunk):
 
 
 def test_columns_presets_and_specs():
-    assert ltr.stream_columns("title", 136).tolist() == TITLE
-    assert ltr.stream_columns("body", 136).tolist() == BODY
-    assert ltr.stream_columns("title", 46).tolist() == [3, 8, 13, 18, 23, 28, 33, 38]
+    assert ltr_instance.stream_columns("title", 136).tolist() == TITLE
+    assert ltr_instance.stream_columns("body", 136).tolist() == BODY
+    assert ltr_instance.stream_columns("title", 46).tolist() == [3, 8, 13, 18, 23, 28, 33, 38]
     assert parse_columns(" Title ") == "title"
     assert parse_columns("126-128, 3") == "3,126,127,128"
     assert parse_columns([8, 3]) == "3,8"
-    assert ltr.resolve_columns("auto", 136)[1] == "title"
-    assert ltr.resolve_columns("auto", 46) == (None, "all")
+    assert ltr_instance.resolve_columns("auto", 136)[1] == "title"
+    assert ltr_instance.resolve_columns("auto", 46) == (None, "all")
     for bad in ("", "3,,4", "5-2", "0", "1,1", "x", 3.5, [1, "a"]):
         with pytest.raises(ValueError, match="columns"):
             parse_columns(bad)
     with pytest.raises(ValueError, match="layout"):
-        ltr.stream_columns("title", 50)
+        ltr_instance.stream_columns("title", 50)
 
 
 def test_params_validation():
@@ -379,15 +381,15 @@ def test_resolve_files(tmp_path):
     write(tmp_path, "root/Fold1/vali.txt", "1 qid:2 1:1\n")
     write(tmp_path, "root/Fold2/train.txt", "1 qid:1 1:1\n")
     root = tmp_path / "root"
-    assert [p.name for p in ltr.resolve_files(str(root))] == ["train.txt", "vali.txt"]
-    assert [p.parent.name for p in ltr.resolve_files(str(root), "Fold2/*.txt")] == ["Fold2"]
-    assert ltr.resolve_files(str(root / "Fold1" / "vali.txt")) == [(root / "Fold1" / "vali.txt").resolve()]
+    assert [p.name for p in ltr_instance.resolve_files(str(root))] == ["train.txt", "vali.txt"]
+    assert [p.parent.name for p in ltr_instance.resolve_files(str(root), "Fold2/*.txt")] == ["Fold2"]
+    assert ltr_instance.resolve_files(str(root / "Fold1" / "vali.txt")) == [(root / "Fold1" / "vali.txt").resolve()]
     with pytest.raises(FileNotFoundError):
-        ltr.resolve_files(str(root), "*.csv")
+        ltr_instance.resolve_files(str(root), "*.csv")
     with pytest.raises(FileNotFoundError):
-        ltr.resolve_files(str(tmp_path / "missing"))
+        ltr_instance.resolve_files(str(tmp_path / "missing"))
     with pytest.raises(ValueError, match="glob"):
-        ltr.resolve_files(str(root / "Fold1" / "vali.txt"), "*.txt")
+        ltr_instance.resolve_files(str(root / "Fold1" / "vali.txt"), "*.txt")
 
 
 # -- a small synthetic instance ------------------------------------------------------------------
@@ -539,7 +541,7 @@ def test_instance_errors(tmp_path):
 
 @needs_mslr
 def test_mslr_sample_instance(tmp_path):
-    inst = build_instance(ltr.resolve_files(str(MSLR)), cache_dir=tmp_path)  # columns "auto" -> title
+    inst = build_instance(ltr_instance.resolve_files(str(MSLR)), cache_dir=tmp_path)  # columns "auto" -> title
     rep = inst.report
     assert inst.dim == 25 and inst.theta.shape == (25,) and inst.columns.tolist() == TITLE
     assert rep["column_preset"] == "title" and rep["layout"] == "MSLR-WEB"
@@ -554,7 +556,7 @@ def test_mslr_sample_instance(tmp_path):
     assert inst.n_queries == 84 and inst.n_docs == 10_000 - 45 - 26
     assert [f["lines"] for f in rep["files"]] == [5000, 5000]
     assert all(len(f["sha256"]) == 64 for f in rep["files"])
-    body = build_instance(ltr.resolve_files(str(MSLR)), columns="body", cache_dir=None)
+    body = build_instance(ltr_instance.resolve_files(str(MSLR)), columns="body", cache_dir=None)
     assert body.columns.tolist() == BODY and body.dim == 25
 
 
@@ -574,7 +576,7 @@ def test_mslr_default_environment_splits_queries(tmp_path):
 
 @needs_letor
 def test_letor_mq2008_instance(tmp_path):
-    inst = build_instance(ltr.resolve_files(str(LETOR)), cache_dir=tmp_path)  # "auto" -> all 46 columns
+    inst = build_instance(ltr_instance.resolve_files(str(LETOR)), cache_dir=tmp_path)  # "auto" -> all 46 columns
     rep = inst.report
     assert inst.dim == 46 and inst.columns.tolist() == list(range(1, 47)) and rep["layout"] == "LETOR 4.0"
     assert inst.n_queries == 156 + 157 and inst.n_docs == 2874 + 2707
@@ -584,7 +586,7 @@ def test_letor_mq2008_instance(tmp_path):
     assert np.linalg.norm(inst.features.astype(np.float64), axis=1).max() <= 1.0
     env = LearningToRank(env_rngs(0, [0]), LearningToRankParams(path=str(LETOR), cache_dir=str(tmp_path)))
     np.testing.assert_array_equal(np.sort(env.agent_queries), np.arange(inst.n_queries))
-    title = build_instance(ltr.resolve_files(str(LETOR)), columns="title", cache_dir=None)
+    title = build_instance(ltr_instance.resolve_files(str(LETOR)), columns="title", cache_dir=None)
     assert title.columns.tolist() == [3, 8, 13, 18, 23, 28, 33, 38]
 
 
@@ -630,10 +632,10 @@ def test_fast_parser_accepts_only_what_the_strict_parser_accepts(lines, selected
     if selected:
         colmap = np.full(13, -1, dtype=np.int64)
         colmap[[12, 1, 3]] = [0, 1, 2]
-    fast = ltr._parse_chunk_fast(raw, 1, colmap)
+    fast = svmlight._parse_chunk_fast(raw, 1, colmap)
     if fast is None:
         return
-    strict = ltr._parse_chunk_strict(raw, 1, colmap, Path("x.txt"), False)
+    strict = svmlight._parse_chunk_strict(raw, 1, colmap, Path("x.txt"), False)
     for name in ("labels", "qids", "lines", "pairs", "features"):
         np.testing.assert_array_equal(getattr(fast, name), getattr(strict, name))
     assert (fast.max_index, fast.comment_lines, fast.blank_lines) == (
