@@ -16,13 +16,16 @@ from fedbandits.privacy.discrete_gaussian import zcdp_epsilon
 from fedbandits.privacy.distributed_noise import (
     ModularCodec,
     calibrate_distributed,
+    composed_epsilon,
     data_bound,
     noise_bound,
     sample_shares,
     sum_epsilon,
     tau,
 )
+from fedbandits.privacy.factorization import factorize
 from fedbandits.privacy.guarantee import FORMAL, NOT_FORMAL
+from fedbandits.privacy.mechanisms import pack, unpack
 from fedbandits.protocols.distributed_dp import DistributedDPProtocol, SimulatedSecureSum
 from fedbandits.sim.runner import run_experiment
 
@@ -113,6 +116,63 @@ def test_server_noise_is_central_not_local() -> None:
         ddp = _cal(agents=agents, horizon=10_000, dim=10)
         ratio = math.sqrt(agents) * ddp.sigma_cov / ldp.sigma_cov
         assert 1.0 < ratio <= 1.1, (agents, ratio)
+
+
+# -- the factorized release ------------------------------------------------------------------------
+FACTORIZED = PrivacySpec("distributed-dp", 1.0, 1e-5, mechanism="factorized")
+
+
+def test_composition_of_equal_releases_is_the_tree_accounting() -> None:
+    """A profile of ``nodes`` identical releases is exactly sum_epsilon's ``nodes`` releases, and a
+    release with a smaller sensitivity costs less."""
+    args = (3000.0, 20, ((4000.0, 9000.0, 1),) * 7, 9, 1e-5)
+    assert composed_epsilon(*args) == pytest.approx(sum_epsilon(3000.0, 20, 4000.0, 9000.0, 9, 7, 1e-5), rel=1e-12)
+    smaller = composed_epsilon(3000.0, 20, ((4000.0, 9000.0, 1),) * 6 + ((2000.0, 4500.0, 1),), 9, 1e-5)
+    assert smaller < composed_epsilon(*args)
+
+
+def test_factorized_shares_follow_the_factor_column_and_lower_the_prefix_noise() -> None:
+    """K = 400 (T = 10,000, B = 25), M = 20, d = 10: message k - 1 of a user's batch carries b_k of its
+    change (plus the rounding term), the calibration is tight, and the largest prefix noise variance,
+    sigma^2 max_k ||A_k||^2, is below the tree's sigma^2 nodes (measured 8.0x lower: as for ldp)."""
+    tree = _cal(agents=20, horizon=10_000, dim=10)
+    fact = calibrate_distributed(FACTORIZED, agents=20, horizon=10_000, batch=25, dim=10)
+    column = factorize(400).encoder
+    assert fact.mechanism == "factorized" and len(fact.profile) == 400 and fact.nodes == 400
+    assert fact.profile[0] == pytest.approx((tree.l2, tree.l1), rel=1e-12)
+    r = (tree.l2 - math.sqrt(tree.width)) / math.sqrt(2.0)
+    assert fact.profile[-1][0] == pytest.approx(math.sqrt(2.0) * r * column[-1] + math.sqrt(tree.width), rel=1e-9)
+    assert fact.guarantee == FORMAL and fact.epsilon_spent == pytest.approx(1.0, rel=1e-6)
+    assert fact.epsilon_spent <= 1.0
+    shrunk = composed_epsilon(fact.share_sigma * 0.99, 20, fact.release_sensitivities(), fact.width, 1e-5)
+    assert shrunk > 1.0  # the smallest share that meets the target
+    tree_var = tree.sigma_cov**2 * tree.prefix_factor
+    fact_var = fact.sigma_cov**2 * fact.prefix_factor
+    assert tree.prefix_factor == tree.nodes and fact_var < tree_var / 4
+
+
+def test_factorized_messages_decode_to_the_exact_prefix_up_to_rounding() -> None:
+    """With the shares switched off (the audit's test hook), the server's prefix is C gamma up to the
+    grid: each decoded message sum is within M / 2 steps of M silos' B gamma, so the prefix within
+    sum_m a_m M / 2 steps (a_m <= 1: at most k M / 2)."""
+    spec = FACTORIZED
+    cal = calibrate_distributed(spec, agents=4, horizon=400, batch=25, dim=3)
+    protocol = DistributedDPProtocol(2, 4, 3, cal, [np.random.default_rng([0, r]) for r in range(2)], record=True)
+    protocol.randomizer.sigma = 1e-9  # every share is then 0
+    rng = np.random.default_rng(7)
+    total = np.zeros((2, 9))
+    steps = cal.steps(3)
+    for k in range(1, 17):
+        cov = rng.normal(size=(2, 4, 3, 3))
+        cov = cov + np.swapaxes(cov, -1, -2)
+        bias = rng.normal(size=(2, 4, 3))
+        prefix_cov, prefix_bias = protocol.sync(cov, bias)
+        total += pack(cov, bias).sum(axis=1)
+        got = pack(prefix_cov, prefix_bias)
+        assert np.all(np.abs(got - total) <= k * 4 * 0.5 * steps + 1e-9), k
+    exact_cov, _ = unpack(total, 3)
+    assert np.abs(prefix_cov - exact_cov).max() > 0  # rounding is real, not skipped
+    assert protocol.privacy_report()["mechanism"] == "factorized"
 
 
 # -- noise shares -----------------------------------------------------------------------------
@@ -276,14 +336,17 @@ def test_runs_are_bit_identical_across_workers_and_record_the_transcript() -> No
     assert a.report["guarantee"] == FORMAL and a.report["colluders"] == 1 and a.report["lazy"] is True
 
 
-@pytest.mark.slow  # ~20 s: 2 x 4,000 audited runs; CI runs it in its slow audit step
-def test_distributed_dp_is_in_the_audit_and_an_under_noised_share_is_flagged() -> None:
-    """The lazy-only audit row at eps = 2 (agents = 2, the aggregate view): shares shrunk to 0.3x
+@pytest.mark.slow  # ~20 s each: 2 x 4,000 audited runs; CI runs it in its slow audit step
+@pytest.mark.parametrize("mechanism", ["tree", "factorized"])
+def test_distributed_dp_is_in_the_audit_and_an_under_noised_share_is_flagged(mechanism: str) -> None:
+    """The lazy-only audit rows at eps = 2 (agents = 2, the aggregate view): shares shrunk to 0.3x
     raise the full-sensitivity pair's mu from ~0.43 to 1.45 (as for ldp,
     tests/test_audit_privacy.py), so 2,000 counted trials give a Clopper-Pearson bound above 2;
-    the calibrated shares stay consistent (measured 0.45)."""
-    assert any(c.view == "aggregate" for c in releases.default_cases())
-    algorithm = releases._fedlinucb("distributed-dp", True, epsilon=2.0)
+    the calibrated shares stay consistent (measured 0.45).  The factorized release spreads the
+    user over the messages with the factor's column, and the linear test sees all of them."""
+    views = [(c.view, c.algorithm.get("mechanism", "tree")) for c in releases.default_cases()]
+    assert ("aggregate", mechanism) in views
+    algorithm = releases._fedlinucb("distributed-dp", True, epsilon=2.0, mechanism=mechanism)
     case = AuditCase("ddp x0.3", algorithm, "aggregate", dataset="full-sensitivity", agents=2, noise_scale=0.3)
     shrunk = run_case(case, trials=2000, seed=0)
     assert shrunk.guarantee == FORMAL and shrunk.verdict == "violated" and shrunk.epsilon_lower_bound > 2.0

@@ -208,7 +208,7 @@ def test_factorized_is_in_the_audit_and_an_under_noised_release_is_flagged() -> 
     [
         ({"mechanism": "matrix"}, "mechanism must be one of 'tree', 'factorized', got 'matrix'"),
         ({"mechanism": "factorized", "protocol": "sdp-amplification"}, "mechanism 'factorized' needs protocol 'ldp'"),
-        ({"mechanism": "factorized", "protocol": "distributed-dp"}, "mechanism 'factorized' needs protocol 'ldp'"),
+        ({"mechanism": "factorized", "protocol": "sdp-vector-sum"}, "mechanism 'factorized' needs protocol 'ldp'"),
         ({"mechanism": "factorized", "calibration": "paper"}, "with calibration 'tight'"),
         ({"mechanism": "factorized", "protocol": "none"}, "mechanism 'factorized' applies to private protocols"),
     ],

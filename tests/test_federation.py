@@ -432,6 +432,9 @@ def test_spec_rejects_undeployable_configs() -> None:
 
     with pytest.raises(ConfigError, match="does not deploy"):
         _spec("ldp-prefix")
+    for protocol in ("ldp", "distributed-dp"):  # the factorized release runs in the simulator only
+        with pytest.raises(ConfigError, match="mechanism 'factorized' does not deploy yet"):
+            _spec(protocol, extra='mechanism = "factorized"')
     with pytest.raises(ConfigError, match="run must be"):
         make_spec(loads_config(_config()), run=3)
 

@@ -118,8 +118,7 @@ def prefix_noise_std(cal: NoiseCalibration | VectorSumCalibration | DistributedC
     times the largest number of noisy p-sums in a prefix (or the factorized decoder's row norm^2)."""
     if isinstance(cal, VectorSumCalibration):
         return cal.noise_std() * math.sqrt(cal.nodes)
-    factor = cal.prefix_factor if isinstance(cal, NoiseCalibration) else cal.nodes
-    return cal.sigma_cov * math.sqrt(agents * factor)
+    return cal.sigma_cov * math.sqrt(agents * cal.prefix_factor)
 
 
 def private_regularizer(

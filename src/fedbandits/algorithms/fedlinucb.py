@@ -49,8 +49,8 @@ class FedLinUCBParams(LinUCBParams):
     mechanism: str = field(
         default="tree",
         metadata={
-            "help": "ldp/ldp-prefix: 'tree' (noisy p-sums, the papers') or 'factorized' (square-root factorization "
-            "of the prefix-sum matrix: less noise for the same guarantee)"
+            "help": "ldp/ldp-prefix/distributed-dp: 'tree' (noisy p-sums, the papers') or 'factorized' (square-root "
+            "factorization of the prefix-sum matrix: less noise for the same guarantee)"
         },
     )
     colluders: int = field(

@@ -263,7 +263,7 @@ def _feducb(name: str, **extra: object) -> dict[str, Any]:
 
 def default_cases() -> list[AuditCase]:
     """Every private mode, lazy and not: FedLinUCB's five private protocols (distributed-dp is lazy
-    only) and the factorized release of ldp, FedUCB's Privatizer
+    only) and the factorized release of ldp and distributed-dp, FedUCB's Privatizer
     with the private schedule, decentralized FedUCB (epsilon = 1, delta = 1e-5, tight)."""
     cases = []
     fedlinucb_modes = (
@@ -298,6 +298,15 @@ def default_cases() -> list[AuditCase]:
             "aggregate",
             dataset="full-sensitivity",
             agents=2,  # the victim's silo and one more honest share
+        )
+    )
+    cases.append(
+        AuditCase(
+            "FedLinUCB distributed-dp, factorized release",
+            _fedlinucb("distributed-dp", True, mechanism="factorized"),
+            "aggregate",
+            dataset="full-sensitivity",
+            agents=2,
         )
     )
     cases.append(

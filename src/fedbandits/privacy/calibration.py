@@ -59,10 +59,11 @@ class PrivacySpec:
         check_choice("adjacency", self.adjacency, ADJACENCIES)
         check_choice("mechanism", self.mechanism, MECHANISMS)
         if self.mechanism == "factorized" and (
-            self.protocol not in ("ldp", "ldp-prefix") or self.calibration != "tight"
+            self.protocol not in ("ldp", "ldp-prefix", "distributed-dp") or self.calibration != "tight"
         ):
             raise ValueError(
-                "mechanism 'factorized' needs protocol 'ldp' or 'ldp-prefix' with calibration 'tight' "
+                "mechanism 'factorized' needs protocol 'ldp', 'ldp-prefix' or 'distributed-dp' with calibration "
+                "'tight' "
                 f"(got protocol {self.protocol!r}, calibration {self.calibration!r})"
             )
 

@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,6 +76,7 @@ from scipy import optimize
 from fedbandits.core.validation import check_float, check_int
 from fedbandits.privacy.calibration import PrivacySpec
 from fedbandits.privacy.discrete_gaussian import zcdp_epsilon
+from fedbandits.privacy.factorization import factorize
 from fedbandits.privacy.guarantee import certified
 from fedbandits.privacy.tree import max_nodes_per_datum
 
@@ -98,18 +100,32 @@ def sum_epsilon(share_sigma: float, honest: int, l2: float, l1: float, width: in
     the sum of ``honest`` i.i.d. N_Z(0, share_sigma^2) shares; Proposition 14 and Renyi
     composition, converted to (epsilon, delta) (module docstring).  ``inf`` if nobody is honest.
     """
+    return composed_epsilon(share_sigma, honest, ((l2, l1, nodes),), width, delta)
+
+
+def composed_epsilon(
+    share_sigma: float, honest: int, releases: Sequence[tuple[float, float, int]], width: int, delta: float
+) -> float:
+    """As :func:`sum_epsilon` for releases of different sensitivities: ``releases`` lists
+    (l2, l1, count), ``count`` releases of that sensitivity.  Renyi divergences of the same order
+    add, so each of Prop. 14's three bounds is summed over the releases before the conversion."""
     if honest < 1:
         return math.inf
     if share_sigma < 0.5:
         raise ValueError(f"the per-silo noise is {share_sigma:.4g} grid steps; KLS21 Prop. 14 needs >= 0.5")
     t = tau(share_sigma, honest)
     scale = math.sqrt(honest) * share_sigma
-    forms = (
-        (l2**2 / scale**2, t * width),
-        (l2**2 / scale**2 + 2.0 * l1 * t / scale + t**2 * width, 0.0),
-        ((l2 / scale + t * math.sqrt(width)) ** 2, 0.0),
-    )
-    return min(zcdp_epsilon(nodes * two_rho / 2.0, delta) + nodes * const for two_rho, const in forms)
+    totals = [[0.0, 0.0], [0.0, 0.0], [0.0, 0.0]]
+    for l2, l1, count in releases:
+        forms = (
+            (l2**2 / scale**2, t * width),
+            (l2**2 / scale**2 + 2.0 * l1 * t / scale + t**2 * width, 0.0),
+            ((l2 / scale + t * math.sqrt(width)) ** 2, 0.0),
+        )
+        for total, (two_rho, const) in zip(totals, forms, strict=True):
+            total[0] += count * two_rho
+            total[1] += count * const
+    return min(zcdp_epsilon(two_rho / 2.0, delta) + const for two_rho, const in totals)
 
 
 @dataclass(frozen=True)
@@ -172,6 +188,24 @@ class DistributedCalibration:
     epsilon_worst: float  # colluders and ``dropouts`` missing shares: the calibrated case
     guarantee: str
     guarantee_reason: str
+    mechanism: str = "tree"
+    #: factorized: the per-user sensitivities (l2, l1) of the messages one user enters, one per
+    #: release (the tree: empty, ``nodes`` releases of (l2, l1))
+    profile: tuple[tuple[float, float], ...] = ()
+
+    @property
+    def prefix_factor(self) -> float:
+        """The largest prefix noise variance per unit share variance and silo: the tree's ``nodes``
+        (a bound on popcount), the factorized decoder's max_k ||A[k, :]||^2."""
+        if self.mechanism == "factorized":
+            return float(factorize(self.releases).prefix_variance().max())
+        return float(self.nodes)
+
+    def release_sensitivities(self) -> tuple[tuple[float, float, int], ...]:
+        """(l2, l1, count) of the releases one user enters, for :func:`composed_epsilon`."""
+        if self.profile:
+            return tuple((l2, l1, 1) for l2, l1 in self.profile)
+        return ((self.l2, self.l1, self.nodes),)
 
     @property
     def sigma_cov(self) -> float:
@@ -192,7 +226,7 @@ class DistributedCalibration:
 
     def epsilon_with(self, honest: int) -> float:
         """epsilon at the server when ``honest`` silos' shares arrived and are unknown to it."""
-        return sum_epsilon(self.share_sigma, honest, self.l2, self.l1, self.width, self.nodes, self.delta)
+        return composed_epsilon(self.share_sigma, honest, self.release_sensitivities(), self.width, self.delta)
 
     def report(self) -> dict[str, object]:
         return {
@@ -202,6 +236,7 @@ class DistributedCalibration:
             "delta": self.delta,
             "releases": self.releases,
             "nodes": self.nodes,
+            "mechanism": self.mechanism,
             "epsilon_spent": self.epsilon_spent,
             "guarantee": self.guarantee,
             "guarantee_reason": self.guarantee_reason,
@@ -277,7 +312,7 @@ def calibrate_distributed(
             f"got {colluders} + {dropouts}"
         )
     releases = horizon // batch
-    nodes = max_nodes_per_datum(releases)
+    tree_nodes = max_nodes_per_datum(releases)
     sens = spec.sensitivity()
     n_tri, width = dim * (dim + 1) // 2, dim * (dim + 1) // 2 + dim
     g = (
@@ -289,9 +324,23 @@ def calibrate_distributed(
     r = sens.cov / g
     l2 = math.sqrt(2.0) * r + math.sqrt(width)
     l1 = (math.sqrt(n_tri) + math.sqrt(dim)) * r + width
+    profile: tuple[tuple[float, float], ...] = ()
+    if spec.mechanism == "factorized":
+        # message k carries b_{k-j} times the user's change (rounded: + the rounding term), for the
+        # releases k >= j within the band; j = 1 enters the most, with the largest coefficients
+        column = factorize(releases).encoder
+        profile = tuple(
+            (math.sqrt(2.0) * r * b + math.sqrt(width), (math.sqrt(n_tri) + math.sqrt(dim)) * r * b + width)
+            for b in column
+        )
+        sensitivities: tuple[tuple[float, float, int], ...] = tuple((a, b, 1) for a, b in profile)
+        nodes = len(profile)
+    else:
+        sensitivities = ((l2, l1, tree_nodes),)
+        nodes = tree_nodes
 
     def spent(log_sigma: float) -> float:
-        return sum_epsilon(math.exp(log_sigma), honest, l2, l1, width, nodes, spec.delta)
+        return composed_epsilon(math.exp(log_sigma), honest, sensitivities, width, spec.delta)
 
     lo = math.log(0.5)
     if spent(lo) > spec.epsilon:
@@ -305,7 +354,7 @@ def calibrate_distributed(
     else:
         share_sigma = 0.5  # Prop. 14's smallest parameter already meets the target
     needed = required_bits(
-        data_bound(agents, horizon, spec, g, g_bias), noise_bound(agents, nodes, share_sigma, width, releases)
+        data_bound(agents, horizon, spec, g, g_bias), noise_bound(agents, tree_nodes, share_sigma, width, releases)
     )
     if needed > MAX_BITS:
         raise ValueError(
@@ -319,12 +368,17 @@ def calibrate_distributed(
             f"modulus_bits must be an integer in [{needed}, {MAX_BITS}] for these bounds (a sum could overflow "
             f"2^{bits}), got {bits}"
         )
-    epsilon_worst = sum_epsilon(share_sigma, honest, l2, l1, width, nodes, spec.delta)
+    epsilon_worst = composed_epsilon(share_sigma, honest, sensitivities, width, spec.delta)
+    releases_entered = (
+        f"{nodes} factorized messages (square-root factor, DMRST22 Thm 2.1 for adaptive streams)"
+        if profile
+        else f"{nodes} tree nodes"
+    )
     guarantee, reason = certified(
         epsilon_worst,
         spec.epsilon,
         spec.delta,
-        f"distributed discrete Gaussian (KLS21 Prop. 14) over {nodes} tree nodes, {honest} honest shares "
+        f"distributed discrete Gaussian (KLS21 Prop. 14) over {releases_entered}, {honest} honest shares "
         f"({colluders} colluders, {dropouts} dropouts tolerated)",
     )
     return DistributedCalibration(
@@ -344,11 +398,13 @@ def calibrate_distributed(
         l2=l2,
         l1=l1,
         width=width,
-        epsilon_spent=sum_epsilon(share_sigma, agents, l2, l1, width, nodes, spec.delta),
-        epsilon_colluders=sum_epsilon(share_sigma, agents - colluders, l2, l1, width, nodes, spec.delta),
+        epsilon_spent=composed_epsilon(share_sigma, agents, sensitivities, width, spec.delta),
+        epsilon_colluders=composed_epsilon(share_sigma, agents - colluders, sensitivities, width, spec.delta),
         epsilon_worst=epsilon_worst,
         guarantee=guarantee,
         guarantee_reason=reason,
+        mechanism=spec.mechanism,
+        profile=profile,
     )
 
 

@@ -150,6 +150,30 @@ def honaker_prefix_variance(releases: int) -> np.ndarray:
     return bits @ v
 
 
+class BandedEncoder:
+    """B gamma for every silo, release by release: keeps the last ``band`` batches (a ring buffer)."""
+
+    def __init__(self, shape: tuple[int, ...], factorization: Factorization) -> None:
+        self.factorization = factorization
+        self.batches = np.zeros((factorization.band, *shape))
+        self.k = 0
+
+    def encode(self, gamma: np.ndarray) -> np.ndarray:
+        """(B gamma)_k for release k = k + 1, with ``gamma`` its batch (shape ``shape``)."""
+        f = self.factorization
+        if self.k >= f.releases:
+            raise ValueError(
+                f"the factorization was planned for {f.releases} releases; release {self.k + 1} exceeds it"
+            )
+        k = self.k + 1
+        pos = (k - 1) % f.band
+        self.batches[pos] = gamma
+        # slot s holds gamma_{k - ((pos - s) mod band)}; slots not yet written hold zeros
+        coefficients = f.encoder[(pos - np.arange(f.band)) % f.band]
+        self.k = k
+        return np.tensordot(coefficients, self.batches, axes=1)
+
+
 class FactorizedRandomizer:
     """Every silo's encoder for R runs x M silos: release k is (B gamma)_k + z_k.
 
@@ -171,7 +195,7 @@ class FactorizedRandomizer:
         self.silo_rngs = silo_rngs
         self.factorization = factorization
         width = self.sigma.size
-        self.batches = np.zeros((factorization.band, n_runs, n_silos, width))  # ring buffer
+        self.encoder = BandedEncoder((n_runs, n_silos, width), factorization)
         self.decoder = FactorizedAnalyzer((n_runs, n_silos, width), factorization) if keep_prefix else None
         self.k = 0
 
@@ -181,21 +205,11 @@ class FactorizedRandomizer:
 
     def release(self, gamma: np.ndarray) -> np.ndarray:
         """Release k = k + 1 of every silo, shape ``(R, M, P)``: its encoded batches plus fresh noise."""
-        if self.k >= self.releases:
-            raise ValueError(
-                f"the factorization was planned for {self.releases} releases; release {self.k + 1} exceeds it"
-            )
-        f = self.factorization
-        k = self.k + 1
-        pos = (k - 1) % f.band
-        self.batches[pos] = gamma
-        # slot s holds gamma_{k - ((pos - s) mod band)}; slots not yet written hold zeros
-        coefficients = f.encoder[(pos - np.arange(f.band)) % f.band]
-        encoded = np.tensordot(coefficients, self.batches, axes=1)
+        encoded = self.encoder.encode(gamma)
         message = encoded + silo_noise(self.silo_rngs, gamma.shape[-1]) * self.sigma
         if self.decoder is not None:
             self.decoder.release_sum(message)
-        self.k = k
+        self.k = self.encoder.k
         return message
 
     def prefix(self) -> np.ndarray:

@@ -9,6 +9,13 @@
 * A (the server): the centred decoding of that sum, rescaled, is the synchronised node p-sum;
   prefix sums are released as in Algorithm 2.
 
+With ``mechanism = "factorized"`` R encodes (B gamma)_k, the square-root factor applied to the
+silo's batches (:class:`fedbandits.privacy.factorization.BandedEncoder`), instead of the node
+p-sum, and A decodes the prefix with the other factor; the calibration composes the messages one
+user enters with their own sensitivities (:func:`fedbandits.privacy.distributed_noise.calibrate_distributed`).
+A message lost to a dropout is missing from every later prefix with weight a_{k'-k} (the tree
+instead recovers that data at the next higher node).
+
 Agents act on the released prefixes only: the protocol is lazy by construction
 (:class:`fedbandits.algorithms.fedlinucb.FedLinUCBParams` refuses ``lazy = false`` with it).
 
@@ -27,6 +34,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from fedbandits.privacy.distributed_noise import DistributedCalibration, ModularCodec, sample_shares
+from fedbandits.privacy.factorization import BandedEncoder, Factorization, FactorizedAnalyzer, factorize
 from fedbandits.privacy.guarantee import NOT_FORMAL
 from fedbandits.privacy.mechanisms import pack, packed_width, protocol_streams, unpack
 from fedbandits.privacy.tree import lowest_set_bit, max_nodes_per_datum, prefix_levels
@@ -49,6 +57,7 @@ class DistributedRandomizer:
         sigma: float,
         rngs: Sequence[np.random.Generator],
         releases: int,
+        factorization: Factorization | None = None,
     ) -> None:
         if len(rngs) != n_runs:
             raise ValueError(f"need one Generator per run ({n_runs}), got {len(rngs)}")
@@ -56,8 +65,11 @@ class DistributedRandomizer:
         self.sigma = sigma
         self.silo_rngs = [rng.spawn(n_silos) for rng in rngs]
         self.releases = releases
+        shape = (n_runs, n_silos, codec.steps.size)
+        #: factorized: the silos' (B gamma)_k instead of the tree's node p-sums
+        self.encoder = None if factorization is None else BandedEncoder(shape, factorization)
         self.levels = max_nodes_per_datum(releases)
-        self.exact = np.zeros((self.levels, n_runs, n_silos, codec.steps.size))
+        self.exact = np.zeros((self.levels if self.encoder is None else 0, *shape))
         self.k = 0
 
     def release(self, gamma: np.ndarray) -> np.ndarray:
@@ -73,6 +85,10 @@ class DistributedRandomizer:
         self._absorb(np.zeros(self.exact.shape[1:]))
 
     def _absorb(self, gamma: np.ndarray) -> np.ndarray:
+        """The data part of release k + 1: the tree's node p-sum, or the factorized (B gamma)_k."""
+        if self.encoder is not None:
+            self.k += 1
+            return self.encoder.encode(gamma)
         k = self.k + 1
         level = lowest_set_bit(k)
         node = gamma + self.exact[:level].sum(axis=0)
@@ -104,6 +120,23 @@ class ModularTreeAnalyzer:
         self.synced[:level] = 0
         self.k = k
         return self.codec.decode(self.synced[level]), self.codec.decode(self.synced[prefix_levels(k)].sum(axis=0))
+
+
+class ModularFactorizedAnalyzer:
+    """The server's A for a factorized release: decoded message sums, and the prefix A (their sum)."""
+
+    def __init__(self, n_runs: int, codec: ModularCodec, factorization: Factorization) -> None:
+        self.codec = codec
+        self.decoder = FactorizedAnalyzer((n_runs, codec.steps.size), factorization)
+
+    @property
+    def k(self) -> int:
+        return self.decoder.k
+
+    def release(self, total: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Take release k + 1's modular sum ``(R, P)``; return (its decoded message sum, the prefix), data units."""
+        message_sum = self.codec.decode(self.codec.centred(total))
+        return message_sum, self.decoder.release_sum(message_sum)
 
 
 class SimulatedSecureSum:
@@ -165,11 +198,22 @@ class DistributedDPProtocol(Protocol):
         self.calibration = calibration
         self.codec = calibration.codec(dim)
         streams = [protocol_streams(rng) for rng in rngs]
+        factor = factorize(calibration.releases) if calibration.mechanism == "factorized" else None
         self.randomizer = DistributedRandomizer(
-            n_runs, n_agents, self.codec, calibration.share_sigma, [noise for noise, _ in streams], calibration.releases
+            n_runs,
+            n_agents,
+            self.codec,
+            calibration.share_sigma,
+            [noise for noise, _ in streams],
+            calibration.releases,
+            factor,
         )
         self.secure_sum = SimulatedSecureSum(n_runs, n_agents, calibration.bits, [masks for _, masks in streams])
-        self.analyzer = ModularTreeAnalyzer(n_runs, self.codec, calibration.releases)
+        self.analyzer: ModularTreeAnalyzer | ModularFactorizedAnalyzer = (
+            ModularTreeAnalyzer(n_runs, self.codec, calibration.releases)
+            if factor is None
+            else ModularFactorizedAnalyzer(n_runs, self.codec, factor)
+        )
         self.min_present = n_agents
         self.short_rounds = 0  # rounds with more missing silos than ``dropouts`` provisions for
         self.transcript: list[dict[str, object]] | None = [] if record else None
