@@ -8,7 +8,8 @@ import pytest
 from fedbandits import config_from_dict
 from fedbandits.algorithms.club import _RidgeBank
 from fedbandits.algorithms.clustering import ClusteredPolicy, UserStructure
-from fedbandits.algorithms.fclub import CDPFCLUBDC, FCLUBDC, CDPFCLUBDCParams, FCLUBDCParams
+from fedbandits.algorithms.fclub import CDPFCLUBDC, FCLUBDC
+from fedbandits.algorithms.fclub_params import CDPFCLUBDCParams, FCLUBDCParams
 from fedbandits.envs.clustered import ClusteredSynthetic, ClusteredSyntheticParams
 from fedbandits.sim.runner import run_experiment
 from fedbandits.sim.seeding import env_rngs

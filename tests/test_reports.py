@@ -9,7 +9,7 @@ import pytest
 
 from fedbandits import config_from_dict
 from fedbandits.algorithms.base import MergeRule, Policy
-from fedbandits.algorithms.fclub import privacy_guarantee
+from fedbandits.algorithms.fclub_params import privacy_guarantee
 from fedbandits.registry import ALGORITHMS, calibrate_protocol
 from fedbandits.sim.reports import ReportMergeError, default_rule, merge_reports
 from fedbandits.sim.runner import run_experiment, simulate_runs

@@ -235,16 +235,11 @@ PROTOCOLS: dict[str, Entry] = {
 # --- clustering of bandits (FCLUB, Liu et al. 2022) ---
 from fedbandits.algorithms.club import CLUB, SCLUB, CLUBParams, PerUserLinUCB, SCLUBParams  # noqa: E402
 from fedbandits.algorithms.clustering import ClusterUCBParams, UserStructure  # noqa: E402
-from fedbandits.algorithms.fclub import (  # noqa: E402
-    CDPFCLUBDC,
-    FCLUB,
-    FCLUBDC,
+from fedbandits.algorithms.fclub import CDPFCLUBDC, FCLUB, FCLUBDC, FCLUBBase, Homo, HomoDC  # noqa: E402
+from fedbandits.algorithms.fclub_params import (  # noqa: E402
     CDPFCLUBDCParams,
-    FCLUBBase,
     FCLUBDCParams,
     FCLUBParams,
-    Homo,
-    HomoDC,
     HomoDCParams,
     HomoParams,
 )

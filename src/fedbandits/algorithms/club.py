@@ -43,20 +43,9 @@ from fedbandits.algorithms.clustering import (
     components,
     confidence_width_f,
 )
-from fedbandits.algorithms.fclub import Homo, HomoDC, HomoDCParams, HomoParams
 from fedbandits.core.validation import check_float
 
-__all__ = [
-    "CLUB",
-    "SCLUB",
-    "CLUBParams",
-    "Homo",
-    "HomoDC",
-    "HomoDCParams",
-    "HomoParams",
-    "PerUserLinUCB",
-    "SCLUBParams",
-]
+__all__ = ["CLUB", "SCLUB", "CLUBParams", "PerUserLinUCB", "SCLUBParams"]
 
 
 @dataclass(frozen=True)

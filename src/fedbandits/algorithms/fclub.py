@@ -1,7 +1,9 @@
 """Phase-based federated clustering of bandits: CDP-FCLUB-DC, FCLUB-DC, FCLUB, Homo, Homo-DC.
 
 Liu, Zhang, Wang, Li & Lui (2022), "Federated online clustering of bandits", Algorithms 1-5.
-Line numbers below refer to those algorithms.
+Line numbers below refer to those algorithms.  This module holds the policies (:class:`FCLUBBase`
+and its variants); their parameters and the guarantee label are in
+:mod:`fedbandits.algorithms.fclub_params`, the state of one run in :mod:`fedbandits.algorithms.fclub_state`.
 
 Time and phases
 ---------------
@@ -77,7 +79,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
@@ -91,193 +92,20 @@ from fedbandits.algorithms.clustering import (
     components,
     confidence_width_f,
 )
-from fedbandits.core.validation import check_choice, check_float
+from fedbandits.algorithms.fclub_params import CDPFCLUBDCParams, privacy_guarantee
+from fedbandits.algorithms.fclub_state import LOG_CAPACITY, FCLUBRunState
 from fedbandits.privacy.cluster_tree import (
-    CALIBRATIONS,
     ClusterTreePrivatizer,
     composed_epsilon,
     node_variance,
     rho_bound,
     tree_nodes,
 )
-from fedbandits.privacy.guarantee import NOT_FORMAL
-
-_LOG_CAPACITY = 8192
-
-
-#: why CDP-FCLUB-DC's releases are not covered by its calibration
-UNCOVERED = (
-    "upload timing and cluster membership read raw data (side channel measured by `fedbandits audit schedule "
-    "--algorithm cdp-fclub-dc`), and each local server picks its later users' arms from unreleased local data"
-)
-
-
-def privacy_guarantee(spent: float, epsilon: float) -> tuple[str, str]:
-    """(``guarantee``, ``guarantee_reason``) of a CDP-FCLUB-DC report.
-
-    Never "formal": the noisy sums are calibrated per (server, cluster) tree, but *when* they are
-    uploaded and to which cluster depend on raw data, and local decisions read unreleased data
-    (:mod:`fedbandits.privacy.guarantee`).  The reason says whether the sums alone meet the target.
-    """
-    meets = "meet" if spent <= epsilon else "exceed"
-    sums = f"the noisy sums alone {meets} the target (epsilon_spent {spent:.6g} vs {epsilon:g})"
-    return NOT_FORMAL, f"{UNCOVERED}; {sums}"
-
-
-@dataclass(frozen=True)
-class HomoParams(ClusterUCBParams):
-    """Homo: all users one cluster, synchronous communication."""
-
-
-@dataclass(frozen=True)
-class HomoDCParams(HomoParams):
-    """Homo-DC: all users one cluster, delayed (det-ratio triggered) communication."""
-
-    upload: float = field(default=1.5, metadata={"help": "upload threshold U > 1 (Eq. 5)"})
-    download: float = field(default=1.5, metadata={"help": "download threshold D > 1 (Eq. 6)"})
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_float("upload", self.upload, low=1.0, low_open=True)
-        check_float("download", self.download, low=1.0, low_open=True)
-
-
-@dataclass(frozen=True)
-class FCLUBParams(ClusterUCBParams):
-    """FCLUB (synchronous): cluster detection with instant sharing inside global clusters."""
-
-    alpha1: float = field(default=1.5, metadata={"help": "edge-deletion parameter alpha_1 > 0 (Eq. 3)"})
-    alpha2: float = field(default=1.5, metadata={"help": "merge parameter alpha_2 > 0 (Eq. 4)"})
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_float("alpha1", self.alpha1, low=0.0, low_open=True)
-        check_float("alpha2", self.alpha2, low=0.0, low_open=True)
-
-
-@dataclass(frozen=True)
-class FCLUBDCParams(FCLUBParams):
-    """FCLUB-DC: cluster detection with delayed (det-ratio triggered) communication."""
-
-    upload: float = field(default=1.5, metadata={"help": "upload threshold U > 1 (Eq. 5)"})
-    download: float = field(default=1.5, metadata={"help": "download threshold D > 1 (Eq. 6)"})
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_float("upload", self.upload, low=1.0, low_open=True)
-        check_float("download", self.download, low=1.0, low_open=True)
-
-
-@dataclass(frozen=True)
-class CDPFCLUBDCParams(FCLUBDCParams):
-    """CDP-FCLUB-DC: FCLUB-DC with tree-privatized uploads (Algorithms 1-5)."""
-
-    epsilon: float = field(default=1.0, metadata={"help": "per-tree privacy target epsilon > 0"})
-    delta: float = field(default=0.1, metadata={"help": "privacy delta in (0, 1)"})
-    calibration: str = field(
-        default="paper", metadata={"help": "'paper' (nu = ceil(log2(t_c+1)) + 1) or 'exact' (floor + 1)"}
-    )
-    rho_scale: float = field(default=1.0, metadata={"help": "multiplier of rho of Eq. (7), > 0 (1 = the paper)"})
-    feature_bound: float = field(default=1.0, metadata={"help": "clip ||x|| to this L > 0"})
-    reward_bound: float = field(default=1.0, metadata={"help": "clip rewards to [0, B], B > 0"})
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_float("epsilon", self.epsilon, low=0.0, low_open=True)
-        check_float("delta", self.delta, low=0.0, high=1.0, low_open=True, high_open=True)
-        check_choice("calibration", self.calibration, CALIBRATIONS)
-        check_float("rho_scale", self.rho_scale, low=0.0, low_open=True)
-        check_float("feature_bound", self.feature_bound, low=0.0, low_open=True)
-        check_float("reward_bound", self.reward_bound, low=0.0, low_open=True)
 
 
 def _logdet(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     sign, value = np.linalg.slogdet(a)
     return sign, value
-
-
-class _Run:
-    """The state of one run: users, local/global clusters, buffers, privatizers, counters."""
-
-    # Set by FCLUBBase._renew at the first detection (before arrival 1), then updated in place;
-    # c indexes local clusters (n_lc), k global clusters (n_gc).
-    gc_sizes: list[int]  # members (local clusters) of global cluster k
-    Sg: np.ndarray  # (n_gc, d, d) global Gram S^g_k
-    ug: np.ndarray  # (n_gc, d) global bias
-    Tg: np.ndarray  # (n_gc,) global counts
-    logdet_g: np.ndarray  # (n_gc,) log det S^g_k
-    S: np.ndarray  # (n_lc, d, d) local copy S^l_c
-    u: np.ndarray  # (n_lc, d) local copy of the bias
-    Tl: np.ndarray  # (n_lc,) local copy of the count
-    logdet_l: np.ndarray  # (n_lc,) log det S^l_c
-    bufS: np.ndarray  # (n_lc, d, d) upload buffer dS
-    bufu: np.ndarray  # (n_lc, d) upload buffer of the bias
-    bufT: list[int]  # upload buffer of the count
-    hbar_norm: list[float]  # ||h_bar_c|| (0 when non-private)
-    Ainv: np.ndarray  # (n_lc, d, d) (S^l + dS)^{-1}
-    ratio: list[float]  # log det(S^l + dS) - log det S^l
-    proj: np.ndarray  # (n_lc, d, d + 1) float32 [S^l^{-1} | theta]
-    beta: list[float]  # confidence radius per local cluster
-    # private only: the current and the pre-drawn next noise of every local cluster's tree
-    Hbar: np.ndarray  # (n_lc, d, d)
-    hbar: np.ndarray  # (n_lc, d)
-    Hnext: np.ndarray  # (n_lc, d, d)
-    hnext: np.ndarray  # (n_lc, d)
-    # synchronous (U = D = 1) only: caches of the global statistics
-    ginv: np.ndarray  # (n_gc, d, d) S^g^{-1}
-    gproj: np.ndarray  # (n_gc, d, d + 1) float32 [S^g^{-1} | theta^g]
-    gbeta: list[float]  # confidence radius per global cluster
-
-    def __init__(self, n: int, dim: int, servers: Sequence[np.ndarray], rng: np.random.Generator) -> None:
-        self.rng = rng
-        self.V = np.zeros((n, dim, dim))
-        self.b = np.zeros((n, dim))
-        self.T = np.zeros(n, dtype=np.int64)
-        self.log_u = np.zeros(_LOG_CAPACITY, dtype=np.int64)
-        self.log_x = np.zeros((_LOG_CAPACITY, dim))
-        self.log_y = np.zeros(_LOG_CAPACITY)
-        self.log_n = 0
-        self.adj = []
-        for members in servers:
-            a = np.ones((members.size, members.size), dtype=bool)
-            np.fill_diagonal(a, False)
-            self.adj.append(a)
-        self.started = False
-        self.key: frozenset[frozenset[int]] = frozenset()
-        self.n_lc = 0
-        self.n_gc = 0
-        self.lc_of_user = np.zeros(n, dtype=np.int64)
-        self.lc_list: list[int] = []
-        self.gc_list: list[int] = []
-        self.gc_members: list[np.ndarray] = []
-        self.trees: list[ClusterTreePrivatizer] = []
-        self.compositions = np.zeros(n, dtype=np.int64)
-        self.current = 0
-        self.uploads_phase = 0
-        self.uploads_async = 0
-        self.downloads_async = 0
-        self.downloads_renewal = 0
-        self.renewals = 0
-        self.non_pd = 0
-        self.ari: list[tuple[int, float]] = []
-
-    def flush(self) -> None:
-        """Add the logged arrivals to the users' (V_i, b_i) (Algorithm 1, line 13), grouped by user."""
-        n = self.log_n
-        if n == 0:
-            return
-        users = self.log_u[:n]
-        order = np.argsort(users, kind="stable")
-        us = users[order]
-        xs = self.log_x[:n][order]
-        ys = self.log_y[:n][order]
-        starts = np.flatnonzero(np.concatenate(([True], us[1:] != us[:-1])))
-        d = xs.shape[1]
-        outer = (xs[:, :, None] * xs[:, None, :]).reshape(n, d * d)
-        who = us[starts]
-        self.V.reshape(-1, d * d)[who] += np.add.reduceat(outer, starts, axis=0)
-        self.b[who] += np.add.reduceat(xs * ys[:, None], starts, axis=0)
-        self.log_n = 0
 
 
 class FCLUBBase(ClusteredPolicy):
@@ -371,7 +199,7 @@ class FCLUBBase(ClusteredPolicy):
         else:
             self.shift = self.reg
             self.rho_min = self.rho_max = self.reg
-        self.states = [_Run(users.n_users, dim, users.server_users, rng) for rng in noise_rngs[:n_runs]]
+        self.states = [FCLUBRunState(users.n_users, dim, users.server_users, rng) for rng in noise_rngs[:n_runs]]
 
     # -- confidence radius ------------------------------------------------------------------
     def _beta(self, count: float, members: int, clusters: int, hbar_norm: float) -> float:
@@ -393,7 +221,7 @@ class FCLUBBase(ClusteredPolicy):
             for r, st in enumerate(self.states):
                 self._detect(r, st, t)
 
-    def _local_clusters(self, st: _Run) -> tuple[int, np.ndarray]:
+    def _local_clusters(self, st: FCLUBRunState) -> tuple[int, np.ndarray]:
         """Algorithm 2, line 3: edge deletion by Eq. (3) on every server graph, then components."""
         n = self.users.n_users
         if not self.clustering:
@@ -414,7 +242,7 @@ class FCLUBBase(ClusteredPolicy):
             offset += count
         return offset, labels
 
-    def _detect(self, r: int, st: _Run, t: int) -> None:
+    def _detect(self, r: int, st: FCLUBRunState, t: int) -> None:
         st.flush()
         d, n = self.dim, self.users.n_users
         n_lc, labels = self._local_clusters(st)
@@ -469,7 +297,7 @@ class FCLUBBase(ClusteredPolicy):
     def _renew(
         self,
         r: int,
-        st: _Run,
+        st: FCLUBRunState,
         n_lc: int,
         labels: np.ndarray,
         n_gc: int,
@@ -573,7 +401,7 @@ class FCLUBBase(ClusteredPolicy):
         st.log_x[p] = x
         st.log_y[p] = y
         st.log_n = p + 1
-        if p + 1 == _LOG_CAPACITY:
+        if p + 1 == LOG_CAPACITY:
             st.flush()
         st.T[user] += 1
         c = st.current
@@ -599,7 +427,7 @@ class FCLUBBase(ClusteredPolicy):
         if ratio >= self.log_upload:
             self._upload(r, st, c)
 
-    def _sync_update(self, r: int, st: _Run, c: int, x: np.ndarray, y: float) -> None:
+    def _sync_update(self, r: int, st: FCLUBRunState, c: int, x: np.ndarray, y: float) -> None:
         """U = D = 1: the observation reaches S^g and every member copy at once (FCLUB, Homo)."""
         k = st.gc_list[c]
         inv = st.ginv[k]
@@ -620,7 +448,7 @@ class FCLUBBase(ClusteredPolicy):
         self.sync_rounds[r] += 1
         self.bytes_sent[r] += 8 * (1 + others) * (self.dim + 2)  # one (x, y) pair per message
 
-    def _refresh(self, st: _Run, c: int) -> None:
+    def _refresh(self, st: FCLUBRunState, c: int) -> None:
         """Recompute the caches of local cluster c after its S^l or buffer was replaced."""
         a = st.S[c] + st.bufS[c]
         st.Ainv[c] = np.linalg.inv(a)
@@ -632,7 +460,7 @@ class FCLUBBase(ClusteredPolicy):
         st.proj[c, :, self.dim] = sinv @ st.u[c]
         st.beta[c] = self._beta(float(st.Tl[c]), st.gc_sizes[st.gc_list[c]], st.n_gc, st.hbar_norm[c])
 
-    def _upload(self, r: int, st: _Run, c: int) -> None:
+    def _upload(self, r: int, st: FCLUBRunState, c: int) -> None:
         """Algorithm 3, lines 3-10, then Algorithm 4 for the members of the global cluster."""
         k = st.gc_list[c]
         buf_s, buf_u, buf_t = st.bufS[c], st.bufu[c], st.bufT[c]

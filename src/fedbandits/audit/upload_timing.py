@@ -88,7 +88,8 @@ import numpy as np
 from scipy import stats
 
 from fedbandits.algorithms.clustering import UserStructure
-from fedbandits.algorithms.fclub import CDPFCLUBDC, CDPFCLUBDCParams
+from fedbandits.algorithms.fclub import CDPFCLUBDC
+from fedbandits.algorithms.fclub_params import CDPFCLUBDCParams
 from fedbandits.audit.schedule import AttackResult, clopper_pearson, epsilon_lower_bound
 from fedbandits.core.validation import check_float, check_int
 from fedbandits.envs.base import Round
