@@ -5,6 +5,11 @@ Line numbers below refer to those algorithms.  This module holds the policies (:
 and its variants); their parameters and the guarantee label are in
 :mod:`fedbandits.algorithms.fclub_params`, the state of one run in :mod:`fedbandits.algorithms.fclub_state`.
 
+Why this module is above ~600 lines: it is one algorithm, :class:`FCLUBBase` (~480 lines: the
+phases, cluster detection, the two communication modes and their privacy), and this docstring that
+maps it to the paper line by line; splitting the class would separate steps the paper runs in one
+loop.
+
 Time and phases
 ---------------
 t counts user arrivals (Algorithm 1, line 8).  Phase s = 1, 2, ... covers t = 2^s - 1, ...,
