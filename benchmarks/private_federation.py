@@ -3,7 +3,7 @@
 Instance: Zhou & Chowdhury's synthetic ``gaussian-sphere`` (K = 100 arms, d = 10), T = 10,000, B = 25,
 4 runs, seed 2023, M = 20 and M = 100, epsilon = 1, delta = 1e-5, tight, lazy.  In one experiment per M (same contexts
 and rewards): independent agents, the non-private federation, and ``ldp`` with the tree, ``ldp``
-factorized and ``distributed-dp``, each with
+factorized and ``distributed-dp`` with the tree and factorized, each with
 
 * the papers' tuning (the library default): lambda = 1 and Lemma C.4's radius;
 * noise-aware: lambda = 2 Lambda (``regularizer = "noise"``) and a constant radius 3 (the best of a
@@ -13,7 +13,7 @@ Printed: final regret (mean +- std over runs) and its ratio to independent agent
 
 Usage::
 
-    python benchmarks/private_federation.py            # about 10 minutes on 2 cores
+    python benchmarks/private_federation.py            # about 13 minutes on 2 cores
     python benchmarks/private_federation.py --quick    # T = 1,000, 2 runs
 """
 
@@ -29,6 +29,7 @@ VARIANTS = {
     "ldp tree": {"protocol": "ldp"},
     "ldp factorized": {"protocol": "ldp", "mechanism": "factorized"},
     "distributed-dp": {"protocol": "distributed-dp"},
+    "distributed-dp factorized": {"protocol": "distributed-dp", "mechanism": "factorized"},
 }
 TUNINGS = {
     "paper tuning": {},  # the library default: lambda = 1, Lemma C.4's radius
