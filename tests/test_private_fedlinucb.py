@@ -227,9 +227,9 @@ def test_noise_norm_bound_holds_for_symmetric_gaussian_noise() -> None:
 
 
 def test_noise_regularizer_is_the_psd_shift_in_simulator_and_deployment() -> None:
-    from fedbandits.algorithms.fedlinucb import NOISE_SHIFT, noise_norm_bound
+    from fedbandits.algorithms.fedlinucb import NOISE_SHIFT, calibrate_protocol, noise_norm_bound
     from fedbandits.federation.spec import make_spec
-    from fedbandits.registry import calibrate_protocol, prefix_noise_std
+    from fedbandits.registry import prefix_noise_std
 
     config = config_from_dict(
         {

@@ -10,7 +10,8 @@ import pytest
 from fedbandits import config_from_dict
 from fedbandits.algorithms.base import MergeRule, Policy
 from fedbandits.algorithms.fclub_params import privacy_guarantee
-from fedbandits.registry import ALGORITHMS, calibrate_protocol
+from fedbandits.algorithms.fedlinucb import calibrate_protocol
+from fedbandits.registry import ALGORITHMS
 from fedbandits.sim.reports import ReportMergeError, default_rule, merge_reports
 from fedbandits.sim.runner import run_experiment, simulate_runs
 

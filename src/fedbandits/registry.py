@@ -15,11 +15,28 @@ from typing import Any
 import numpy as np
 
 from fedbandits.algorithms.base import LinUCBParams, Policy
-from fedbandits.algorithms.fedlinucb import FedLinUCB, FedLinUCBParams, noise_regularizer, theory_regularizer
+from fedbandits.algorithms.club import CLUB, SCLUB, CLUBParams, PerUserLinUCB, SCLUBParams
+from fedbandits.algorithms.clustering import ClusterUCBParams, UserStructure
+from fedbandits.algorithms.fclub import CDPFCLUBDC, FCLUB, FCLUBDC, FCLUBBase, Homo, HomoDC
+from fedbandits.algorithms.fclub_params import (
+    CDPFCLUBDCParams,
+    FCLUBDCParams,
+    FCLUBParams,
+    HomoDCParams,
+    HomoParams,
+)
+from fedbandits.algorithms.fedlinucb import (
+    FedLinUCB,
+    FedLinUCBParams,
+    calibrate_protocol,
+    noise_regularizer,
+    theory_regularizer,
+)
 from fedbandits.algorithms.feducb import FedUCB, FedUCBParams
 from fedbandits.algorithms.feducb_decentralized import DecentralizedFedUCB, DecentralizedFedUCBParams
 from fedbandits.algorithms.linucb import IndependentLinUCB, SuperAgentLinUCB
 from fedbandits.envs.base import Environment
+from fedbandits.envs.clustered import ClusteredSynthetic, ClusteredSyntheticParams
 from fedbandits.envs.files import DataFiles, DataFilesParams
 from fedbandits.envs.ltr import LearningToRank, LearningToRankParams
 from fedbandits.envs.movielens import (
@@ -29,8 +46,8 @@ from fedbandits.envs.movielens import (
     MovieLensLinearParams,
 )
 from fedbandits.envs.synthetic import GapInstance, GapInstanceParams, GaussianSphere, GaussianSphereParams
-from fedbandits.privacy.calibration import GAUSSIAN_PROTOCOLS, NoiseCalibration, calibrate
-from fedbandits.privacy.distributed_noise import DistributedCalibration, calibrate_distributed
+from fedbandits.privacy.calibration import NoiseCalibration
+from fedbandits.privacy.distributed_noise import DistributedCalibration
 from fedbandits.protocols.base import Protocol
 from fedbandits.protocols.distributed_dp import DistributedDPProtocol
 from fedbandits.protocols.gaussian_tree import (
@@ -39,7 +56,7 @@ from fedbandits.protocols.gaussian_tree import (
     ShuffledGaussianTreeProtocol,
 )
 from fedbandits.protocols.passthrough import NonPrivate
-from fedbandits.protocols.vector_sum import VectorSumCalibration, VectorSumTreeProtocol, calibrate_vector_sum
+from fedbandits.protocols.vector_sum import VectorSumCalibration, VectorSumTreeProtocol
 
 
 @dataclass(frozen=True)
@@ -88,29 +105,6 @@ def _linucb_factory(cls: type[Policy]) -> Callable[[LinUCBParams, PolicyContext]
         return cls(ctx.n_runs, ctx.n_agents, ctx.n_arms, ctx.dim, ctx.horizon, params)  # type: ignore[call-arg]
 
     return build
-
-
-def calibrate_protocol(
-    params: FedLinUCBParams, *, horizon: int, agents: int, dim: int
-) -> NoiseCalibration | VectorSumCalibration | DistributedCalibration:
-    """The noise calibration of a private FedLinUCB configuration (raises ValueError if impossible)."""
-    if params.protocol in GAUSSIAN_PROTOCOLS:
-        return calibrate(params.privacy_spec(), agents=agents, horizon=horizon, batch=params.batch)
-    if params.protocol == DistributedDPProtocol.name:
-        return calibrate_distributed(
-            params.privacy_spec(),
-            agents=agents,
-            horizon=horizon,
-            batch=params.batch,
-            dim=dim,
-            colluders=params.colluders,
-            dropouts=params.dropouts,
-            bits=params.modulus_bits,
-            granularity=params.granularity,
-        )
-    if params.protocol == VectorSumTreeProtocol.name:
-        return calibrate_vector_sum(params.privacy_spec(), agents=agents, horizon=horizon, batch=params.batch, dim=dim)
-    raise ValueError(f"protocol {params.protocol!r} is not private")
 
 
 def prefix_noise_std(cal: NoiseCalibration | VectorSumCalibration | DistributedCalibration, agents: int) -> float:
@@ -233,17 +227,6 @@ PROTOCOLS: dict[str, Entry] = {
 
 
 # --- clustering of bandits (FCLUB, Liu et al. 2022) ---
-from fedbandits.algorithms.club import CLUB, SCLUB, CLUBParams, PerUserLinUCB, SCLUBParams  # noqa: E402
-from fedbandits.algorithms.clustering import ClusterUCBParams, UserStructure  # noqa: E402
-from fedbandits.algorithms.fclub import CDPFCLUBDC, FCLUB, FCLUBDC, FCLUBBase, Homo, HomoDC  # noqa: E402
-from fedbandits.algorithms.fclub_params import (  # noqa: E402
-    CDPFCLUBDCParams,
-    FCLUBDCParams,
-    FCLUBParams,
-    HomoDCParams,
-    HomoParams,
-)
-from fedbandits.envs.clustered import ClusteredSynthetic, ClusteredSyntheticParams  # noqa: E402
 
 
 def _fclub_factory(cls: type[FCLUBBase]) -> Callable[[Any, PolicyContext], Policy]:

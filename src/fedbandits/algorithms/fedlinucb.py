@@ -14,9 +14,15 @@ from fedbandits.algorithms.linucb import IndependentLinUCB
 from fedbandits.core.clipping import clip_norm, clip_rewards
 from fedbandits.core.ridge import raise_eigenvalues
 from fedbandits.core.validation import check_choice, check_float, check_int
-from fedbandits.privacy.calibration import MAX_EPSILON, PrivacySpec
+from fedbandits.privacy.accounting import vector_sum_round_budget
+from fedbandits.privacy.calibration import GAUSSIAN_PROTOCOLS, MAX_EPSILON, NoiseCalibration, PrivacySpec, calibrate
+from fedbandits.privacy.distributed_noise import DistributedCalibration, calibrate_distributed
 from fedbandits.privacy.guarantee import not_covering_adaptivity
+from fedbandits.privacy.tree import max_nodes_per_datum
 from fedbandits.protocols.base import Protocol
+from fedbandits.protocols.catalog import PROTOCOL_NAMES
+from fedbandits.protocols.distributed_dp import DistributedDPProtocol
+from fedbandits.protocols.vector_sum import VectorSumCalibration, VectorSumTreeProtocol, calibrate_vector_sum
 
 REGULARIZERS = ("fixed", "theory", "noise")
 DISTRIBUTED = "distributed-dp"
@@ -78,10 +84,8 @@ class FedLinUCBParams(LinUCBParams):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_int("batch", self.batch, low=1)
-        from fedbandits.registry import PROTOCOLS  # late import: the registry imports this module
-
-        if self.protocol not in PROTOCOLS:
-            raise ValueError(f"protocol must be one of {', '.join(map(repr, PROTOCOLS))}, got {self.protocol!r}")
+        if self.protocol not in PROTOCOL_NAMES:
+            raise ValueError(f"protocol must be one of {', '.join(map(repr, PROTOCOL_NAMES))}, got {self.protocol!r}")
         if self.lazy is None:  # the sound default, resolved here so the saved config states it
             object.__setattr__(self, "lazy", self.private)
         if not isinstance(self.lazy, bool):
@@ -148,13 +152,8 @@ class FedLinUCBParams(LinUCBParams):
                 f"got {self.colluders} + {self.dropouts}"
             )
         if dim is None and self.protocol == "sdp-vector-sum":
-            from fedbandits.privacy.accounting import vector_sum_round_budget
-            from fedbandits.privacy.tree import max_nodes_per_datum
-
             vector_sum_round_budget(self.epsilon, self.delta, max_nodes_per_datum(horizon // self.batch))
             return
-        from fedbandits.registry import calibrate_protocol
-
         calibrate_protocol(self, horizon=horizon, agents=agents, dim=dim or 1)
 
 
@@ -319,3 +318,26 @@ def noise_regularizer(prefix_std: float, dim: int, releases: int, alpha: float) 
     lambda = 2 Lambda the synced Gram matrix lambda I + sum x x^T + N stays >= Lambda I for every
     release with probability >= 1 - alpha (the eigenvalue floor then never has to act)."""
     return max(1.0, NOISE_SHIFT * noise_norm_bound(prefix_std, dim, releases, alpha))
+
+
+def calibrate_protocol(
+    params: FedLinUCBParams, *, horizon: int, agents: int, dim: int
+) -> NoiseCalibration | VectorSumCalibration | DistributedCalibration:
+    """The noise calibration of a private FedLinUCB configuration (raises ValueError if impossible)."""
+    if params.protocol in GAUSSIAN_PROTOCOLS:
+        return calibrate(params.privacy_spec(), agents=agents, horizon=horizon, batch=params.batch)
+    if params.protocol == DistributedDPProtocol.name:
+        return calibrate_distributed(
+            params.privacy_spec(),
+            agents=agents,
+            horizon=horizon,
+            batch=params.batch,
+            dim=dim,
+            colluders=params.colluders,
+            dropouts=params.dropouts,
+            bits=params.modulus_bits,
+            granularity=params.granularity,
+        )
+    if params.protocol == VectorSumTreeProtocol.name:
+        return calibrate_vector_sum(params.privacy_spec(), agents=agents, horizon=horizon, batch=params.batch, dim=dim)
+    raise ValueError(f"protocol {params.protocol!r} is not private")
