@@ -443,7 +443,9 @@ def test_spec_rejects_undeployable_configs() -> None:
 # Tests that start Flower's processes need the deploy extra; everything above and the argument and
 # certificate tests below run without it (a module-level importorskip would skip them all).
 from fedbandits.federation.certs import create_silo_key  # noqa: E402
-from fedbandits.federation.launcher import LocalDeployment, flower_env, start_process, supernode_command  # noqa: E402
+from fedbandits.federation.deployment import LocalDeployment  # noqa: E402
+from fedbandits.federation.flower_setup import supernode_command  # noqa: E402
+from fedbandits.federation.processes import flower_env, start_process  # noqa: E402
 
 _HAVE_FLWR = importlib.util.find_spec("flwr") is not None
 
@@ -635,7 +637,8 @@ def test_trial_server_certificate_lists_loopback_and_given_hosts(tmp_path: Path)
 def test_deploy_server_and_silo_refuse_bad_arguments_before_starting(tmp_path: Path) -> None:
     from fedbandits.federation.certs import create_trial_credentials
     from fedbandits.federation.cli import run_deploy
-    from fedbandits.federation.launcher import DeployError, ServerDeployment
+    from fedbandits.federation.deployment import ServerDeployment
+    from fedbandits.federation.processes import DeployError
 
     config = tmp_path / "c.toml"
     config.write_text(_config("ldp", horizon=30))
@@ -760,7 +763,8 @@ def test_work_folder_lock_and_refusals_touch_no_process(tmp_path: Path) -> None:
     import sys
 
     from fedbandits.federation.certs import create_trial_credentials
-    from fedbandits.federation.launcher import DeployError, ServerDeployment
+    from fedbandits.federation.deployment import ServerDeployment
+    from fedbandits.federation.processes import DeployError
 
     creds, work = tmp_path / "creds", tmp_path / "work"
     create_trial_credentials(creds, 3)
@@ -805,7 +809,7 @@ def test_run_deploy_certs_and_local_end_to_end(tmp_path: Path, capsys: pytest.Ca
     from cryptography import x509
 
     from fedbandits.federation.cli import run_deploy
-    from fedbandits.federation.launcher import processes_under
+    from fedbandits.federation.processes import processes_under
 
     # deploy certs: CA, server certificate for the given hosts, one key pair per silo
     creds = tmp_path / "creds"
@@ -846,7 +850,7 @@ def test_run_deploy_certs_and_local_end_to_end(tmp_path: Path, capsys: pytest.Ca
 
 def _silo_command(fb: str, port: int, creds: Path, i: int, tmp: Path, config: Path, *extra: str) -> list[str]:
     """``fedbandits deploy silo`` for silo i of a loopback trial (derived noise, for parity checks)."""
-    from fedbandits.federation.launcher import free_port
+    from fedbandits.federation.processes import free_port
 
     return [
         fb, "deploy", "silo", "--superlink", f"127.0.0.1:{port}", "--silo-id", str(i),
@@ -866,7 +870,7 @@ def test_deploy_server_and_silos_as_separate_commands_on_their_own_data(tmp_path
     import signal
     import subprocess
 
-    from fedbandits.federation.launcher import flower_bin, free_port, processes_under
+    from fedbandits.federation.processes import flower_bin, free_port, processes_under
 
     files = _export_silo_files(tmp_path)
     server_config = tmp_path / "server.toml"
@@ -955,7 +959,7 @@ def test_separate_commands_with_a_shuffler_party(tmp_path: Path) -> None:
     permutations, for the comparison)."""
     import subprocess
 
-    from fedbandits.federation.launcher import flower_bin, free_port, processes_under
+    from fedbandits.federation.processes import flower_bin, free_port, processes_under
 
     config = tmp_path / "sdp.toml"
     config.write_text(_config("sdp-amplification", horizon=30, extra='calibration = "paper"'))

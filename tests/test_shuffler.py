@@ -354,7 +354,7 @@ def _serving(tmp_path: Path, host: str, port: int, source: str = "derived"):  # 
 @pytest.fixture
 def service(tmp_path: Path):  # type: ignore[no-untyped-def]
     pytest.importorskip("cryptography")
-    from fedbandits.federation.launcher import free_port
+    from fedbandits.federation.processes import free_port
 
     port = free_port()
     with _serving(tmp_path, "127.0.0.1", port) as (spec, creds):
@@ -469,7 +469,7 @@ def test_round_files_of_another_deployment_are_refused(tmp_path: Path) -> None:
 def test_serve_checks_tls_files_and_address_before_any_state(tmp_path: Path) -> None:
     pytest.importorskip("cryptography")
     from fedbandits.federation.certs import create_trial_credentials
-    from fedbandits.federation.launcher import free_port
+    from fedbandits.federation.processes import free_port
     from fedbandits.federation.shuffler import serve
 
     spec = _spec()
@@ -519,7 +519,7 @@ def test_unreachable_shuffler_is_a_bounded_wait(tmp_path: Path) -> None:
     import time
 
     from fedbandits.federation.certs import create_trial_credentials
-    from fedbandits.federation.launcher import free_port
+    from fedbandits.federation.processes import free_port
 
     spec = _spec()
     creds = create_trial_credentials(tmp_path, spec.silos)

@@ -241,7 +241,7 @@ def _print_summary(spec: DeploySpec, seconds: float, summary: dict[str, Any]) ->
 
 def _local(args: argparse.Namespace) -> int:
     from fedbandits.config import load_config
-    from fedbandits.federation.launcher import LocalDeployment
+    from fedbandits.federation.deployment import LocalDeployment
     from fedbandits.federation.spec import make_spec
 
     _check_common(args)
@@ -288,7 +288,7 @@ def _local(args: argparse.Namespace) -> int:
 
 def _server(args: argparse.Namespace) -> int:
     from fedbandits.config import load_config
-    from fedbandits.federation.launcher import ServerDeployment
+    from fedbandits.federation.deployment import ServerDeployment
     from fedbandits.federation.spec import make_spec
 
     _check_common(args)
@@ -323,14 +323,8 @@ def _server(args: argparse.Namespace) -> int:
 
 def _silo(args: argparse.Namespace) -> int:
     from fedbandits.config import load_config
-    from fedbandits.federation.launcher import (
-        DeployError,
-        check_quotable,
-        flower_env,
-        hold_lock,
-        kill_processes_under,
-        supernode_command,
-    )
+    from fedbandits.federation.flower_setup import check_quotable, supernode_command
+    from fedbandits.federation.processes import DeployError, flower_env, hold_lock, kill_processes_under
     from fedbandits.federation.shuffler import split_address
     from fedbandits.federation.spec import make_spec
     from fedbandits.federation.supervisor import supervise
@@ -421,7 +415,7 @@ def _shuffler(args: argparse.Namespace) -> int:
     import logging
 
     from fedbandits.config import ConfigError, load_config
-    from fedbandits.federation.launcher import hold_lock
+    from fedbandits.federation.processes import hold_lock
     from fedbandits.federation.shuffler import ShufflerError, serve, split_address
     from fedbandits.federation.spec import make_spec, spec_from_json
 

@@ -1,4 +1,4 @@
-"""Start and stop the Flower processes of a deployment, with bounded waits everywhere.
+"""Start and stop a deployment's Flower processes, with bounded waits everywhere.
 
 :class:`LocalDeployment` runs a whole federation on loopback -- one SuperLink (the server), one
 SuperNode per silo (under :mod:`fedbandits.federation.supervisor`), the app submitted with
@@ -6,392 +6,46 @@ SuperNode per silo (under :mod:`fedbandits.federation.supervisor`), the app subm
 session; stopping it signals that session and those of its descendants (the SuperLink detaches
 its SuperExec and ServerApp into a session of their own), and :meth:`LocalDeployment.stop_all`
 finally kills whatever still carries the deployment's ``FLWR_HOME``: it stops every process the
-object started, their Flower children included, and nothing else.  The same pieces serve the multi-machine
-commands (``fedbandits deploy server`` / ``silo``).
+object started, their Flower children included, and nothing else.  :class:`ServerDeployment`, its
+server side, serves the multi-machine command ``fedbandits deploy server``.
 
-Flower needs an *app* (a folder with ``pyproject.toml``) to run: :func:`write_app` creates a
-minimal one whose components point to :mod:`fedbandits.federation.app`, with the deployment's
-settings as its run config.  Flower ships that folder (a FAB) to the SuperLink and the
-SuperNodes; the fedbandits code itself comes from the installed package.
+The processes themselves are handled by :mod:`fedbandits.federation.processes`; the files and
+command lines Flower is given come from :mod:`fedbandits.federation.flower_setup`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
-import random
-import shutil
-import signal
-import socket
-import ssl
-import subprocess
 import sys
 import time
-import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from fedbandits.federation.certs import create_trial_credentials
+from fedbandits.federation.flower_setup import (
+    CONNECTION,
+    check_quotable,
+    supernode_command,
+    supervised,
+    write_app,
+    write_connection,
+)
+from fedbandits.federation.processes import (
+    DeployError,
+    Proc,
+    flower_bin,
+    flower_env,
+    free_port,
+    kill_processes_under,
+    processes_under,
+    run_cli,
+    start_process,
+    take_lock,
+    wait_https,
+    wait_shuffler,
+)
 from fedbandits.federation.spec import DeploySpec, atomic_write_bytes
-
-CONNECTION = "fedbandits"
-
-
-class DeployError(RuntimeError):
-    """A deployment step failed (with the log file to read)."""
-
-
-#: ports this process has handed out (never twice: a process started later binds them)
-_HANDED_OUT: set[int] = set()
-
-
-def _ephemeral_range() -> tuple[int, int]:
-    """The kernel's range of ports for outgoing connections (Linux; else the IANA range)."""
-    try:
-        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
-        return int(low), int(high)
-    except (OSError, ValueError):
-        return 49152, 65535
-
-
-def free_port() -> int:
-    """A loopback port that is free now, for a process started later to listen on.
-
-    Taken *below* the kernel's ephemeral range: a port the kernel handed out (port 0) is also what
-    it gives the next outgoing connection, so between this call and the later bind any client
-    connection on the host (a SuperNode polling, a ClientApp starting) could take it -- a flaky
-    "address already in use".  A port outside that range is only taken by a listener."""
-    low, _ = _ephemeral_range()
-    rng = random.Random()
-    for _ in range(200 if low - 1024 >= 2000 else 0):  # a range that starts near 1024: no room below
-        port = rng.randrange(max(1024, low - 12000), low)
-        if port in _HANDED_OUT:
-            continue
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        _HANDED_OUT.add(port)
-        return port
-    for _ in range(50):  # the kernel's choice (inside the ephemeral range)
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port not in _HANDED_OUT:
-            _HANDED_OUT.add(port)
-            return port
-    raise DeployError("no free loopback port found")
-
-
-def flower_bin(name: str) -> str:
-    """A Flower executable next to this Python (the venv), else on PATH."""
-    here = Path(sys.executable).parent / name
-    if here.exists():
-        return str(here)
-    found = shutil.which(name)
-    if found is None:
-        raise DeployError(f"{name} not found: install the deployment extra, `pip install 'fedbandits[deploy]'`")
-    return found
-
-
-def flower_env(home: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    home = Path(home).resolve()
-    env["FLWR_HOME"] = str(home)
-    env["FLWR_TELEMETRY_ENABLED"] = "0"
-    env["FLWR_SUPEREXEC_TASK_POLL_INTERVAL"] = "0.1"
-    env["PYTHONUNBUFFERED"] = "1"
-    home.mkdir(parents=True, exist_ok=True)
-    return env
-
-
-@dataclass
-class Proc:
-    """A started process (and its session)."""
-
-    name: str
-    popen: subprocess.Popen[bytes]
-    log: Path
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def _groups(self) -> list[int]:
-        """Process groups to signal: the session this object started, plus those of its
-        descendants that left it (Flower's SuperLink detaches its SuperExec -- and with it the
-        ServerApp -- into a new session, out of reach of a signal to ours)."""
-        groups = [self.popen.pid]
-        for pgid in _descendant_groups(self.popen.pid):
-            if pgid not in groups:
-                groups.append(pgid)
-        return groups
-
-    def kill(self) -> None:
-        """SIGKILL the whole process tree at once: a crash, as far as the others can tell."""
-        for pgid in self._groups():
-            _signal_group(pgid, signal.SIGKILL)
-        try:
-            self.popen.wait(timeout=10)
-        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL of a child cannot be ignored
-            pass
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """SIGTERM the process tree, wait up to ``timeout`` s, then SIGKILL what is left."""
-        groups = self._groups()  # before the parent exits and its children are re-parented
-        if self.popen.poll() is None:
-            for pgid in groups:
-                _signal_group(pgid, signal.SIGTERM)
-            try:
-                self.popen.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                pass
-        for pgid in groups:  # children that outlived their parent
-            _signal_group(pgid, signal.SIGKILL)
-        try:
-            self.popen.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:  # pragma: no cover
-            pass
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _descendant_groups(pid: int) -> list[int]:
-    """Process groups of ``pid``'s descendants that lead their own group (Linux /proc; else none)."""
-    children: dict[int, list[int]] = {}
-    pgids: dict[int, int] = {}
-    proc = Path("/proc")
-    if not proc.is_dir():  # pragma: no cover - not Linux
-        return []
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # "pid (comm) state ppid pgrp ...": comm may contain spaces and parentheses
-        fields = stat[stat.rindex(")") + 2 :].split()
-        ppid, pgrp = int(fields[1]), int(fields[2])
-        children.setdefault(ppid, []).append(int(entry.name))
-        pgids[int(entry.name)] = pgrp
-    out: list[int] = []
-    todo = list(children.get(pid, []))
-    while todo:
-        child = todo.pop()
-        if pgids.get(child) == child and child not in out:  # a group leader: its own session/group
-            out.append(child)
-        todo.extend(children.get(child, []))
-    return out
-
-
-def processes_under(home: Path) -> list[int]:
-    """Live processes whose ``FLWR_HOME`` lies under ``home`` (Linux /proc; else none).
-
-    Every process a :class:`LocalDeployment` starts gets ``FLWR_HOME`` inside its work folder,
-    and Flower's children (SuperExec, ServerApp, ClientApp) inherit it: this finds what is left
-    of a deployment even after parents died and children were re-parented or detached."""
-    proc = Path("/proc")
-    if not proc.is_dir():  # pragma: no cover - not Linux
-        return []
-    prefix = f"FLWR_HOME={Path(home).resolve()}".encode()
-    out = []
-    for entry in proc.iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-            state = (entry / "stat").read_text()
-        except OSError:
-            continue
-        if state[state.rindex(")") + 2] == "Z":  # a zombie is gone, only not yet reaped
-            continue
-        if any(var == prefix or var.startswith(prefix + b"/") for var in environ.split(b"\0")):
-            out.append(int(entry.name))
-    return out
-
-
-def kill_processes_under(home: Path) -> list[int]:
-    """SIGKILL every live process whose ``FLWR_HOME`` lies under ``home`` (:func:`processes_under`)."""
-    killed: list[int] = []
-    for _ in range(3):
-        left = processes_under(home)
-        if not left:
-            break
-        for pid in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
-            except (ProcessLookupError, PermissionError):
-                pass
-        time.sleep(0.2)
-    return killed
-
-
-def take_lock(folder: Path, what: str) -> int:
-    """An exclusive lock on ``folder/.lock`` (not waiting); the returned fd holds it until closed."""
-    folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        raise DeployError(f"another fedbandits {what} is running in {folder}") from None
-    return fd
-
-
-@contextlib.contextmanager
-def hold_lock(folder: Path, what: str) -> Iterator[None]:
-    fd = take_lock(folder, what)
-    try:
-        yield
-    finally:
-        os.close(fd)
-
-
-def start_process(name: str, cmd: list[str], log: Path, env: dict[str, str]) -> Proc:
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "ab") as fh:
-        popen = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    return Proc(name, popen, log)
-
-
-def _wait_health(url: str, ctx: ssl.SSLContext, timeout: float, proc: Proc | None, what: str) -> None:
-    """Wait (at most ``timeout`` s) until ``url`` answers 200 over TLS with ``ctx``."""
-    deadline = time.time() + timeout
-    last: Exception | None = None
-    while time.time() < deadline:
-        if proc is not None and not proc.alive():
-            raise DeployError(f"{proc.name} exited (status {proc.popen.returncode}); see {proc.log}")
-        try:
-            with urllib.request.urlopen(url, context=ctx, timeout=2) as r:
-                if r.status == 200:
-                    return
-        except Exception as exc:
-            last = exc
-        time.sleep(0.2)
-    raise DeployError(f"{what} not ready within {timeout:.0f} s ({last})")
-
-
-def wait_https(port: int, ca: Path, timeout: float, proc: Proc | None = None, host: str = "127.0.0.1") -> None:
-    """Wait (at most ``timeout`` s) until the SuperLink answers GET /health over verified TLS."""
-    ctx = ssl.create_default_context(cafile=str(ca))
-    _wait_health(f"https://{host}:{port}/health", ctx, timeout, proc, f"SuperLink on port {port}")
-
-
-def wait_shuffler(address: str, ca: Path, cert: Path, key: Path, timeout: float, proc: Proc | None = None) -> None:
-    """Wait (at most ``timeout`` s) until the shuffler answers GET /health over mutual TLS."""
-    from fedbandits.federation.shuffler import client_context
-
-    _wait_health(f"https://{address}/health", client_context(ca, cert, key), timeout, proc, f"shuffler at {address}")
-
-
-def run_cli(args: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
-    try:
-        return subprocess.run(
-            [flower_bin("flwr"), *args], env=env, capture_output=True, text=True, timeout=timeout, check=False
-        )
-    except subprocess.TimeoutExpired:
-        raise DeployError(f"`flwr {' '.join(args)}` did not finish within {timeout:.0f} s") from None
-
-
-def check_quotable(what: str, value: object) -> str:
-    """``value`` as it goes between double quotes into Flower's ``--node-config`` or a TOML file:
-    refused if it could end the quotes (no quote, backslash or line break) -- a crafted path must not
-    inject keys."""
-    text = str(value)
-    if any(c in text for c in '"\\\n\r'):
-        raise DeployError(f"{what} must not contain quotes, backslashes or line breaks: {text!r}")
-    return text
-
-
-def write_connection(home: Path, port: int, ca: Path, host: str = "127.0.0.1") -> None:
-    """The Flower CLI's SuperLink connection (FLWR_HOME/config.toml): TLS, verified with the CA."""
-    check_quotable("the CA path", ca)
-    check_quotable("the server host", host)
-    home.mkdir(parents=True, exist_ok=True)
-    text = (
-        f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
-        f'address = "{host}:{port}"\nroot-certificates = "{ca}"\n'
-    )
-    (home / "config.toml").write_text(text, encoding="utf-8")
-
-
-def write_app(folder: Path, settings: dict[str, object]) -> Path:
-    """The minimal Flower app folder; ``settings`` become its run config (strings, numbers)."""
-    pkg = folder / "fedbandits_flower"
-    pkg.mkdir(parents=True, exist_ok=True)
-    (pkg / "__init__.py").write_text('"""Flower app shim: the code lives in fedbandits.federation.app."""\n')
-    (pkg / "apps.py").write_text(
-        "from fedbandits.federation.app import client_app as client\n"
-        "from fedbandits.federation.app import server_app as server\n\n"
-        '__all__ = ["client", "server"]\n'
-    )
-    lines = []
-    for key, value in settings.items():
-        lines.append(f"{key} = {json.dumps(value)}")
-    (folder / "pyproject.toml").write_text(
-        "[build-system]\n"
-        'requires = ["hatchling"]\n'
-        'build-backend = "hatchling.build"\n\n'
-        "[project]\n"
-        'name = "fedbandits-flower"\n'
-        'version = "1.0.0"\n'
-        'description = "Private-FedLinUCB on Flower (generated by fedbandits deploy)"\n'
-        'license = "MIT"\n'
-        "dependencies = []\n\n"
-        "[tool.hatch.build.targets.wheel]\n"
-        'packages = ["fedbandits_flower"]\n\n'
-        "[tool.flwr.app]\n"
-        'publisher = "fedbandits"\n\n'
-        "[tool.flwr.app.components]\n"
-        'serverapp = "fedbandits_flower.apps:server"\n'
-        'clientapp = "fedbandits_flower.apps:client"\n\n'
-        "[tool.flwr.app.config]\n" + "\n".join(lines) + "\n"
-    )
-    return folder
-
-
-def supervised(cmd: list[str], patience: float) -> list[str]:
-    """``cmd`` (a SuperNode) under :mod:`fedbandits.federation.supervisor`: it retries, for at most
-    ``patience`` s, a join the SuperLink refuses because it still counts a crashed instance of the
-    same silo as online."""
-    return [sys.executable, "-m", "fedbandits.federation.supervisor", "--patience", str(patience), "--", *cmd]
-
-
-def supernode_command(
-    superlink: str, ca: Path, key: Path, silo: int, state_dir: Path, runtime_port: int, extra: str = ""
-) -> list[str]:
-    node_config = f'silo-id={silo} state-dir="{check_quotable("the state folder", state_dir)}"'
-    node_config += f" {extra}" if extra else ""
-    return [
-        flower_bin("flower-supernode"),
-        "--superlink",
-        superlink,
-        "--root-certificates",
-        str(ca),
-        "--auth-supernode-private-key",
-        str(key),
-        "--node-config",
-        node_config,
-        "--port",
-        str(runtime_port),
-        "--max-wait-time",
-        "600",
-    ]
 
 
 @dataclass
