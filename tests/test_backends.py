@@ -23,7 +23,8 @@ from fedbandits.cli import main
 from fedbandits.sim import backends
 from fedbandits.sim.backends import check_reachable, open_backend
 from fedbandits.sim.checkpoint import Checkpoint, config_key
-from fedbandits.sim.runner import _merge, run_experiment, simulate_runs, task_chunks
+from fedbandits.sim.runner import _merge, run_experiment
+from fedbandits.sim.task import simulate_runs, task_chunks
 
 FIELDS = ("curves", "per_agent", "sync_rounds", "messages", "bytes_sent")
 

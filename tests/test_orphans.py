@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fedbandits.sim.runner import WATCHDOG_INTERVAL, process_alive
+from fedbandits.sim.backends import WATCHDOG_INTERVAL, process_alive
 
 pytestmark = pytest.mark.skipif(not Path("/proc").is_dir(), reason="walks /proc for descendants")
 

@@ -29,7 +29,8 @@ ray = pytest.importorskip("ray")
 
 from fedbandits import config_from_dict  # noqa: E402
 from fedbandits.sim.checkpoint import Checkpoint, TaskFailedError  # noqa: E402
-from fedbandits.sim.runner import run_experiment, task_chunks  # noqa: E402
+from fedbandits.sim.runner import run_experiment  # noqa: E402
+from fedbandits.sim.task import task_chunks  # noqa: E402
 
 pytestmark = pytest.mark.ray
 

@@ -13,7 +13,8 @@ from fedbandits.algorithms.fclub_params import privacy_guarantee
 from fedbandits.algorithms.fedlinucb import calibrate_protocol
 from fedbandits.registry import ALGORITHMS
 from fedbandits.sim.reports import ReportMergeError, default_rule, merge_reports
-from fedbandits.sim.runner import run_experiment, simulate_runs
+from fedbandits.sim.runner import run_experiment
+from fedbandits.sim.task import simulate_runs
 
 RUNS = 3
 SPHERE = {"name": "gaussian-sphere", "agents": 3, "arms": 5, "dim": 3}

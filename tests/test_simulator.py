@@ -5,7 +5,8 @@ import pytest
 
 from fedbandits import config_from_dict
 from fedbandits.sim.results import Results
-from fedbandits.sim.runner import run_experiment, task_chunks, time_grid
+from fedbandits.sim.runner import run_experiment
+from fedbandits.sim.task import task_chunks, time_grid
 
 
 def _config(**experiment):

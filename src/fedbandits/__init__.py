@@ -1,10 +1,9 @@
 """fedbandits: differentially private federated linear contextual bandits."""
 
+from fedbandits._version import __version__
 from fedbandits.api import quickstart_config, run
 from fedbandits.config import Config, ConfigError, config_from_dict, load_config, loads_config
 from fedbandits.sim.results import Results
-
-__version__ = "0.1.0"
 
 __all__ = [
     "Config",

@@ -10,7 +10,7 @@ from fedbandits.federation.server import WITHHELD, Coordinator
 from fedbandits.federation.spec import DeploySpec
 from fedbandits.privacy.guarantee import NOT_FORMAL
 from fedbandits.sim.results import AlgorithmResult, Results
-from fedbandits.sim.runner import time_grid
+from fedbandits.sim.task import time_grid
 
 
 def delivered_guarantee(spec: DeploySpec, coord: Coordinator) -> dict[str, object]:

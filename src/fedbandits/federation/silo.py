@@ -43,8 +43,8 @@ from fedbandits.privacy.mechanisms import TreeRandomizer, pack, protocol_streams
 from fedbandits.privacy.tree import lowest_set_bit
 from fedbandits.protocols.base import Protocol
 from fedbandits.protocols.distributed_dp import DistributedRandomizer
-from fedbandits.sim.runner import time_grid
 from fedbandits.sim.seeding import env_rngs, noise_rngs
+from fedbandits.sim.task import time_grid
 
 log = logging.getLogger("fedbandits.federation.silo")
 

@@ -1,7 +1,7 @@
 """Executors of an experiment's tasks: a local process pool (default) or a Ray cluster.
 
-Both execute the same tasks -- :func:`fedbandits.sim.runner.simulate_runs` on the run groups of
-:func:`fedbandits.sim.runner.task_chunks` -- and hand each result back as it arrives.  A task's
+Both execute the same tasks -- :func:`fedbandits.sim.task.simulate_runs` on the run groups of
+:func:`fedbandits.sim.task.task_chunks` -- and hand each result back as it arrives.  A task's
 result depends only on (config, its runs), so the backend, the number of workers and the order
 tasks finish in never change a number.
 
@@ -15,15 +15,18 @@ from __future__ import annotations
 import math
 import os
 import socket
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from multiprocessing import get_context
 from typing import Any
 
+from fedbandits._version import __version__
 from fedbandits.config import Config
 from fedbandits.sim.checkpoint import TaskFailedError
-from fedbandits.sim.runner import ChunkResult, _pool_context, _single_thread_worker, simulate_runs
+from fedbandits.sim.task import ChunkResult, simulate_runs
 
 BACKENDS = ("local", "ray")
 RAY_MISSING = "the ray backend needs Ray: pip install 'fedbandits[ray]'"
@@ -78,6 +81,63 @@ def _check_workers(workers: int | str) -> int | None:
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
     return workers
+
+
+# -- local process pool ------------------------------------------------------------------------
+def _single_thread_worker(driver: int | None = None) -> None:
+    """Initializer of a pool worker: one BLAS thread (the workers are the parallelism), and a
+    watchdog that ends the worker once ``driver`` (the process that started the pool) is gone --
+    killed with SIGKILL, its results could never be received."""
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(1)
+    if driver is not None:
+        threading.Thread(target=_exit_when_gone, args=(driver,), name="fedbandits-watchdog", daemon=True).start()
+
+
+#: seconds between a worker's checks that its driver still runs
+WATCHDOG_INTERVAL = 0.25
+
+
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie -- dead, not yet reaped by its parent -- does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            state = f.read().rsplit(")", 1)[-1].split()[0]
+        return state not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc (not Linux): ask the kernel whether the pid exists
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+
+def _exit_when_gone(driver: int) -> None:
+    while process_alive(driver):
+        time.sleep(WATCHDOG_INTERVAL)
+    os._exit(1)  # nobody can receive this worker's result: stop at once, without clean-up
+
+
+def _pool_context():  # type: ignore[no-untyped-def]
+    """Worker processes come from a fork server that has already imported fedbandits.
+
+    Starting workers by ``spawn`` re-imports numpy and fedbandits in each of them (about 0.4 s
+    apiece here); a fork server pays that once per parent process and then forks ready workers.
+    Forking from the server (not from the caller) avoids forking a process that has threads.
+    Falls back to ``spawn`` where fork servers do not exist (Windows, macOS defaults).
+    """
+    import multiprocessing
+
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return get_context("spawn")
+    ctx = get_context("forkserver")
+    ctx.set_forkserver_preload(["fedbandits.sim.runner"])
+    return ctx
 
 
 class LocalBackend:
@@ -150,8 +210,6 @@ def _ray_task(
 ) -> tuple[str, ChunkResult]:
     """One task on a Ray worker: one BLAS thread (the workers are the parallelism), as the local pool."""
     from threadpoolctl import threadpool_limits
-
-    from fedbandits import __version__
 
     on_step = None
     if reporter is not None:
@@ -294,8 +352,6 @@ class RayBackend:
         progress: Progress | None = None,
     ) -> Iterator[tuple[int, ChunkResult]]:
         """Yield ``(task index, result)`` as tasks finish; at most ``_in_flight()`` tasks submitted at once."""
-        from fedbandits import __version__
-
         ray = self._ray
         remote = ray.remote(num_cpus=1)(_ray_task).options(
             max_retries=self.max_retries, retry_exceptions=False, name="fedbandits-task"

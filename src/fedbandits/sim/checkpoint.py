@@ -1,6 +1,6 @@
 """Checkpoints: every finished task's result on disk, keyed by configuration hash and runs.
 
-A task simulates a fixed group of runs (:func:`fedbandits.sim.runner.task_chunks`) and its result
+A task simulates a fixed group of runs (:func:`fedbandits.sim.task.task_chunks`) and its result
 depends only on the fields of the config that :func:`config_key` hashes and on the run indices,
 never on the worker, the backend or the order tasks finish in.  So a result written once can be
 reused by any later run of an equivalent config -- that is what ``--resume`` does.  Layout::
@@ -23,11 +23,11 @@ import pickle
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from fedbandits.config import Config
-    from fedbandits.sim.runner import ChunkResult
+from fedbandits._version import __version__
+from fedbandits.config import Config
+from fedbandits.sim.task import ChunkResult
 
 #: bump when the stored layout or the meaning of a result changes
 FORMAT = 1
@@ -47,8 +47,6 @@ def key_fields(config: Config, record_transcript: bool = False) -> dict[str, Any
     runs there are) and ``runs_per_task`` (the grouping is part of each file's run range instead:
     a differently grouped task is simply recomputed).
     """
-    from fedbandits import __version__
-
     exp = config.experiment
     data = config.to_dict()
     return {

@@ -1,7 +1,8 @@
 """The time loop: environments and policies batched over (runs, agents), loop over time only.
 
-:func:`simulate_runs` plays every configured algorithm on the *same* contexts and reward
-noise (common random numbers) for a group of runs; :func:`run_experiment` splits the runs into
+:func:`fedbandits.sim.task.simulate_runs` plays every configured algorithm on the *same*
+contexts and reward noise (common random numbers) for a group of runs (a task);
+:func:`run_experiment` splits the runs into
 tasks of ``runs_per_task`` runs (a function of the config alone), executes them in this
 process, a local process pool or on a Ray cluster (:mod:`fedbandits.sim.backends`), optionally
 checkpointing each finished task (:mod:`fedbandits.sim.checkpoint`), and merges the results in
@@ -14,188 +15,21 @@ tasks, up to float rounding in means.
 from __future__ import annotations
 
 import os
-import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from multiprocessing import get_context
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from fedbandits.algorithms.base import Policy
 from fedbandits.config import Config
-from fedbandits.registry import ALGORITHMS, ENVIRONMENTS, PolicyContext
+from fedbandits.registry import ALGORITHMS
+from fedbandits.sim.backends import BACKENDS, Progress, open_backend
+from fedbandits.sim.checkpoint import Checkpoint
 from fedbandits.sim.memory import check_memory
 from fedbandits.sim.reports import merge_reports
 from fedbandits.sim.results import TRANSCRIPT_EXTRAS, AlgorithmResult, Results, TranscriptArrays
-from fedbandits.sim.seeding import env_rngs, noise_rngs
-
-
-def time_grid(horizon: int, points: int) -> np.ndarray:
-    """Rounds (1-based) at which cumulative regret is recorded; always ends at ``horizon``."""
-    return np.unique(np.linspace(1, horizon, min(points, horizon)).round().astype(np.int64))
-
-
-def check_rounds_available(env: Any, name: str, horizon: int) -> None:
-    """Raise ValueError if ``env`` serves fewer than ``horizon`` rounds (a finite ``rounds_available``)."""
-    available = getattr(env, "rounds_available", None)
-    if available is not None and available < horizon:
-        raise ValueError(
-            f"environment {name} has {available} rounds available, but the horizon is T = {horizon} "
-            "(lower the horizon or let the environment cycle)"
-        )
-
-
-@dataclass
-class ChunkResult:
-    runs: list[int]
-    #: per algorithm label: cumulative group regret (r, G), per-agent final regret (r, M),
-    #: sync rounds, messages, bytes (r,), seconds spent in the algorithm, its report
-    curves: dict[str, np.ndarray]
-    per_agent: dict[str, np.ndarray]
-    sync_rounds: dict[str, np.ndarray]
-    messages: dict[str, np.ndarray]
-    bytes_sent: dict[str, np.ndarray]
-    seconds: dict[str, float]
-    reports: dict[str, dict[str, object]]
-    env_seconds: float
-    #: per algorithm label: the released messages, if recorded (see :mod:`fedbandits.sim.results`)
-    transcripts: dict[str, list[dict[str, object]]] = field(default_factory=dict)
-
-
-def simulate_runs(
-    config: Config,
-    runs: Sequence[int],
-    on_step: Callable[[int], None] | None = None,
-    record_transcript: bool = False,
-) -> ChunkResult:
-    """Simulate the runs ``runs`` of ``config`` together, batched over runs and agents.
-
-    ``record_transcript`` keeps every message each silo's protocol released (private protocols).
-    """
-    runs = list(runs)
-    exp = config.experiment
-    env = ENVIRONMENTS[config.environment.name].factory(config.environment.params, env_rngs(exp.seed, runs))
-    check_rounds_available(env, config.environment.name, exp.horizon)
-    noise_seed = exp.seed if exp.noise_seed is None else exp.noise_seed
-    policies = []
-    for a, alg in enumerate(config.algorithms):
-        ctx = PolicyContext(
-            len(runs),
-            env.n_agents,
-            env.n_arms,
-            env.dim,
-            exp.horizon,
-            noise_rngs(noise_seed, runs, a),
-            record_transcript=record_transcript,
-            env=env,
-        )
-        policies.append(ALGORITHMS[alg.name].factory(alg.params, ctx))
-
-    grid = time_grid(exp.horizon, exp.grid_points)
-    labels = [alg.label for alg in config.algorithms]
-    per_agent = {lab: np.zeros((len(runs), env.n_agents)) for lab in labels}
-    curves = {lab: np.zeros((len(runs), grid.size)) for lab in labels}
-    seconds = dict.fromkeys(labels, 0.0)
-    env_seconds = 0.0
-    g = 0
-    for t in range(1, exp.horizon + 1):
-        start = time.perf_counter()
-        rnd = env.next_round()
-        best = rnd.means.max(axis=-1)
-        env_seconds += time.perf_counter() - start
-        for lab, policy in zip(labels, policies, strict=True):
-            start = time.perf_counter()
-            actions = policy.step(rnd, env)
-            seconds[lab] += time.perf_counter() - start
-            chosen = np.take_along_axis(rnd.means, actions[..., None], axis=-1)[..., 0]
-            per_agent[lab] += best - chosen
-        if t == grid[g]:
-            for lab in labels:
-                curves[lab][:, g] = per_agent[lab].sum(axis=1)
-            g += 1
-        if on_step is not None:
-            on_step(t)
-    return ChunkResult(
-        runs=runs,
-        curves=curves,
-        per_agent=per_agent,
-        sync_rounds={lab: p.sync_rounds.copy() for lab, p in zip(labels, policies, strict=True)},
-        messages={lab: p.messages.copy() for lab, p in zip(labels, policies, strict=True)},
-        bytes_sent={lab: p.bytes_sent.copy() for lab, p in zip(labels, policies, strict=True)},
-        seconds=seconds,
-        reports={lab: p.report() for lab, p in zip(labels, policies, strict=True)},
-        env_seconds=env_seconds,
-        transcripts={
-            lab: transcript
-            for lab, p in zip(labels, policies, strict=True)
-            if (transcript := getattr(getattr(p, "protocol", None), "transcript", None)) is not None
-        },
-    )
-
-
-def task_chunks(config: Config) -> list[list[int]]:
-    """Runs grouped into tasks; depends on the config only (never on the worker count)."""
-    size = config.runs_per_task()
-    runs = list(range(config.experiment.runs))
-    return [runs[i : i + size] for i in range(0, len(runs), size)]
-
-
-def _single_thread_worker(driver: int | None = None) -> None:
-    """Initializer of a pool worker: one BLAS thread (the workers are the parallelism), and a
-    watchdog that ends the worker once ``driver`` (the process that started the pool) is gone --
-    killed with SIGKILL, its results could never be received."""
-    from threadpoolctl import threadpool_limits
-
-    threadpool_limits(1)
-    if driver is not None:
-        threading.Thread(target=_exit_when_gone, args=(driver,), name="fedbandits-watchdog", daemon=True).start()
-
-
-#: seconds between a worker's checks that its driver still runs
-WATCHDOG_INTERVAL = 0.25
-
-
-def process_alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie -- dead, not yet reaped by its parent -- does not)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            state = f.read().rsplit(")", 1)[-1].split()[0]
-        return state not in ("Z", "X")
-    except FileNotFoundError:
-        return False
-    except OSError:  # no /proc (not Linux): ask the kernel whether the pid exists
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-
-
-def _exit_when_gone(driver: int) -> None:
-    while process_alive(driver):
-        time.sleep(WATCHDOG_INTERVAL)
-    os._exit(1)  # nobody can receive this worker's result: stop at once, without clean-up
-
-
-def _pool_context():  # type: ignore[no-untyped-def]
-    """Worker processes come from a fork server that has already imported fedbandits.
-
-    Starting workers by ``spawn`` re-imports numpy and fedbandits in each of them (about 0.4 s
-    apiece here); a fork server pays that once per parent process and then forks ready workers.
-    Forking from the server (not from the caller) avoids forking a process that has threads.
-    Falls back to ``spawn`` where fork servers do not exist (Windows, macOS defaults).
-    """
-    import multiprocessing
-
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return get_context("spawn")
-    ctx = get_context("forkserver")
-    ctx.set_forkserver_preload(["fedbandits.sim.runner"])
-    return ctx
+from fedbandits.sim.task import ChunkResult, task_chunks, time_grid
 
 
 def run_experiment(
@@ -228,8 +62,6 @@ def run_experiment(
     (:mod:`fedbandits.sim.memory`) and a config above ``max_memory`` bytes (default: the memory
     available on this machine) is refused with a ValueError.
     """
-    from fedbandits.sim.backends import BACKENDS, open_backend
-
     if resume and checkpoint is None:
         raise ValueError("resume needs a checkpoint folder")
     if isinstance(backend, str):
@@ -262,15 +94,11 @@ def _execute(
     log: Callable[[str], None] | None,
     started: float,
 ) -> Results:
-    from fedbandits.sim.backends import Progress
-
     chunks = task_chunks(config)
     merger = _Merger(config)
     store = None
     todo = list(enumerate(chunks))
     if checkpoint is not None:
-        from fedbandits.sim.checkpoint import Checkpoint
-
         store = Checkpoint(checkpoint, config, record_transcript)
         if resume:
             remaining = []
