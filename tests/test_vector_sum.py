@@ -419,7 +419,7 @@ def test_vector_sum_epsilon_spent_is_computed_by_advanced_composition() -> None:
     and the composed epsilon is 1/2 (the first term, by the split) plus 12 eps0 (e^eps0 - 1) -- about
     0.51: the split leaves half the budget unused, and the report says so instead of echoing 1."""
     from fedbandits.privacy.calibration import PrivacySpec
-    from fedbandits.protocols.vector_sum import calibrate_vector_sum
+    from fedbandits.protocols.vector_sum_tree import calibrate_vector_sum
 
     report = calibrate_vector_sum(
         PrivacySpec("sdp-vector-sum", 1.0, 1e-5), agents=10, horizon=1000, batch=25, dim=5

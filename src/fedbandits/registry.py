@@ -56,7 +56,7 @@ from fedbandits.protocols.gaussian_tree import (
     ShuffledGaussianTreeProtocol,
 )
 from fedbandits.protocols.passthrough import NonPrivate
-from fedbandits.protocols.vector_sum import VectorSumCalibration, VectorSumTreeProtocol
+from fedbandits.protocols.vector_sum_tree import VectorSumCalibration, VectorSumTreeProtocol
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from fedbandits.privacy.tree import max_nodes_per_datum
 from fedbandits.protocols.base import Protocol
 from fedbandits.protocols.catalog import PROTOCOL_NAMES
 from fedbandits.protocols.distributed_dp import DistributedDPProtocol
-from fedbandits.protocols.vector_sum import VectorSumCalibration, VectorSumTreeProtocol, calibrate_vector_sum
+from fedbandits.protocols.vector_sum_tree import VectorSumCalibration, VectorSumTreeProtocol, calibrate_vector_sum
 
 REGULARIZERS = ("fixed", "theory", "noise")
 DISTRIBUTED = "distributed-dp"
