@@ -15,8 +15,9 @@ import pytest
 import fedbandits
 from fedbandits.cli import main
 from fedbandits.config import ConfigError, config_from_dict, load_config, loads_config
-from fedbandits.envs.files import BLOCK, DataFiles, DataFilesParams, export_partition, read_data_file, write_data_file
+from fedbandits.envs.files import BLOCK, DataFiles, DataFilesParams, read_data_file, write_data_file
 from fedbandits.registry import ENVIRONMENTS
+from fedbandits.sim.export import export_partition
 from fedbandits.sim.seeding import env_rngs
 
 KNOWN_CSV = """user,arm,reward,a,b

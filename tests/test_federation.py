@@ -106,7 +106,7 @@ def test_hand_started_silo_draws_secret_noise_and_withholds_its_report(tmp_path:
     """A silo built without a noise option draws the OS CSPRNG's discrete Gaussian (not the derived,
     config-seeded stream the server could recompute), and at the end answers without its trial
     report; the server accepts the acknowledgement and reports the regret as unavailable."""
-    from fedbandits.federation.results import deployment_results
+    from fedbandits.federation.deployment_results import deployment_results
     from fedbandits.federation.server import WITHHELD, Coordinator, Incoming, validate_release
     from fedbandits.privacy.discrete_gaussian import SecretTreeRandomizer
 
@@ -262,7 +262,7 @@ delta = 0.01
 
 def _export_silo_files(tmp_path: Path, rounds: int = 60) -> list[Path]:
     """Each silo's users as its own file: a partition of a gaussian-sphere instance (M = 3, K = 20, d = 4)."""
-    from fedbandits.envs.files import export_partition
+    from fedbandits.sim.export import export_partition
 
     return export_partition(loads_config(_config("none", horizon=rounds)), tmp_path / "data", rounds)
 
@@ -578,7 +578,7 @@ def test_deploy_distributed_dp_parity_and_a_silo_killed_mid_round(tmp_path: Path
     assert coord.state.rounds[-1].missing == [] and coord.state.epochs >= 2
     log = (dep.state / "server" / "server.log").read_text()
     assert "asking the others for their key shares" in log
-    from fedbandits.federation.results import deployment_results
+    from fedbandits.federation.deployment_results import deployment_results
 
     report = deployment_results(spec, coord, 0.0).algorithms[spec.label].report
     assert report["min_present"] == 2 and report["short_rounds"] == 0  # one dropout was provisioned

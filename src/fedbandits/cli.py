@@ -33,6 +33,7 @@ from typing import NoReturn, TypedDict
 from fedbandits import __version__
 from fedbandits.config import Config, ConfigError, load_config
 from fedbandits.sim.checkpoint import TaskFailedError
+from fedbandits.sim.export import export_partition
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
@@ -473,8 +474,6 @@ def _frontier(args: argparse.Namespace) -> int:
 
 
 def _data_export(args: argparse.Namespace) -> int:
-    from fedbandits.envs.files import export_partition
-
     config = load_config(args.config)
     if args.out.exists() and not args.out.is_dir():
         raise ValueError(f"--out {args.out} exists and is not a folder")

@@ -59,15 +59,11 @@ import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from fedbandits.core.validation import check_choice, check_float, check_int
 from fedbandits.envs.base import Environment, Round
-
-if TYPE_CHECKING:
-    from fedbandits.config import Config
 
 SUFFIXES = (".npz", ".csv")
 ORDERS = ("file", "shuffle")
@@ -533,42 +529,3 @@ class DataFiles(Environment):
             "features_above_norm_1": self.features_above_norm_1,
             "rewards_outside_0_1": self.rewards_outside_unit,
         }
-
-
-# -- exporting a simulated instance ---------------------------------------------------------------
-
-
-EXPORT_FORMATS = ("npz", "csv")
-
-
-def export_partition(
-    config: Config, out_dir: str | os.PathLike[str], rounds: int, run: int = 0, fmt: str = "npz"
-) -> list[Path]:
-    """Play ``rounds`` rounds of run ``run`` of ``config``'s environment and write each agent's file.
-
-    The environment is built with exactly the Generator the simulator gives run ``run``
-    (:func:`fedbandits.sim.seeding.env_rngs`); agent i's features and expected rewards of every
-    round become user t of ``out_dir/silo-<i>.<fmt>``.  A data-files environment over these files
-    in file order then serves every agent the same contexts as the source run (its reward noise
-    comes from its own streams).  Holds all rounds in memory: rounds x M x K x (d + 1) float32.
-    """
-    from fedbandits.registry import ENVIRONMENTS
-    from fedbandits.sim.seeding import env_rngs
-
-    check_int("rounds", rounds, low=1)
-    check_int("run", run, low=0, high=config.experiment.runs - 1)
-    check_choice("format", fmt, EXPORT_FORMATS)
-    env_cfg = config.environment
-    env = ENVIRONMENTS[env_cfg.name].factory(env_cfg.params, env_rngs(config.experiment.seed, [run]))
-    available = getattr(env, "rounds_available", None)
-    if available is not None and available < rounds:
-        raise ValueError(f"environment {env_cfg.name} has {available} rounds available, {rounds} asked for")
-    m, k, d = env.n_agents, env.n_arms, env.dim
-    features = np.empty((m, rounds, k, d), dtype=np.float32)
-    means = np.empty((m, rounds, k), dtype=np.float32)
-    for t in range(rounds):
-        rnd = env.next_round()
-        features[:, t] = rnd.features[0]
-        means[:, t] = rnd.means[0]
-    out = Path(out_dir)
-    return [write_data_file(out / f"silo-{i}.{fmt}", features[i], means[i]) for i in range(m)]
