@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from fedbandits.federation.secure_aggregation import Roster, SecAggError, SecAggServer, default_threshold
-from fedbandits.federation.spec import DeploySpec, load_pickle, save_pickle
+from fedbandits.federation.spec import DeploySpec, load_pickle, save_pickle, shown
 from fedbandits.privacy.mechanisms import TreeAnalyzer
 from fedbandits.protocols.distributed_dp import ModularTreeAnalyzer
 
@@ -102,13 +102,13 @@ def validate_release(
     the silos already accepted this round.
     """
     if incoming.error is not None:
-        return f"error reply from node {incoming.node_id}: {incoming.error}"
+        return f"error reply from node {incoming.node_id}: {shown(incoming.error)}"
     meta = incoming.meta
     if meta is None:
         return "no 'meta' record"
     silo = meta.get("silo_id")
     if isinstance(silo, bool) or not isinstance(silo, int) or not 0 <= silo < spec.silos:
-        return f"silo_id must be an integer in [0, {spec.silos}), got {silo!r}"
+        return f"silo_id must be an integer in [0, {spec.silos}), got {shown(silo)}"
     if registry is not None:
         if incoming.node_id not in registry:
             return f"node {incoming.node_id} is not a registered silo"
@@ -117,10 +117,10 @@ def validate_release(
     if meta.get("digest") != spec.digest:
         return f"silo {silo}: config hash {str(meta.get('digest'))[:12]!r} is not this deployment's"
     if meta.get("phase") != phase:
-        return f"silo {silo}: phase {meta.get('phase')!r}, expected {phase!r}"
+        return f"silo {silo}: phase {shown(meta.get('phase'))}, expected {phase!r}"
     r = meta.get("round")
     if isinstance(r, bool) or not isinstance(r, int) or r != round_:
-        return f"silo {silo}: round {r!r} is not the current round {round_} (stale or replayed)"
+        return f"silo {silo}: round {shown(r)} is not the current round {round_} (stale or replayed)"
     if silo in seen:
         return f"silo {silo}: a second message in round {round_} (one per silo per round)"
     arrays = incoming.arrays or {}
@@ -170,7 +170,7 @@ def validate_release(
     for key in ("served", "skipped_releases", "clipped_features", "clipped_rewards", "psd_repairs"):
         v = meta.get(key)
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            return f"silo {silo}: report field {key} must be a non-negative integer, got {v!r}"
+            return f"silo {silo}: report field {key} must be a non-negative integer, got {shown(v)}"
         counts[key] = v
     return silo, {"curve": curve, **counts}
 

@@ -56,6 +56,7 @@ from typing import Any
 import numpy as np
 
 from fedbandits.federation.spec import DeploySpec, load_pickle, save_pickle
+from fedbandits.federation.spec import shown as _show
 from fedbandits.privacy.calibration import NoiseCalibration
 from fedbandits.privacy.mechanisms import protocol_streams
 from fedbandits.sim.seeding import noise_rngs
@@ -166,12 +167,6 @@ def _fsync_dir(path: Path) -> None:
 
 def _sha256(x: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(x, dtype="<f8").tobytes()).hexdigest()
-
-
-def _show(value: object) -> str:
-    """A value from a request, shortened for an error message or the log."""
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 class ShufflerCore:

@@ -44,6 +44,13 @@ MASKED_PROTOCOLS = ("distributed-dp",)
 SHUFFLED_PROTOCOLS = ("sdp-amplification",)
 
 
+def shown(value: object) -> str:
+    """A value from a peer's message, for an error message or the log: its repr (so a newline or a
+    control character cannot forge a log line), shortened to 40 characters."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 @dataclass(frozen=True)
 class DeploySpec:
     """The deployed algorithm: config, chosen entry, run index and derived constants."""
