@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from fedbandits.config import loads_config
+from fedbandits.federation.deployment_results import deployment_results
 from fedbandits.federation.parity import compare, reference_run, run_loopback
-from fedbandits.federation.results import deployment_results
 from fedbandits.federation.secure_aggregation import SecAggServer
 from fedbandits.federation.server import Coordinator, Incoming, validate_release
 from fedbandits.federation.silo import Silo

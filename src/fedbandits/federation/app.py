@@ -206,7 +206,7 @@ def _serve(grid: Grid, cfg: dict[str, Any], state_dir: Path, run_id: int) -> Non
             coord.state.reports[res[0]] = res[1]  # type: ignore[assignment]
         coord.state.finished = True
         coord.save()
-    from fedbandits.federation.results import deployment_results
+    from fedbandits.federation.deployment_results import deployment_results
 
     results = deployment_results(spec, coord, time.time() - started)
     results.save(state_dir / "results")
