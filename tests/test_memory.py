@@ -70,3 +70,27 @@ def test_oversized_config_is_one_line_and_exit_2(tmp_path: Path) -> None:
         timeout=120,
     )
     assert small.returncode == 2 and "of --max-memory" in small.stderr and not out.exists()
+
+
+def test_export_is_refused_before_building_anything(tmp_path: Path) -> None:
+    """data export holds M x rounds x K x (d + 1) float32 plus one round's contexts: M = 5, K = 7,
+    d = 3, 10 rounds = 5*10*7*4*4 + 5*7*3*4 = 5600 + 420 B.  Above the bound: one line, no folder."""
+    from fedbandits.sim.export import export_partition
+    from fedbandits.sim.memory import check_export_memory, export_bytes
+
+    config = _config(5, 7, 3)
+    assert export_bytes(config, 10) == 6020 and check_export_memory(config, 10, 6020) == 6020
+    out = tmp_path / "export"
+    with pytest.raises(ValueError, match=r"at least 5.88 KiB \(10 rounds, agents = 5, arms = 7, dim = 3\)") as err:
+        export_partition(config, out, 10, max_memory=6019)
+    assert "\n" not in str(err.value) and not out.exists()
+    assert len(export_partition(config, out, 10, max_memory=6020)) == 5
+    huge = config_from_dict(
+        {
+            "experiment": {"horizon": 10},
+            "environment": {"name": "gaussian-sphere", "agents": 10_000_000, "arms": 1000, "dim": 1000},
+            "algorithms": [{"name": "linucb-independent"}],
+        }
+    )
+    with pytest.raises(ValueError, match="more than the .* of available memory"):
+        export_partition(huge, out, 10)

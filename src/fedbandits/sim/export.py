@@ -16,13 +16,19 @@ from fedbandits.config import Config
 from fedbandits.core.validation import check_choice, check_int
 from fedbandits.envs.files import write_data_file
 from fedbandits.registry import ENVIRONMENTS
+from fedbandits.sim.memory import check_export_memory
 from fedbandits.sim.seeding import env_rngs
 
 EXPORT_FORMATS = ("npz", "csv")
 
 
 def export_partition(
-    config: Config, out_dir: str | os.PathLike[str], rounds: int, run: int = 0, fmt: str = "npz"
+    config: Config,
+    out_dir: str | os.PathLike[str],
+    rounds: int,
+    run: int = 0,
+    fmt: str = "npz",
+    max_memory: int | None = None,
 ) -> list[Path]:
     """Play ``rounds`` rounds of run ``run`` of ``config``'s environment and write each agent's file.
 
@@ -30,11 +36,14 @@ def export_partition(
     (:func:`fedbandits.sim.seeding.env_rngs`); agent i's features and expected rewards of every
     round become user t of ``out_dir/silo-<i>.<fmt>``.  A data-files environment over these files
     in file order then serves every agent the same contexts as the source run (its reward noise
-    comes from its own streams).  Holds all rounds in memory: rounds x M x K x (d + 1) float32.
+    comes from its own streams).  Holds all rounds in memory: rounds x M x K x (d + 1) float32;
+    refused in one line before anything is built when that exceeds ``max_memory`` bytes (default:
+    the available memory, :func:`fedbandits.sim.memory.check_export_memory`).
     """
     check_int("rounds", rounds, low=1)
     check_int("run", run, low=0, high=config.experiment.runs - 1)
     check_choice("format", fmt, EXPORT_FORMATS)
+    check_export_memory(config, rounds, max_memory)
     env_cfg = config.environment
     env = ENVIRONMENTS[env_cfg.name].factory(env_cfg.params, env_rngs(config.experiment.seed, [run]))
     available = getattr(env, "rounds_available", None)

@@ -62,6 +62,28 @@ def _factorized_bytes(config: Config, runs: int, agents: int, dim: int) -> int:
     return total
 
 
+def export_bytes(config: Config, rounds: int) -> int:
+    """Bytes ``data export`` holds: every round of one run, features and expected rewards, float32
+    (M, rounds, K, d + 1), plus the environment's own contexts of one round (1, M, K, d)."""
+    agents, arms, dim = _size(config, "agents"), _size(config, "arms"), _size(config, "dim")
+    return agents * rounds * arms * (dim + 1) * 4 + agents * arms * dim * 4
+
+
+def check_export_memory(config: Config, rounds: int, limit: int | None = None) -> int:
+    """As :func:`check_memory` for ``data export``: one line naming the sizes and the estimate."""
+    need = export_bytes(config, rounds)
+    bound = limit if limit is not None else available_bytes()
+    if bound is not None and need > bound:
+        env = config.environment.params
+        sizes = ", ".join(f"{name} = {getattr(env, name)}" for name in ("agents", "arms", "dim") if hasattr(env, name))
+        what = "--max-memory" if limit is not None else "available memory"
+        raise ValueError(
+            f"the export would hold at least {_human(need)} ({rounds} rounds, {sizes}), more than the "
+            f"{_human(bound)} of {what}: lower --rounds or the sizes"
+        )
+    return need
+
+
 def available_bytes() -> int | None:
     """MemAvailable of /proc/meminfo, or None where it cannot be read."""
     try:
