@@ -2,6 +2,10 @@
 
 Flow: files -> :func:`read_svmlight` (here) -> ``ltr_instance.build_instance`` -> ``ltr.LearningToRank``.
 
+Why this module is above ~600 lines: it is one reader -- a strict parser for the line-level error
+messages and a fast vectorised one for well-formed blocks, which must agree on every input -- and
+docs/data.md ("Why our own svmlight parser") gives the measured reasons not to use scikit-learn's.
+
 File format
 -----------
 :func:`read_svmlight` streams svmlight / LETOR files (``label qid:Q i:v i:v ... [# comment]``)
