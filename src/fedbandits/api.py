@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from fedbandits.config import Config, config_from_dict, load_config
+from fedbandits.plots import plot_results
 from fedbandits.sim.results import Results
 from fedbandits.sim.runner import run_experiment
 
@@ -56,8 +57,6 @@ def run(
         max_retries=max_retries,
     )
     if out is not None:
-        from fedbandits.plots import plot_results
-
         results.save(out)
         plot_results(results, out)
     return results

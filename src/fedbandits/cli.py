@@ -31,9 +31,30 @@ from pathlib import Path
 from typing import NoReturn, TypedDict
 
 from fedbandits import __version__
+from fedbandits.api import quickstart_config
+from fedbandits.audit.releases import AuditPlan, audit_all
+from fedbandits.audit.schedule import AttackSetup, format_table, run_attack
+from fedbandits.audit.upload_timing import TimingSetup, run_timing_attack
 from fedbandits.config import Config, ConfigError, load_config
+from fedbandits.experiments.figures import EXPERIMENTS
+from fedbandits.experiments.frontier import (
+    DEFAULT_EPSILONS,
+    crossings,
+    describe_crossing,
+    frontier_plan,
+    frontier_rows,
+    parse_epsilons,
+    write_frontier,
+)
+from fedbandits.experiments.reproduce import reproduce, resolve
+from fedbandits.federation.cli import add_deploy_parser, run_deploy
+from fedbandits.plots import plot_results
+from fedbandits.registry import ALGORITHMS, ENVIRONMENTS, PROTOCOLS
 from fedbandits.sim.checkpoint import TaskFailedError
 from fedbandits.sim.export import export_partition
+from fedbandits.sim.memory import parse_bytes
+from fedbandits.sim.results import Results
+from fedbandits.sim.runner import run_experiment
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
@@ -164,7 +185,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="reproduce a published figure (or all) and write a report",
         description="Run a registered reproduction, draw its figure, check the paper's claims and write DIR/report.md.",
     )
-    from fedbandits.experiments.figures import EXPERIMENTS
 
     p_rep.add_argument("name", metavar="NAME|all", help=f"one of {', '.join(EXPERIMENTS)}, or `all`")
     p_rep.add_argument(
@@ -239,8 +259,6 @@ def build_parser() -> argparse.ArgumentParser:
     p_export.add_argument("--run", type=_nonnegative_int, default=0, metavar="R", help="run index (default 0)")
     p_export.add_argument("--format", choices=["npz", "csv"], default="npz", help="file format (default npz)")
 
-    from fedbandits.federation.cli import add_deploy_parser  # argparse only: Flower is imported when used
-
     add_deploy_parser(sub)
     return parser
 
@@ -275,8 +293,6 @@ def _audit(args: argparse.Namespace) -> int:
     import json
     from dataclasses import asdict
 
-    from fedbandits.audit.schedule import AttackSetup, format_table, run_attack
-
     setup = AttackSetup(
         trials=args.trials,
         agents=2 if args.agents is None else args.agents,
@@ -305,9 +321,6 @@ def _audit_privacy(args: argparse.Namespace) -> int:
     import json
     from dataclasses import asdict, replace
 
-    from fedbandits.audit.releases import AuditPlan, audit_all
-    from fedbandits.audit.schedule import format_table
-
     plan = AuditPlan.quick() if args.quick else AuditPlan.full()
     if args.trials is not None:
         if args.trials < 10:
@@ -331,9 +344,6 @@ def _audit_privacy(args: argparse.Namespace) -> int:
 def _audit_upload_timing(args: argparse.Namespace) -> int:
     import json
     from dataclasses import asdict
-
-    from fedbandits.audit.schedule import format_table
-    from fedbandits.audit.upload_timing import TimingSetup, run_timing_attack
 
     setup = TimingSetup(
         trials=args.trials,
@@ -392,8 +402,6 @@ def _log(message: str) -> None:
 
 
 def _reproduce(args: argparse.Namespace) -> int:
-    from fedbandits.experiments.reproduce import reproduce, resolve
-
     resolve(args.name, args.scale, args.runs)  # unknown name / scale: one-line error before any run
     backend = _backend_kwargs(args)
     outcomes = reproduce(args.name, args.scale, runs=args.runs, out=args.out, progress=not args.no_progress, **backend)
@@ -405,10 +413,6 @@ def _reproduce(args: argparse.Namespace) -> int:
 
 
 def _run(config: Config, args: argparse.Namespace) -> int:
-    from fedbandits.plots import plot_results
-    from fedbandits.sim.memory import parse_bytes
-    from fedbandits.sim.runner import run_experiment
-
     overrides = {k: v for k, v in (("runs", args.runs), ("seed", args.seed)) if v is not None}
     if overrides:
         config = config.with_experiment(**overrides)
@@ -438,18 +442,6 @@ def _run(config: Config, args: argparse.Namespace) -> int:
 
 
 def _frontier(args: argparse.Namespace) -> int:
-    from fedbandits.experiments.frontier import (
-        DEFAULT_EPSILONS,
-        crossings,
-        describe_crossing,
-        frontier_plan,
-        frontier_rows,
-        parse_epsilons,
-        write_frontier,
-    )
-    from fedbandits.sim.memory import parse_bytes
-    from fedbandits.sim.runner import run_experiment
-
     epsilons = DEFAULT_EPSILONS if args.epsilons is None else parse_epsilons(args.epsilons)
     config = load_config(args.config)
     overrides = {k: v for k, v in (("runs", args.runs), ("seed", args.seed)) if v is not None}
@@ -486,8 +478,6 @@ def _data_export(args: argparse.Namespace) -> int:
 
 
 def _list() -> int:
-    from fedbandits.registry import ALGORITHMS, ENVIRONMENTS, PROTOCOLS
-
     for title, table in (("environments", ENVIRONMENTS), ("algorithms", ALGORITHMS), ("protocols", PROTOCOLS)):
         print(f"{title}:")
         for entry in table.values():
@@ -527,15 +517,10 @@ def _main(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         if args.command == "run":
             return _run(load_config(args.config), args)
         if args.command == "quickstart":
-            from fedbandits.api import quickstart_config
-
             return _run(quickstart_config(), args)
         if args.command == "frontier":
             return _frontier(args)
         if args.command == "plot":
-            from fedbandits.plots import plot_results
-            from fedbandits.sim.results import Results
-
             paths = plot_results(Results.load(args.folder), args.folder)
             print("wrote " + ", ".join(str(p) for p in paths))
             return 0
@@ -548,8 +533,6 @@ def _main(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         if args.command == "data":
             return _data_export(args)
         if args.command == "deploy":
-            from fedbandits.federation.cli import run_deploy
-
             return run_deploy(args)
         parser.print_help()
         return EXIT_USAGE

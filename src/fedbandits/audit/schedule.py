@@ -43,9 +43,11 @@ import numpy as np
 from scipy import stats
 
 from fedbandits.algorithms.base import Policy
+from fedbandits.algorithms.fedlinucb import FedLinUCBParams
 from fedbandits.algorithms.feducb import FedUCB, FedUCBParams, calibrate_feducb
 from fedbandits.audit.stats import clopper_pearson, epsilon_lower_bound
 from fedbandits.core.validation import check_float, check_int
+from fedbandits.registry import ALGORITHMS, PolicyContext
 
 
 @dataclass(frozen=True)
@@ -134,8 +136,6 @@ def feducb_threshold(setup: AttackSetup, rho_min: float) -> float:
 
 def _builders(setup: AttackSetup) -> list[tuple[str, str, object]]:
     """(target, schedule, factory(noise_rngs) -> Policy) of every audited algorithm."""
-    from fedbandits.algorithms.fedlinucb import FedLinUCBParams
-    from fedbandits.registry import ALGORITHMS, PolicyContext
 
     R, M, d, T = setup.trials, setup.agents, setup.dim, setup.horizon
     common = {"epsilon": setup.epsilon, "delta": setup.delta, "radius": "constant"}

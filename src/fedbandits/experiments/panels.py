@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fedbandits.plots import _pyplot, save_figure
 from fedbandits.sim.results import Results
 
 if TYPE_CHECKING:
@@ -39,7 +40,6 @@ def panel_table(results: dict[str, Results]) -> dict[str, Any]:
 
 
 def plot_panels(results: dict[str, Results], experiment: Experiment, path: str | Path) -> Path:
-    from fedbandits.plots import _pyplot, save_figure
 
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 4.2))

@@ -25,7 +25,11 @@ from typing import Any
 from fedbandits.config import config_from_dict
 from fedbandits.experiments.claims import ClaimResult, check
 from fedbandits.experiments.figures import EXPERIMENTS, Experiment, get_experiment
+from fedbandits.experiments.panels import panel_key, plot_panels
+from fedbandits.plots import _pyplot, plot_results, save_figure
+from fedbandits.sim.backends import open_backend
 from fedbandits.sim.results import Results
+from fedbandits.sim.runner import run_experiment
 
 
 @dataclass
@@ -58,7 +62,6 @@ def claim_tables(panels: dict[str, Results]) -> dict[str, dict[str, Any]]:
 
     Keys are algorithm labels, or ``"<panel> / <label>"`` for multi-panel experiments.
     """
-    from fedbandits.experiments.panels import panel_key
 
     def key(panel: str, lab: str) -> str:
         return panel_key(panel, lab) if panel else lab
@@ -77,7 +80,6 @@ def _slug(text: str) -> str:
 
 def plot_figure(results: Results, experiment: Experiment, path: str | Path) -> Path:
     """Time-averaged group regret Reg(t)/t against t, one line (mean over runs) per algorithm."""
-    from fedbandits.plots import _pyplot, save_figure
 
     plt = _pyplot()
     grid = results.grid.astype(float)
@@ -114,9 +116,6 @@ def run_one(
     log: Callable[[str], None] | None = None,
 ) -> Outcome:
     """Run one experiment (see :func:`fedbandits.sim.runner.run_experiment` for the backend options)."""
-    from fedbandits.experiments.panels import plot_panels
-    from fedbandits.plots import plot_results
-    from fedbandits.sim.runner import run_experiment
 
     folder = out / experiment.name
     panels: dict[str, Results] = {}
@@ -165,7 +164,6 @@ def reproduce(
     connection serves every experiment); finished tasks go to ``out/checkpoint/`` and
     ``resume=True`` skips those already there.
     """
-    from fedbandits.sim.backends import open_backend
 
     experiments = resolve(name, scale, runs)
     out = Path(out)

@@ -42,10 +42,13 @@ from flwr.clientapp import ClientApp
 from flwr.common.constant import SUPERLINK_NODE_ID, ErrorCode
 from flwr.serverapp import Grid, ServerApp
 
+from fedbandits.federation.deployment_results import deployment_results
 from fedbandits.federation.secure_aggregation import KEY_BYTES, Roster, SecAggServer
 from fedbandits.federation.server import WITHHELD, Coordinator, Incoming, validate_release
+from fedbandits.federation.shuffler import ShufflerClient
 from fedbandits.federation.silo import Silo, SiloError, check_pinned_spec
 from fedbandits.federation.spec import atomic_write_bytes, spec_from_json
+from fedbandits.sim.task import time_grid
 
 log = logging.getLogger("fedbandits.federation")
 
@@ -119,8 +122,6 @@ def _serve(grid: Grid, cfg: dict[str, Any], state_dir: Path, run_id: int) -> Non
     coord = Coordinator(spec, state_dir)
     shuffler = None
     if spec.shuffled:
-        from fedbandits.federation.shuffler import ShufflerClient
-
         shuffler = ShufflerClient.from_config(cfg)
     started = time.time()
     log.info("server up (run %s): %s, M=%d silos, K=%d synchronisations", run_id, spec.label, spec.silos, spec.releases)
@@ -183,8 +184,6 @@ def _serve(grid: Grid, cfg: dict[str, Any], state_dir: Path, run_id: int) -> Non
             "spec": spec_json,
         }
         replies = _exchange(grid, coord, registry, "evaluate", meta, spec.releases + 1, round_timeout, poll)
-        from fedbandits.sim.runner import time_grid
-
         points = time_grid(spec.horizon, spec.config.experiment.grid_points).size
         seen = set()
         for inc in replies:
@@ -206,8 +205,6 @@ def _serve(grid: Grid, cfg: dict[str, Any], state_dir: Path, run_id: int) -> Non
             coord.state.reports[res[0]] = res[1]  # type: ignore[assignment]
         coord.state.finished = True
         coord.save()
-    from fedbandits.federation.deployment_results import deployment_results
-
     results = deployment_results(spec, coord, time.time() - started)
     results.save(state_dir / "results")
     summary = {
@@ -516,8 +513,6 @@ def silo_sync(msg: Message, context: Context) -> Message:
         return _reply(msg, {**out_meta, "epoch": meta.get("epoch")}, {"masked": _masked(silo, meta, k)})
     if silo.spec.shuffled:
         # the p-sum goes to the shuffler (mutual TLS); the server only hears that it was sent
-        from fedbandits.federation.shuffler import ShufflerClient
-
         shuffler = ShufflerClient.from_config(context.node_config)
         status = shuffler.send(silo.silo_id, silo.spec.digest, k, psum, patience=_patience(context))
         log.info("silo %d: release %d handed to the shuffler (%s)", silo.silo_id, k, status)

@@ -27,10 +27,15 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from fedbandits.federation.spec import DeploySpec
+from fedbandits.config import ConfigError, load_config
+from fedbandits.federation.spec import DeploySpec, make_spec, spec_from_json
+from fedbandits.federation.supervisor import supervise
+
+# The rest of the deployment (certificates with cryptography, the TLS and HTTP servers, process
+# control around Flower) is imported inside the subcommands that use it: every `fedbandits`
+# command builds this parser, and only `fedbandits deploy` should pay for those (CLI start-up time).
 
 #: the embedded default of ``deploy local`` (no ``--config``)
 TRIAL_CONFIG = Path(__file__).with_name("trial.toml")
@@ -240,9 +245,7 @@ def _print_summary(spec: DeploySpec, seconds: float, summary: dict[str, Any]) ->
 
 
 def _local(args: argparse.Namespace) -> int:
-    from fedbandits.config import load_config
     from fedbandits.federation.deployment import LocalDeployment
-    from fedbandits.federation.spec import make_spec
 
     _check_common(args)
     config = load_config(args.config if args.config is not None else TRIAL_CONFIG)
@@ -287,9 +290,7 @@ def _local(args: argparse.Namespace) -> int:
 
 
 def _server(args: argparse.Namespace) -> int:
-    from fedbandits.config import load_config
     from fedbandits.federation.deployment import ServerDeployment
-    from fedbandits.federation.spec import make_spec
 
     _check_common(args)
     if not 1 <= args.port <= 65535:
@@ -322,12 +323,9 @@ def _server(args: argparse.Namespace) -> int:
 
 
 def _silo(args: argparse.Namespace) -> int:
-    from fedbandits.config import load_config
     from fedbandits.federation.flower_setup import check_quotable, supernode_command
     from fedbandits.federation.processes import DeployError, flower_env, hold_lock, kill_processes_under
     from fedbandits.federation.shuffler import split_address
-    from fedbandits.federation.spec import make_spec
-    from fedbandits.federation.supervisor import supervise
 
     split_address(args.superlink, "--superlink")
     if args.silo_id < 0:
@@ -414,10 +412,8 @@ def _check_shuffler_flag(spec: DeploySpec, address: str | None) -> None:
 def _shuffler(args: argparse.Namespace) -> int:
     import logging
 
-    from fedbandits.config import ConfigError, load_config
     from fedbandits.federation.processes import hold_lock
     from fedbandits.federation.shuffler import ShufflerError, serve, split_address
-    from fedbandits.federation.spec import make_spec, spec_from_json
 
     _check_common(args)
     host, port = split_address(args.listen, "--listen")

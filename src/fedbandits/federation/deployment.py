@@ -45,7 +45,7 @@ from fedbandits.federation.processes import (
     wait_https,
     wait_shuffler,
 )
-from fedbandits.federation.spec import DeploySpec, atomic_write_bytes
+from fedbandits.federation.spec import DeploySpec, atomic_write_bytes, spec_from_json
 
 
 @dataclass
@@ -133,8 +133,6 @@ class ServerDeployment:
             raise DeployError("missing credential file(s): " + ", ".join(map(str, missing)))
         spec_file = self.workdir / "spec.json"
         if spec_file.exists():
-            from fedbandits.federation.spec import spec_from_json
-
             old = spec_from_json(spec_file.read_text())
             if old.digest != self.spec.digest:
                 raise DeployError(

@@ -1,7 +1,7 @@
 """The simulator's reference for a deployment, and a transport-free loopback of the protocol.
 
 :func:`reference_run` plays the deployed entry of the config exactly as the simulator does
-(:func:`fedbandits.sim.runner.simulate_runs` builds the same environment and policy from the
+(:func:`fedbandits.sim.task.simulate_runs` builds the same environment and policy from the
 same seeds) and records what the deployment must reproduce: every agent's action, every synced
 prefix, every agent's regret.  :func:`compare` checks a deployment against it.
 """
@@ -19,6 +19,8 @@ from fedbandits.federation.shuffler import SERVER_ROLE, ShufflerCore, encode_arr
 from fedbandits.federation.silo import Silo, load_silo_results
 from fedbandits.federation.spec import DeploySpec
 from fedbandits.privacy.mechanisms import pack
+from fedbandits.registry import ALGORITHMS, PolicyContext
+from fedbandits.sim.seeding import noise_rngs
 
 #: synced statistics agree to this relative tolerance (they agree exactly in our runs: the
 #: deployment adds the same numbers in the same order; the tolerance only covers BLAS changes)
@@ -33,8 +35,6 @@ class Reference:
 
 
 def reference_run(spec: DeploySpec) -> Reference:
-    from fedbandits.registry import ALGORITHMS, PolicyContext
-    from fedbandits.sim.seeding import noise_rngs
 
     env = spec.build_env()
     alg = spec.config.algorithms[spec.algorithm_index]

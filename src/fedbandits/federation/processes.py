@@ -27,6 +27,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from fedbandits.federation.shuffler import client_context
+
 
 class DeployError(RuntimeError):
     """A deployment step failed (with the log file to read)."""
@@ -282,8 +284,6 @@ def wait_https(port: int, ca: Path, timeout: float, proc: Proc | None = None, ho
 
 def wait_shuffler(address: str, ca: Path, cert: Path, key: Path, timeout: float, proc: Proc | None = None) -> None:
     """Wait (at most ``timeout`` s) until the shuffler answers GET /health over mutual TLS."""
-    from fedbandits.federation.shuffler import client_context
-
     _wait_health(f"https://{address}/health", client_context(ca, cert, key), timeout, proc, f"shuffler at {address}")
 
 

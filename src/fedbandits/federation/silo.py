@@ -36,6 +36,7 @@ import numpy as np
 
 from fedbandits.algorithms.fedlinucb import FedLinUCB
 from fedbandits.envs.base import Round
+from fedbandits.envs.files import DataFiles
 from fedbandits.federation.secure_aggregation import Roster, SecAggClient
 from fedbandits.federation.spec import DeploySpec, load_pickle, save_pickle
 from fedbandits.privacy.discrete_gaussian import SecretTreeRandomizer, sample_discrete_gaussian
@@ -259,7 +260,6 @@ class Silo:
         spec = self.spec
         if spec.config.environment.name != "data-files":
             return spec.build_env(), self.silo_id, None
-        from fedbandits.envs.files import DataFiles
 
         params = spec.config.environment.params
         path = self._data_path()

@@ -24,14 +24,16 @@ from typing import Any
 
 import numpy as np
 
-from fedbandits.algorithms.fedlinucb import FedLinUCBParams
+from fedbandits.algorithms.fedlinucb import FedLinUCBParams, calibrate_protocol
 from fedbandits.config import Config, ConfigError, config_from_dict
+from fedbandits.envs.files import read_data_file
 from fedbandits.privacy.calibration import NoiseCalibration
 from fedbandits.privacy.discrete_gaussian import SecretNoise, calibrate_secret_noise
 from fedbandits.privacy.distributed_noise import DistributedCalibration
 from fedbandits.privacy.guarantee import not_covering_adaptivity
 from fedbandits.privacy.mechanisms import packed_width
-from fedbandits.registry import private_regularizer
+from fedbandits.registry import ENVIRONMENTS, private_regularizer
+from fedbandits.sim.seeding import env_rngs
 
 #: protocols a deployment runs: the non-private baseline, silo-level LDP (Algorithm 2) and shuffle
 #: DP by amplification (Algorithm 2 with a shuffler party, :mod:`fedbandits.federation.shuffler`)
@@ -113,8 +115,6 @@ class DeploySpec:
     def calibration(self) -> NoiseCalibration | DistributedCalibration | None:
         if not self.private:
             return None
-        from fedbandits.registry import calibrate_protocol
-
         cal = calibrate_protocol(self.params, horizon=self.horizon, agents=self.silos, dim=self.dim())
         assert isinstance(cal, NoiseCalibration | DistributedCalibration)
         return cal
@@ -174,9 +174,6 @@ class DeploySpec:
         return report
 
     def build_env(self):  # type: ignore[no-untyped-def]
-        from fedbandits.registry import ENVIRONMENTS
-        from fedbandits.sim.seeding import env_rngs
-
         env_cfg = self.config.environment
         return ENVIRONMENTS[env_cfg.name].factory(env_cfg.params, env_rngs(self.config.experiment.seed, [self.run]))
 
@@ -235,8 +232,6 @@ def _absolute_data_paths(config: Config) -> Config:
         return config
     changes: dict[str, Any] = {"paths": tuple(str(Path(p).resolve()) for p in paths)}
     if not env.params.dim or not env.params.arms:
-        from fedbandits.envs.files import read_data_file
-
         try:
             _, arms, dim = read_data_file(changes["paths"][0]).features.shape
         except (OSError, ValueError) as exc:

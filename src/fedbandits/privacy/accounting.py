@@ -100,6 +100,7 @@ import numpy as np
 from scipy import optimize, special
 
 from fedbandits.core.validation import check_choice, check_float, check_int
+from fedbandits.privacy.tree import max_nodes_per_datum
 
 __all__ = [
     "AmplificationError",
@@ -765,7 +766,6 @@ def vector_sum_round_budget(epsilon: float, delta: float, nodes: int) -> tuple[f
 
 def _figure_2a_report() -> str:  # pragma: no cover - documentation helper, slow (~15 s)
     """Recompute the numbers quoted in the module docstring."""
-    from fedbandits.privacy.tree import max_nodes_per_datum
 
     lines = []
     agents, delta, horizon, releases = 100, 1e-4, 10_000, 400

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from fedbandits.algorithms.feducb import FedUCBParams, calibrate_feducb
 from fedbandits.experiments.figures.common import ALPHA, SEED, Claim, Experiment, check_scale
 
 DUBEY = "Dubey & Pentland (2020), Differentially-private federated linear bandits"
@@ -27,7 +28,6 @@ def _sqrt_m_threshold(horizon: int, dim: int, agents: int, rho_ratio: float, rho
 
 def dubey_fig1b(scale: str = "quick", runs: int | None = None) -> Experiment:
     """Figure 1B: communication n = O(M^1.5), O(M log T), O(M T), private (eps = 1) vs non-private."""
-    from fedbandits.algorithms.feducb import FedUCBParams, calibrate_feducb
 
     check_scale(scale, runs)
     sizes = {"paper": (10_000_000, 100, 100), "quick": (2_000, 4, 100), "tiny": (60, 2, 20)}
