@@ -1,4 +1,22 @@
-"""fedbandits: differentially private federated linear contextual bandits."""
+"""fedbandits: differentially private federated linear contextual bandits.
+
+The flow of one run through the modules:
+
+    config.py          a TOML file or dict -> a validated Config (names checked against the registry)
+    registry.py        each name -> its parameter dataclass and factory (environments, algorithms, protocols)
+    sim/runner.py      run_experiment: splits the runs into tasks, checks memory, merges results in run order
+    sim/backends.py    executes the tasks here, in a local process pool or on Ray (sim/checkpoint.py keeps them)
+    sim/task.py        simulate_runs: builds env + policy (+ its protocol) and loops over time
+    envs/, algorithms/, protocols/   contexts and rewards; actions and local statistics; the private sync P=(R, S, A)
+    sim/results.py     Results: regret curves, communication and privacy spent, saved with the config
+    sim/reports.py, plots.py         the per-algorithm reports merged over tasks; the figures
+
+Where a newcomer's code goes (then add its name to registry.py):
+a new algorithm in algorithms/, a new protocol in protocols/ (its name also in protocols/catalog.py;
+its mechanism and calibration in privacy/), a new environment in envs/.  A module imports only its
+own room and lower ones (core < envs, privacy < protocols < algorithms < registry < config < sim <
+experiments, federation, audit < cli); tests/test_imports.py checks it.
+"""
 
 from fedbandits._version import __version__
 from fedbandits.api import quickstart_config, run
