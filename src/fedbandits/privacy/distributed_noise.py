@@ -61,6 +61,17 @@ of M shares has P[|noise| >= t] <= 2 exp(-t^2 / (2 nodes M s^2)); with
 t = sqrt(2 nodes M s^2 ln(2 P K / beta)) and a union bound over the P entries of the K releases,
 the noise leaves [-t, t] in a run with probability at most beta = 2^-64.  The modulus 2^bits with
 2^(bits - 1) > A + t decodes every release exactly (centred residues) unless that event occurs.
+A factorized message (B gamma)_k = sum_m b_m gamma_{k-m} has 0 < b_m <= 1 and at most K terms, each a
+batch of at most B users, so its entries obey the same bound T L^2 (T L B); its noise is one sum of M
+shares, within the tree's t.
+
+Factorized release
+------------------
+With ``mechanism = "factorized"`` one user in batch j enters message k >= j with coefficient
+b_{k-j} (square-root factor, :mod:`fedbandits.privacy.factorization`), so in grid units message k
+has sensitivity sqrt(2) r b_{k-j} + sqrt(P) (l1 likewise).  :func:`composed_epsilon` sums each of
+Prop. 14's bounds over the messages of batch 1 (the most messages, the largest coefficients); the
+composition is adaptive because each message's bound holds given the earlier releases.
 """
 
 from __future__ import annotations
