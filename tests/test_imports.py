@@ -216,6 +216,7 @@ def test_allow_list_has_no_stale_entries() -> None:
 ROOMS: dict[str, int] = {
     "_version": 0,  # the version string, read by the package and by checkpoints; imports nothing
     "core": 0,  # ridge state, UCB scores, clipping, validation, random streams: pure math
+    "plugins": 0,  # the entry types and the entry-point loader every table is read through (stdlib only)
     "envs": 1,  # bandit instances, built on core only
     "privacy": 1,  # mechanisms, calibration and accounting, built on core only
     "protocols": 2,  # P = (R, S, A): privacy mechanisms wired into a synchronisation

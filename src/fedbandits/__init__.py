@@ -11,11 +11,13 @@ The flow of one run through the modules:
     sim/results.py     Results: regret curves, communication and privacy spent, saved with the config
     sim/reports.py, plots.py         the per-algorithm reports merged over tasks; the figures
 
-Where a newcomer's code goes (then add its name to registry.py):
-a new algorithm in algorithms/, a new protocol in protocols/ (its name also in protocols/catalog.py;
-its mechanism and calibration in privacy/), a new environment in envs/.  A module imports only its
-own room and lower ones (core < envs, privacy < protocols < algorithms < registry < config < sim <
-experiments, federation, audit < cli); tests/test_imports.py checks it.
+Where a newcomer's code goes: a new algorithm in algorithms/ (its entry in registry.py), a new
+protocol in protocols/ (its entry in protocols/catalog.py; its mechanism and calibration in privacy/),
+a new environment in envs/ (its entry in registry.py); then its entry point in pyproject.toml
+(plugins.py loads every name from the entry points; a third-party package adds its own the same way,
+docs/extending.md).  A module imports only its own room and lower ones (core, plugins < envs,
+privacy < protocols < algorithms < registry < config < sim < experiments, federation, audit < cli);
+tests/test_imports.py checks it.
 """
 
 from fedbandits._version import __version__

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from fedbandits.core.validation import check_int
-from fedbandits.registry import ALGORITHMS, ENVIRONMENTS, Entry
+from fedbandits.registry import ALGORITHMS, ENVIRONMENTS, Entry, Table
 
 
 class ConfigError(ValueError):
@@ -164,11 +164,12 @@ def _as_table(where: str, value: Any) -> dict[str, Any]:
 
 
 def _build_component(
-    where: str, table: dict[str, Any], registry: dict[str, Entry], *, allow_label: bool
+    where: str, table: dict[str, Any], registry: Table[Entry], *, allow_label: bool
 ) -> ComponentConfig:
     name = table.pop("name", None)
     if not isinstance(name, str) or name not in registry:
-        raise ConfigError(f"{where}.name must be one of {', '.join(map(repr, registry))}, got {name!r}")
+        # a broken plugin of that name: its reason (fedbandits.plugins), else the valid names
+        raise ConfigError(registry.unknown(name, f"{where}.name"))
     label = table.pop("label", name) if allow_label else name
     if not isinstance(label, str) or not label:
         raise ConfigError(f"{where}.label must be a non-empty string, got {label!r}")

@@ -2,14 +2,19 @@
 
 Each entry pairs a name with a one-line description, a frozen parameter dataclass (whose
 ``__post_init__`` validates values and whose field metadata ``help`` documents them) and a
-factory.  The CLI's ``list`` command, config validation and the simulator all read this table.
+factory.  The CLI's ``list`` command, config validation and the simulator all read the tables
+:data:`ENVIRONMENTS`, :data:`ALGORITHMS` and :data:`PROTOCOLS`, which load the entry points of the
+groups ``fedbandits.environments``, ``fedbandits.algorithms`` and ``fedbandits.protocols``
+(:mod:`fedbandits.plugins`): the built-in entries below (and in :mod:`fedbandits.protocols.catalog`)
+are declared there by fedbandits' own ``pyproject.toml``, a plugin package's the same way.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -46,35 +51,26 @@ from fedbandits.envs.movielens import (
     MovieLensLinearParams,
 )
 from fedbandits.envs.synthetic import GapInstance, GapInstanceParams, GaussianSphere, GaussianSphereParams
+from fedbandits.plugins import ALGORITHMS, ENVIRONMENTS, PROTOCOLS, Entry, NoParams, ProtocolEntry, Table
 from fedbandits.privacy.calibration import NoiseCalibration
 from fedbandits.privacy.distributed_noise import DistributedCalibration
 from fedbandits.protocols.base import Protocol
-from fedbandits.protocols.distributed_dp import DistributedDPProtocol
-from fedbandits.protocols.gaussian_tree import (
-    GaussianPrefixProtocol,
-    GaussianTreeProtocol,
-    ShuffledGaussianTreeProtocol,
-)
-from fedbandits.protocols.passthrough import NonPrivate
-from fedbandits.protocols.vector_sum_tree import VectorSumCalibration, VectorSumTreeProtocol
+from fedbandits.protocols.vector_sum_tree import VectorSumCalibration
 
-
-@dataclass(frozen=True)
-class Entry:
-    name: str
-    description: str
-    params: type
-    factory: Callable[..., Any]
-    #: the class the factory builds, for algorithms (its ``report_merge`` rules merge reports over tasks)
-    policy: type[Policy] | None = None
-
-    def parameters(self) -> list[tuple[str, object, str]]:
-        """(name, default, help) of every parameter, in declaration order."""
-        out = []
-        for f in fields(self.params):
-            default = f.default if f.default is not MISSING else None
-            out.append((f.name, default, str(f.metadata.get("help", ""))))
-        return out
+__all__ = [
+    "ALGORITHMS",
+    "ENVIRONMENTS",
+    "PROTOCOLS",
+    "Entry",
+    "NoParams",
+    "PolicyContext",
+    "ProtocolEntry",
+    "Table",
+    "calibrate_protocol",
+    "fedlinucb_protocol",
+    "prefix_noise_std",
+    "private_regularizer",
+]
 
 
 @dataclass(frozen=True)
@@ -93,11 +89,6 @@ class PolicyContext:
     #: the environment the policy will play (read-only use: user/server structure of
     #: clustered instances); None when a policy is built without one
     env: Environment | None = None
-
-
-@dataclass(frozen=True)
-class NoParams:
-    """A component without parameters."""
 
 
 def _linucb_factory(cls: type[Policy]) -> Callable[[LinUCBParams, PolicyContext], Policy]:
@@ -129,12 +120,19 @@ def private_regularizer(
     return noise_regularizer(std, dim, horizon // params.batch, params.alpha)
 
 
-def _fedlinucb_factory(params: FedLinUCBParams, ctx: PolicyContext) -> Policy:
+def fedlinucb_protocol(params: FedLinUCBParams, ctx: PolicyContext) -> tuple[Protocol, float]:
+    """The protocol a FedLinUCB-type policy syncs through (calibrated if private) and its lambda:
+    what a plugin algorithm that reuses FedLinUCB's synchronisation builds first."""
     reg = params.reg
     cal = calibrate_protocol(params, horizon=ctx.horizon, agents=ctx.n_agents, dim=ctx.dim) if params.private else None
     protocol: Protocol = PROTOCOLS[params.protocol].factory(cal, ctx)
     if cal is not None and params.regularizer != "fixed":
         reg = private_regularizer(params, cal, ctx.n_agents, ctx.dim, ctx.horizon)
+    return protocol, reg
+
+
+def _fedlinucb_factory(params: FedLinUCBParams, ctx: PolicyContext) -> Policy:
+    protocol, reg = fedlinucb_protocol(params, ctx)
     return FedLinUCB(ctx.n_runs, ctx.n_agents, ctx.n_arms, ctx.dim, ctx.horizon, params, protocol, reg=reg)
 
 
@@ -149,14 +147,7 @@ def _env_factory(cls: type[Environment]) -> Callable[[Any, Sequence[np.random.Ge
     return build
 
 
-def _gaussian_protocol(cls: type[GaussianTreeProtocol]) -> Callable[[NoiseCalibration, PolicyContext], Protocol]:
-    def build(cal: NoiseCalibration, ctx: PolicyContext) -> Protocol:
-        return cls(ctx.n_runs, ctx.n_agents, ctx.dim, cal, ctx.noise_rngs, record=ctx.record_transcript)
-
-    return build
-
-
-ENVIRONMENTS: dict[str, Entry] = {
+_ENVIRONMENTS: dict[str, Entry] = {
     cls.name: Entry(cls.name, (cls.__doc__ or "").strip().splitlines()[0], params, _env_factory(cls))
     for cls, params in (
         (GaussianSphere, GaussianSphereParams),
@@ -168,7 +159,7 @@ ENVIRONMENTS: dict[str, Entry] = {
     )
 }
 
-ALGORITHMS: dict[str, Entry] = {
+_ALGORITHMS: dict[str, Entry] = {
     IndependentLinUCB.name: Entry(
         IndependentLinUCB.name,
         IndependentLinUCB.description,
@@ -196,36 +187,6 @@ ALGORITHMS: dict[str, Entry] = {
     ),
 }
 
-PROTOCOLS: dict[str, Entry] = {
-    NonPrivate.name: Entry(
-        NonPrivate.name,
-        NonPrivate.description,
-        NoParams,
-        lambda cal, ctx: NonPrivate(ctx.n_runs, ctx.n_agents, ctx.dim),
-    ),
-    **{
-        cls.name: Entry(cls.name, cls.description, NoParams, _gaussian_protocol(cls))
-        for cls in (GaussianTreeProtocol, GaussianPrefixProtocol, ShuffledGaussianTreeProtocol)
-    },
-    VectorSumTreeProtocol.name: Entry(
-        VectorSumTreeProtocol.name,
-        VectorSumTreeProtocol.description,
-        NoParams,
-        lambda cal, ctx: VectorSumTreeProtocol(
-            ctx.n_runs, ctx.n_agents, ctx.dim, cal, ctx.noise_rngs, record=ctx.record_transcript
-        ),
-    ),
-    DistributedDPProtocol.name: Entry(
-        DistributedDPProtocol.name,
-        DistributedDPProtocol.description,
-        NoParams,
-        lambda cal, ctx: DistributedDPProtocol(
-            ctx.n_runs, ctx.n_agents, ctx.dim, cal, ctx.noise_rngs, record=ctx.record_transcript
-        ),
-    ),
-}
-
-
 # --- clustering of bandits (FCLUB, Liu et al. 2022) ---
 
 
@@ -245,7 +206,7 @@ def _cluster_baseline_factory(cls: type[Policy]) -> Callable[[Any, PolicyContext
     return build
 
 
-ALGORITHMS.update(
+_ALGORITHMS.update(
     {
         cls.name: Entry(cls.name, cls.description, params, _fclub_factory(cls), cls)
         for cls, params in (
@@ -257,13 +218,13 @@ ALGORITHMS.update(
         )
     }
 )
-ALGORITHMS.update(
+_ALGORITHMS.update(
     {
         cls.name: Entry(cls.name, cls.description, params, _cluster_baseline_factory(cls), cls)
         for cls, params in ((CLUB, CLUBParams), (SCLUB, SCLUBParams), (PerUserLinUCB, ClusterUCBParams))
     }
 )
-ENVIRONMENTS.update(
+_ENVIRONMENTS.update(
     {
         ClusteredSynthetic.name: Entry(
             ClusteredSynthetic.name,
@@ -274,3 +235,14 @@ ENVIRONMENTS.update(
     }
 )
 # --- end clustering of bandits ---
+
+
+def _namespace(entries: dict[str, Entry]) -> SimpleNamespace:
+    """The entries as attributes (``-`` spelled ``_``): what the entry points of pyproject.toml name."""
+    return SimpleNamespace(**{name.replace("-", "_"): entry for name, entry in entries.items()})
+
+
+#: the built-in algorithms and environments, declared as entry points by fedbandits' pyproject.toml
+#: (``fedlinucb = "fedbandits.registry:BUILTIN_ALGORITHMS.fedlinucb"``); the tables read them from there
+BUILTIN_ALGORITHMS = _namespace(_ALGORITHMS)
+BUILTIN_ENVIRONMENTS = _namespace(_ENVIRONMENTS)

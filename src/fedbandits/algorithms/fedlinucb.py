@@ -14,15 +14,14 @@ from fedbandits.algorithms.linucb import IndependentLinUCB
 from fedbandits.core.clipping import clip_norm, clip_rewards
 from fedbandits.core.ridge import raise_eigenvalues
 from fedbandits.core.validation import check_choice, check_float, check_int
+from fedbandits.plugins import PROTOCOLS
 from fedbandits.privacy.accounting import vector_sum_round_budget
-from fedbandits.privacy.calibration import GAUSSIAN_PROTOCOLS, MAX_EPSILON, NoiseCalibration, PrivacySpec, calibrate
-from fedbandits.privacy.distributed_noise import DistributedCalibration, calibrate_distributed
+from fedbandits.privacy.calibration import MAX_EPSILON, NoiseCalibration, PrivacySpec
+from fedbandits.privacy.distributed_noise import DistributedCalibration
 from fedbandits.privacy.guarantee import not_covering_adaptivity
 from fedbandits.privacy.tree import max_nodes_per_datum
 from fedbandits.protocols.base import Protocol
-from fedbandits.protocols.catalog import PROTOCOL_NAMES
-from fedbandits.protocols.distributed_dp import DistributedDPProtocol
-from fedbandits.protocols.vector_sum_tree import VectorSumCalibration, VectorSumTreeProtocol, calibrate_vector_sum
+from fedbandits.protocols.vector_sum_tree import VectorSumCalibration
 
 REGULARIZERS = ("fixed", "theory", "noise")
 DISTRIBUTED = "distributed-dp"
@@ -31,7 +30,9 @@ DISTRIBUTED = "distributed-dp"
 @dataclass(frozen=True)
 class FedLinUCBParams(LinUCBParams):
     batch: int = field(default=25, metadata={"help": "rounds between synchronisations B >= 1"})
-    protocol: str = field(default="none", metadata={"help": "synchronisation protocol (see the protocol list)"})
+    protocol: str = field(
+        default="none", metadata={"help": "synchronisation protocol (see the protocol list; plugins add more)"}
+    )
     epsilon: float = field(default=1.0, metadata={"help": "privacy budget epsilon > 0 (private protocols)"})
     delta: float = field(default=1e-4, metadata={"help": "privacy budget delta in (0, 1) (private protocols)"})
     calibration: str = field(default="tight", metadata={"help": "'paper' closed form or 'tight' accountant"})
@@ -84,8 +85,8 @@ class FedLinUCBParams(LinUCBParams):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_int("batch", self.batch, low=1)
-        if self.protocol not in PROTOCOL_NAMES:
-            raise ValueError(f"protocol must be one of {', '.join(map(repr, PROTOCOL_NAMES))}, got {self.protocol!r}")
+        if not isinstance(self.protocol, str) or self.protocol not in PROTOCOLS:
+            raise ValueError(PROTOCOLS.unknown(self.protocol, "protocol"))
         if self.lazy is None:  # the sound default, resolved here so the saved config states it
             object.__setattr__(self, "lazy", self.private)
         if not isinstance(self.lazy, bool):
@@ -93,7 +94,9 @@ class FedLinUCBParams(LinUCBParams):
         check_choice("regularizer", self.regularizer, REGULARIZERS)
         self._check_distributed()
         if self.mechanism != "tree" and not self.private:
-            raise ValueError(f"mechanism {self.mechanism!r} applies to private protocols only, got protocol 'none'")
+            raise ValueError(
+                f"mechanism {self.mechanism!r} applies to private protocols only, got protocol {self.protocol!r}"
+            )
         if self.private:
             self.privacy_spec()  # validates epsilon, delta, calibration, bounds, adjacency
         else:
@@ -122,7 +125,7 @@ class FedLinUCBParams(LinUCBParams):
 
     @property
     def private(self) -> bool:
-        return self.protocol != "none"
+        return PROTOCOLS[self.protocol].private
 
     def privacy_spec(self) -> PrivacySpec:
         return PrivacySpec(
@@ -323,21 +326,13 @@ def noise_regularizer(prefix_std: float, dim: int, releases: int, alpha: float) 
 def calibrate_protocol(
     params: FedLinUCBParams, *, horizon: int, agents: int, dim: int
 ) -> NoiseCalibration | VectorSumCalibration | DistributedCalibration:
-    """The noise calibration of a private FedLinUCB configuration (raises ValueError if impossible)."""
-    if params.protocol in GAUSSIAN_PROTOCOLS:
-        return calibrate(params.privacy_spec(), agents=agents, horizon=horizon, batch=params.batch)
-    if params.protocol == DistributedDPProtocol.name:
-        return calibrate_distributed(
-            params.privacy_spec(),
-            agents=agents,
-            horizon=horizon,
-            batch=params.batch,
-            dim=dim,
-            colluders=params.colluders,
-            dropouts=params.dropouts,
-            bits=params.modulus_bits,
-            granularity=params.granularity,
-        )
-    if params.protocol == VectorSumTreeProtocol.name:
-        return calibrate_vector_sum(params.privacy_spec(), agents=agents, horizon=horizon, batch=params.batch, dim=dim)
-    raise ValueError(f"protocol {params.protocol!r} is not private")
+    """The noise calibration of a private FedLinUCB configuration (raises ValueError if impossible):
+    its protocol entry's ``calibrate`` (:mod:`fedbandits.protocols.catalog`, or a plugin's).  A plugin's
+    calibration is typed as the built-ins' only by duck typing (``sigma_cov``, ``prefix_factor``)."""
+    calibrate = PROTOCOLS[params.protocol].calibrate
+    if calibrate is None:
+        raise ValueError(f"protocol {params.protocol!r} is not private")
+    cal: NoiseCalibration | VectorSumCalibration | DistributedCalibration = calibrate(
+        params, horizon=horizon, agents=agents, dim=dim
+    )
+    return cal

@@ -1,8 +1,97 @@
-"""The names of the synchronisation protocols, in the order ``fedbandits list`` shows them.
+"""The built-in synchronisation protocols as registry entries, in the order ``fedbandits list`` shows them.
 
-Names only: the parameters of an algorithm (``FedLinUCBParams.protocol``) are validated against
-this list without importing the registry, which sits above the algorithms and builds each
-protocol from its name (:data:`fedbandits.registry.PROTOCOLS`, same names, same order).
+fedbandits' ``pyproject.toml`` declares each entry below in the ``fedbandits.protocols`` entry-point
+group, as a plugin declares its own (:mod:`fedbandits.plugins`).  A private entry calibrates its noise
+from an algorithm's parameters (``params.privacy_spec()``, ``params.batch``, and for ``distributed-dp``
+its own fields) and names what the privacy auditor observes of its transcript.
+
+Nothing here is built at import time beyond the entries; a factory gets the calibration (None if
+not private) and a :class:`fedbandits.registry.PolicyContext`.
 """
 
-PROTOCOL_NAMES = ("none", "ldp", "ldp-prefix", "sdp-amplification", "sdp-vector-sum", "distributed-dp")
+from __future__ import annotations
+
+from typing import Any
+
+from fedbandits.plugins import NoParams, ProtocolEntry
+from fedbandits.privacy.calibration import NoiseCalibration, calibrate
+from fedbandits.privacy.distributed_noise import DistributedCalibration, calibrate_distributed
+from fedbandits.protocols.distributed_dp import DistributedDPProtocol
+from fedbandits.protocols.gaussian_tree import (
+    GaussianPrefixProtocol,
+    GaussianTreeProtocol,
+    ShuffledGaussianTreeProtocol,
+)
+from fedbandits.protocols.passthrough import NonPrivate
+from fedbandits.protocols.vector_sum_tree import VectorSumCalibration, VectorSumTreeProtocol, calibrate_vector_sum
+
+
+def calibrate_gaussian(params: Any, *, horizon: int, agents: int, dim: int) -> NoiseCalibration:
+    """``ldp``, ``ldp-prefix``, ``sdp-amplification``: the Gaussian tree's noise (dim-free)."""
+    return calibrate(params.privacy_spec(), agents=agents, horizon=horizon, batch=params.batch)
+
+
+def calibrate_sum(params: Any, *, horizon: int, agents: int, dim: int) -> VectorSumCalibration:
+    """``sdp-vector-sum``: the per-round budget and parameters of the shuffled vector sum."""
+    return calibrate_vector_sum(params.privacy_spec(), agents=agents, horizon=horizon, batch=params.batch, dim=dim)
+
+
+def calibrate_shares(params: Any, *, horizon: int, agents: int, dim: int) -> DistributedCalibration:
+    """``distributed-dp``: the discrete Gaussian shares, with the colluders, dropouts and grid asked for."""
+    return calibrate_distributed(
+        params.privacy_spec(),
+        agents=agents,
+        horizon=horizon,
+        batch=params.batch,
+        dim=dim,
+        colluders=params.colluders,
+        dropouts=params.dropouts,
+        bits=params.modulus_bits,
+        granularity=params.granularity,
+    )
+
+
+def _gaussian_entry(cls: type[GaussianTreeProtocol], view: str) -> ProtocolEntry:
+    return ProtocolEntry(
+        cls.name,
+        cls.description,
+        NoParams,
+        lambda cal, ctx: cls(ctx.n_runs, ctx.n_agents, ctx.dim, cal, ctx.noise_rngs, record=ctx.record_transcript),
+        private=True,
+        calibrate=calibrate_gaussian,
+        audit_view=view,
+    )
+
+
+NONE = ProtocolEntry(
+    NonPrivate.name, NonPrivate.description, NoParams, lambda cal, ctx: NonPrivate(ctx.n_runs, ctx.n_agents, ctx.dim)
+)
+LDP = _gaussian_entry(GaussianTreeProtocol, "messages")
+LDP_PREFIX = _gaussian_entry(GaussianPrefixProtocol, "messages")
+SDP_AMPLIFICATION = _gaussian_entry(ShuffledGaussianTreeProtocol, "shuffled")
+SDP_VECTOR_SUM = ProtocolEntry(
+    VectorSumTreeProtocol.name,
+    VectorSumTreeProtocol.description,
+    NoParams,
+    lambda cal, ctx: VectorSumTreeProtocol(
+        ctx.n_runs, ctx.n_agents, ctx.dim, cal, ctx.noise_rngs, record=ctx.record_transcript
+    ),
+    private=True,
+    calibrate=calibrate_sum,
+    audit_view="messages",  # the transcript holds the server's decoded p-sums
+)
+DISTRIBUTED_DP = ProtocolEntry(
+    DistributedDPProtocol.name,
+    DistributedDPProtocol.description,
+    NoParams,
+    lambda cal, ctx: DistributedDPProtocol(
+        ctx.n_runs, ctx.n_agents, ctx.dim, cal, ctx.noise_rngs, record=ctx.record_transcript
+    ),
+    private=True,
+    calibrate=calibrate_shares,
+    audit_view="aggregate",
+)
+
+BUILTIN_PROTOCOLS = (NONE, LDP, LDP_PREFIX, SDP_AMPLIFICATION, SDP_VECTOR_SUM, DISTRIBUTED_DP)
+#: the built-in names, in declaration order (the entry points of pyproject.toml list them so)
+PROTOCOL_NAMES = tuple(entry.name for entry in BUILTIN_PROTOCOLS)
