@@ -38,7 +38,7 @@ def test_quick_audit_covers_every_private_mode(quick_audit) -> None:  # type: ig
         ),
         "FedLinUCB ldp lazy, factorized release",
         "FedLinUCB distributed-dp (lazy by construction)",
-        "FedLinUCB distributed-dp, factorized release",
+        "FedLinUCB distributed-dp lazy, factorized release",
         "FedUCB Privatizer, private schedule",
         "FedUCB Privatizer, adaptive schedule",
         "FedUCB decentralized Privatizer",

@@ -92,5 +92,5 @@ def test_export_is_refused_before_building_anything(tmp_path: Path) -> None:
             "algorithms": [{"name": "linucb-independent"}],
         }
     )
-    with pytest.raises(ValueError, match="more than the .* of available memory"):
+    with pytest.raises(ValueError, match=r"more than the .* of available memory"):
         export_partition(huge, out, 10)

@@ -302,7 +302,7 @@ def default_cases() -> list[AuditCase]:
     )
     cases.append(
         AuditCase(
-            "FedLinUCB distributed-dp, factorized release",
+            "FedLinUCB distributed-dp lazy, factorized release",
             _fedlinucb("distributed-dp", True, mechanism="factorized"),
             "aggregate",
             dataset="full-sensitivity",
