@@ -49,6 +49,7 @@ from fedbandits.experiments.frontier import (
 from fedbandits.experiments.reproduce import reproduce, resolve
 from fedbandits.federation.cli import add_deploy_parser, run_deploy
 from fedbandits.plots import plot_results
+from fedbandits.plugins import BUILTIN, BrokenPlugin
 from fedbandits.registry import ALGORITHMS, ENVIRONMENTS, PROTOCOLS
 from fedbandits.sim.checkpoint import TaskFailedError
 from fedbandits.sim.export import export_partition
@@ -478,13 +479,22 @@ def _data_export(args: argparse.Namespace) -> int:
 
 
 def _list() -> int:
+    broken: list[BrokenPlugin] = []
     for title, table in (("environments", ENVIRONMENTS), ("algorithms", ALGORITHMS), ("protocols", PROTOCOLS)):
         print(f"{title}:")
         for entry in table.values():
-            print(f"  {entry.name:<20} {entry.description}")
+            origin = table.origin(entry.name)
+            tag = "" if origin == BUILTIN else f" [plugin: {origin}]"
+            print(f"  {entry.name:<20} {entry.description}{tag}")
             for name, default, help_text in entry.parameters():
                 shown = "auto" if default is None else repr(default)  # None: resolved from the other fields
                 print(f"      {name:<14} = {shown:<12} {help_text}")
+        print()
+        broken += table.broken
+    if broken:
+        print("broken plugins (not usable; the built-ins are unaffected):")
+        for plugin in broken:
+            print(f"  {plugin.message()}")
         print()
     return 0
 

@@ -43,8 +43,9 @@ from fedbandits.audit.schedule import AttackSetup, run_attack
 from fedbandits.audit.stats import apply_test, epsilon_estimate, epsilon_lower_bound, fit_test
 from fedbandits.audit.upload_timing import TimingSetup, run_timing_attack
 from fedbandits.config import config_from_dict
+from fedbandits.plugins import BUILTIN
 from fedbandits.privacy.privatizer import TreePrivatizer
-from fedbandits.registry import ALGORITHMS, ENVIRONMENTS, PolicyContext
+from fedbandits.registry import ALGORITHMS, ENVIRONMENTS, PROTOCOLS, PolicyContext
 from fedbandits.sim.seeding import env_rngs, noise_rngs
 
 VIEWS = ("messages", "shuffled", "privatizer", "aggregate")
@@ -264,7 +265,8 @@ def _feducb(name: str, **extra: object) -> dict[str, Any]:
 def default_cases() -> list[AuditCase]:
     """Every private mode, lazy and not: FedLinUCB's five private protocols (distributed-dp is lazy
     only) and the factorized release of ldp and distributed-dp, FedUCB's Privatizer
-    with the private schedule, decentralized FedUCB (epsilon = 1, delta = 1e-5, tight)."""
+    with the private schedule, decentralized FedUCB (epsilon = 1, delta = 1e-5, tight); and every
+    private plugin protocol (:func:`plugin_cases`)."""
     cases = []
     fedlinucb_modes = (
         ("ldp", "messages", 1),
@@ -327,6 +329,31 @@ def default_cases() -> list[AuditCase]:
             batches=1,
         )
     )
+    return cases + plugin_cases()
+
+
+#: silos of an audited plugin protocol, by the view its entry declares (as the built-ins of that view:
+#: the shuffle amplification lemma needs more than 11.09 silos, a sum hides a lone silo's share)
+VIEW_AGENTS = {"messages": 1, "shuffled": 13, "aggregate": 2}
+
+
+def plugin_cases() -> list[AuditCase]:
+    """One lazy row per private plugin protocol (:mod:`fedbandits.plugins`): FedLinUCB syncing through
+    it, observed through the ``audit_view`` of its entry, on the full-sensitivity neighbours."""
+    cases = []
+    for name, entry in PROTOCOLS.items():
+        origin = PROTOCOLS.origin(name)
+        if origin == BUILTIN or not entry.private or entry.audit_view is None:
+            continue
+        cases.append(
+            AuditCase(
+                f"FedLinUCB {name} lazy (plugin {origin})",
+                _fedlinucb(name, True),
+                entry.audit_view,
+                dataset="full-sensitivity",
+                agents=VIEW_AGENTS[entry.audit_view],
+            )
+        )
     return cases
 
 

@@ -1,0 +1,293 @@
+"""Plugins (#19): third-party entry points, the example plugin of examples/plugin, broken plugins.
+
+A plugin is registered into the running interpreter without the network: a temporary folder holds
+a ``*.dist-info`` (METADATA and entry_points.txt) and is put on ``sys.path`` (and PYTHONPATH, for
+worker processes) next to the example's sources; :func:`fedbandits.plugins.reload` forgets the tables
+before and after each test.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedbandits import plugins
+from fedbandits.audit.releases import AuditCase, default_cases, plugin_cases, run_case
+from fedbandits.cli import main
+from fedbandits.config import ConfigError, config_from_dict
+from fedbandits.registry import ALGORITHMS, PROTOCOLS
+from fedbandits.sim.runner import run_experiment
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "plugin"
+EXAMPLE_SRC = EXAMPLE / "src"
+
+EXAMPLE_ENTRY_POINTS = """\
+[fedbandits.algorithms]
+fed-thompson = fedbandits_example.thompson:ENTRY
+
+[fedbandits.protocols]
+ldp-rounded = fedbandits_example.rounded:ENTRY
+"""
+
+
+def _distribution(folder: Path, name: str, entry_points: str) -> None:
+    info = folder / f"{name.replace('-', '_')}-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n", encoding="utf-8")
+    (info / "entry_points.txt").write_text(entry_points, encoding="utf-8")
+
+
+def _on_path(monkeypatch: pytest.MonkeyPatch, *folders: Path) -> None:
+    for folder in folders:
+        monkeypatch.syspath_prepend(str(folder))
+    previous = os.environ.get("PYTHONPATH")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([*map(str, folders), *([previous] if previous else [])]))
+    plugins.reload()
+
+
+@pytest.fixture
+def registered(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    """The example plugin, registered as an installed distribution would be."""
+    _distribution(tmp_path, "fedbandits-example-plugin", EXAMPLE_ENTRY_POINTS)
+    _on_path(monkeypatch, tmp_path, EXAMPLE_SRC)
+    yield
+    monkeypatch.undo()
+    plugins.reload()
+
+
+def _config(*algorithms: dict[str, object], runs: int = 2, horizon: int = 60) -> dict[str, object]:
+    return {
+        "experiment": {"name": "plugin", "seed": 3, "runs": runs, "horizon": horizon, "runs_per_task": 1},
+        "environment": {"name": "gaussian-sphere", "agents": 3, "arms": 5, "dim": 3},
+        "algorithms": list(algorithms),
+    }
+
+
+PRIVATE = {"epsilon": 1.0, "delta": 1e-4, "batch": 10}
+MIXED = (
+    {"name": "fedlinucb", "label": "ldp", "protocol": "ldp", **PRIVATE},
+    {"name": "fedlinucb", "label": "rounded", "protocol": "ldp-rounded", **PRIVATE},
+    {"name": "fed-thompson", "label": "thompson rounded", "protocol": "ldp-rounded", **PRIVATE},
+    {"name": "fed-thompson", "label": "thompson", "batch": 10},
+)
+
+
+def test_the_builtins_come_from_fedbandits_own_entry_points() -> None:
+    plugins.reload()
+    assert "fedlinucb" in ALGORITHMS and "ldp" in PROTOCOLS
+    assert {PROTOCOLS.origin(name) for name in PROTOCOLS} == {plugins.BUILTIN}
+    assert next(iter(PROTOCOLS)) == "none"  # the declaration order, not the backend's sorted file
+    assert not ALGORITHMS.broken and not PROTOCOLS.broken
+
+
+def test_the_example_plugin_is_listed(registered: None, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "fed-thompson" in out and "ldp-rounded" in out
+    assert "[plugin: fedbandits-example-plugin 0.1]" in out
+    assert "      scale" in out  # the plugin's own parameter, with its help
+    assert "fedlinucb" in out and "broken plugins" not in out
+
+
+def test_the_example_plugin_runs_next_to_the_builtins(registered: None) -> None:
+    config = config_from_dict(_config(*MIXED))
+    results = run_experiment(config, workers=1)
+    summary = {s["label"]: s for s in results.summary()["algorithms"]}
+    assert set(summary) == {"ldp", "rounded", "thompson rounded", "thompson"}
+    rounded = summary["rounded"]
+    assert rounded["protocol"] == "ldp-rounded" and rounded["guarantee"] == "formal"
+    # the calibration is ldp's, reused: same noise, same epsilon spent
+    assert rounded["noise_std"] == summary["ldp"]["noise_std"]
+    assert rounded["epsilon_spent"] == summary["ldp"]["epsilon_spent"]
+    assert all(np.isfinite(results.algorithms[label].final_regret).all() for label in summary)
+
+
+def test_worker_processes_load_the_plugin_too(registered: None) -> None:
+    config = config_from_dict(_config(MIXED[1], MIXED[2], runs=2, horizon=30))
+    alone = run_experiment(config, workers=1).summary()["algorithms"]
+    pooled = run_experiment(config, workers=2).summary()["algorithms"]
+    for a, b in zip(alone, pooled, strict=True):
+        assert a["final_regret_mean"] == b["final_regret_mean"]
+
+
+def test_the_rounded_messages_lie_on_the_grid(registered: None) -> None:
+    from fedbandits_example.rounded import GRID
+
+    config = config_from_dict(_config(MIXED[1], runs=1, horizon=30))
+    results = run_experiment(config, workers=1, record_transcript=True)
+    ((run, arrays),) = results.algorithms["rounded"].transcripts
+    messages = np.asarray(arrays["messages"])  # (K, M, P)
+    assert run == 0 and messages.shape[:2] == (3, 3)
+    steps = messages / (GRID * np.asarray(arrays["sigma"]))
+    np.testing.assert_allclose(steps, np.round(steps), atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"scale": -1.0}, r"^algorithms\[1\] \(fed-thompson\): scale must be >= 0\.0, got -1\.0$"),
+        ({"protocol": "ldp-rounded", "mechanism": "factorized"}, r"mechanism 'factorized' needs protocol 'ldp'"),
+        ({"protocol": "nope"}, r"protocol must be one of 'none', .*'ldp-rounded', got 'nope'"),
+        ({"colour": 1}, r"algorithms\[1\] \(fed-thompson\): unknown key\(s\) \['colour'\]"),
+    ],
+)
+def test_plugin_parameters_give_one_line_errors(registered: None, change: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as info:
+        config_from_dict(_config({"name": "fed-thompson", **change}))
+    assert "\n" not in str(info.value)
+
+
+def test_the_plugin_protocol_gets_an_audit_row(registered: None) -> None:
+    (case,) = plugin_cases()
+    assert case in default_cases()
+    assert case.view == "messages" and case.algorithm["protocol"] == "ldp-rounded" and case.algorithm["lazy"]
+    assert "plugin fedbandits-example-plugin 0.1" in case.label
+    row = run_case(AuditCase(case.label, case.algorithm, case.view, case.dataset, case.agents, batches=2), 60)
+    assert row.protocol == "ldp-rounded" and row.guarantee == "formal"
+    assert math.isclose(row.epsilon_spent, 1.0, rel_tol=0.05)
+    assert row.verdict == "consistent"
+
+
+def test_without_the_plugin_its_names_are_unknown() -> None:
+    plugins.reload()
+    assert "fed-thompson" not in ALGORITHMS and not plugin_cases()
+    with pytest.raises(ConfigError, match=r"algorithms\[1\]\.name must be one of .*got 'fed-thompson'"):
+        config_from_dict(_config({"name": "fed-thompson"}))
+
+
+BROKEN_PARAMS = '''
+from fedbandits.plugins import Entry
+
+
+class Loose:
+    """Parameters that are no dataclass."""
+
+
+LOOSE = Entry("loose-params", "its params are no dataclass", Loose, lambda params, ctx: None)
+'''
+BROKEN_ENTRY_POINTS = """\
+[fedbandits.algorithms]
+missing-module = fedbandits_no_such_module:ENTRY
+wrong-type = json:loads
+loose-params = fedbandits_broken_params:LOOSE
+fedlinucb = fedbandits.registry:BUILTIN_ALGORITHMS.fedlinucb
+misnamed = fedbandits.registry:BUILTIN_ALGORITHMS.feducb
+
+[fedbandits.protocols]
+ldp = fedbandits.protocols.catalog:LDP
+"""
+
+
+@pytest.fixture
+def broken(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    (tmp_path / "fedbandits_broken_params.py").write_text(BROKEN_PARAMS, encoding="utf-8")
+    _distribution(tmp_path, "broken-example", BROKEN_ENTRY_POINTS)
+    _on_path(monkeypatch, tmp_path)
+    yield
+    monkeypatch.undo()
+    sys.modules.pop("fedbandits_broken_params", None)
+    plugins.reload()
+
+
+def test_broken_plugins_are_reported_and_the_builtins_still_work(
+    broken: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    reasons = {p.name: p.message() for p in ALGORITHMS.broken}
+    assert set(reasons) == {"missing-module", "wrong-type", "loose-params", "fedlinucb", "misnamed"}
+    for name, reason in reasons.items():
+        assert "\n" not in reason and f"plugin algorithm {name!r}" in reason and "broken-example 0.1" in reason
+    assert "ModuleNotFoundError: No module named 'fedbandits_no_such_module'" in reasons["missing-module"]
+    assert "params must be a frozen dataclass" in reasons["loose-params"]
+    assert "clashes with the built-in algorithm 'fedlinucb' (the built-in is kept)" in reasons["fedlinucb"]
+    assert "is named 'feducb', not 'misnamed'" in reasons["misnamed"]
+    assert "json:loads is a function, not a fedbandits.plugins.Entry" in reasons["wrong-type"]
+    (ldp,) = PROTOCOLS.broken
+    assert "clashes with the built-in protocol 'ldp'" in ldp.message()
+    # the built-ins are kept and usable
+    assert ALGORITHMS.origin("fedlinucb") == plugins.BUILTIN and PROTOCOLS.origin("ldp") == plugins.BUILTIN
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "broken plugins (not usable; the built-ins are unaffected):" in out
+    assert all(reason in out for reason in reasons.values())
+    assert "  fedlinucb " in out.split("broken plugins")[0]
+    config = config_from_dict(_config({"name": "fedlinucb", "protocol": "ldp", **PRIVATE}, runs=1, horizon=20))
+    assert run_experiment(config, workers=1).summary()["algorithms"][0]["protocol"] == "ldp"
+
+
+@pytest.mark.parametrize("name", ["missing-module", "loose-params", "wrong-type"])
+def test_a_config_naming_a_broken_plugin_gets_its_reason(broken: None, name: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(_config({"name": name}))
+    message = str(info.value)
+    assert message.startswith(f"plugin algorithm {name!r} (entry point {name} = ") and "\n" not in message
+
+
+def test_a_broken_builtin_is_not_hidden(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A built-in that fails its checks is a bug of fedbandits: it raises, naming the entry."""
+    from fedbandits.protocols import catalog
+
+    monkeypatch.setattr(catalog, "LDP", object())
+    plugins.reload()
+    try:
+        with pytest.raises(RuntimeError, match=r"built-in protocol 'ldp' \(fedbandits.protocols.catalog:LDP\)"):
+            plugins.load("protocol")
+    finally:
+        monkeypatch.undo()
+        plugins.reload()
+
+
+@pytest.mark.slow
+def test_pip_installs_the_example_plugin(tmp_path: Path) -> None:
+    """The real thing: pip builds and installs examples/plugin (no dependencies, no network) into a
+    folder; `fedbandits list` in a fresh interpreter with that folder on PYTHONPATH shows it."""
+    if importlib.util.find_spec("hatchling") is None:
+        pytest.skip("the example's build backend (hatchling) is not installed")
+    target = tmp_path / "site"
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation"]
+    subprocess.run([*pip, "--target", str(target), str(EXAMPLE)], check=True, cwd=tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    out = subprocess.run(
+        [sys.executable, "-m", "fedbandits.cli", "list"],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    ).stdout
+    assert "fed-thompson" in out and "[plugin: fedbandits-example-plugin 0.1]" in out
+    assert "broken plugins" not in out
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        (dict, "params must be a frozen dataclass"),
+        (dataclass(type("Thawed", (), {"__annotations__": {"x": "int"}, "x": 1})), "must be a frozen dataclass"),
+        (
+            dataclass(frozen=True)(type("Required", (), {"__annotations__": {"x": "int"}})),
+            "every field needs a default",
+        ),
+    ],
+)
+def test_entries_check_their_params_class(params: type, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        plugins.Entry("x", "", params, lambda params, ctx: None)
+
+
+def test_private_protocol_entries_need_a_calibration_and_an_audit_view() -> None:
+    build = lambda cal, ctx: None  # noqa: E731
+    with pytest.raises(ValueError, match="needs a callable calibrate"):
+        plugins.ProtocolEntry("p", "", plugins.NoParams, build, private=True, audit_view="messages")
+    with pytest.raises(ValueError, match="audit_view of private protocol 'p' must be one of 'messages'"):
+        plugins.ProtocolEntry("p", "", plugins.NoParams, build, private=True, calibrate=build, audit_view="all")
+    with pytest.raises(ValueError, match="takes no calibrate or audit_view"):
+        plugins.ProtocolEntry("p", "", plugins.NoParams, build, audit_view="messages")
