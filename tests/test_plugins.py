@@ -24,6 +24,7 @@ from fedbandits import plugins
 from fedbandits.audit.releases import AuditCase, default_cases, plugin_cases, run_case
 from fedbandits.cli import main
 from fedbandits.config import ConfigError, config_from_dict
+from fedbandits.experiments.frontier import frontier_plan
 from fedbandits.registry import ALGORITHMS, PROTOCOLS
 from fedbandits.sim.runner import run_experiment
 
@@ -117,6 +118,13 @@ def test_worker_processes_load_the_plugin_too(registered: None) -> None:
     pooled = run_experiment(config, workers=2).summary()["algorithms"]
     for a, b in zip(alone, pooled, strict=True):
         assert a["final_regret_mean"] == b["final_regret_mean"]
+
+
+def test_a_frontier_sweeps_the_plugin_like_a_builtin(registered: None) -> None:
+    plan = frontier_plan(config_from_dict(_config(MIXED[2], MIXED[3])), epsilons=(0.5, 2.0))
+    swept = {(base, eps) for base, eps in plan.variants.values()}
+    assert swept == {("thompson rounded", 0.5), ("thompson rounded", 2.0)}  # the non-private entry is not
+    assert {a.name for a in plan.config.algorithms} == {"fed-thompson", "fedlinucb", "linucb-independent"}
 
 
 def test_the_rounded_messages_lie_on_the_grid(registered: None) -> None:
