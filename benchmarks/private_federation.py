@@ -5,9 +5,9 @@ Instance: Zhou & Chowdhury's synthetic ``gaussian-sphere`` (K = 100 arms, d = 10
 and rewards): independent agents, the non-private federation, and ``ldp`` with the tree, ``ldp``
 factorized and ``distributed-dp`` with the tree and factorized, each with
 
-* the papers' tuning (the library default): lambda = 1 and Lemma C.4's radius;
-* noise-aware: lambda = 2 Lambda (``regularizer = "noise"``) and a constant radius 3 (the best of a
-  2-run sweep on seed 1000, benchmarks/noise_tuning.py).
+* the papers' tuning: lambda = 1 and Lemma C.4's radius (``regularizer = "fixed"``, ``radius = "theory"``);
+* noise-aware, the library default: lambda = 2 Lambda (``regularizer = "noise"``) and a constant
+  radius 10, chosen on seed 1000 by benchmarks/noise_tuning.py.
 
 Printed: final regret (mean +- std over runs) and its ratio to independent agents.
 
@@ -32,8 +32,8 @@ VARIANTS = {
     "distributed-dp factorized": {"protocol": "distributed-dp", "mechanism": "factorized"},
 }
 TUNINGS = {
-    "paper tuning": {},  # the library default: lambda = 1, Lemma C.4's radius
-    "noise-aware": {"regularizer": "noise", "radius": "constant", "beta": 3.0},
+    "paper tuning": {"regularizer": "fixed", "reg": 1.0, "radius": "theory"},  # lambda = 1, Lemma C.4's radius
+    "noise-aware": {},  # the library default for private protocols: lambda = 2 Lambda, constant radius 10
 }
 
 

@@ -133,9 +133,10 @@ def test_the_command_writes_the_frontier_and_refuses_bad_input_in_one_line(
     assert not (tmp_path / "bad").exists()  # nothing runs before validation
 
 
-def test_the_example_frontier_config_plans_three_private_variants() -> None:
+def test_the_example_frontier_config_plans_four_private_variants() -> None:
     from fedbandits.config import load_config
 
     plan = frontier_plan(load_config(Path(__file__).parent.parent / "examples" / "frontier-synthetic.toml"))
-    assert len(plan.config.algorithms) == 3 * 7 + 2
-    assert {p for p, _ in plan.variants.values()} == {"ldp (tree)", "ldp (factorized)", "distributed-dp"}
+    assert len(plan.config.algorithms) == 4 * 7 + 2
+    variants = {"ldp (tree)", "ldp (factorized)", "distributed-dp", "distributed-dp (factorized)"}
+    assert {p for p, _ in plan.variants.values()} == variants

@@ -103,6 +103,11 @@ def prefix_noise_std(cal: NoiseCalibration | VectorSumCalibration | DistributedC
     times the largest number of noisy p-sums in a prefix (or the factorized decoder's row norm^2)."""
     if isinstance(cal, VectorSumCalibration):
         return cal.noise_std() * math.sqrt(cal.nodes)
+    if not (hasattr(cal, "sigma_cov") and hasattr(cal, "prefix_factor")):  # a plugin's own calibration
+        raise ValueError(
+            f"the regularizer cannot follow the noise of a {type(cal).__name__}: it states no sigma_cov and "
+            "prefix_factor; set regularizer = 'fixed' (and radius) for this protocol"
+        )
     return cal.sigma_cov * math.sqrt(agents * cal.prefix_factor)
 
 
