@@ -299,3 +299,34 @@ def test_private_protocol_entries_need_a_calibration_and_an_audit_view() -> None
         plugins.ProtocolEntry("p", "", plugins.NoParams, build, private=True, calibrate=build, audit_view="all")
     with pytest.raises(ValueError, match="takes no calibrate or audit_view"):
         plugins.ProtocolEntry("p", "", plugins.NoParams, build, audit_view="messages")
+
+
+@pytest.mark.ray
+def test_the_example_plugin_runs_on_the_ray_backend_bit_for_bit(tmp_path: Path) -> None:
+    """The Ray backend's workers find an installed plugin the way local workers do (they inherit the
+    environment of the driver that starts the local Ray instance), and give the local results."""
+    pytest.importorskip("ray")
+    import secrets
+
+    import tomli_w
+
+    site = tmp_path / "site"
+    _distribution(site, "fedbandits-example-plugin", EXAMPLE_ENTRY_POINTS)
+    config = tmp_path / "plugin.toml"
+    config.write_text(tomli_w.dumps(_config(*MIXED, runs=4)), encoding="utf-8")
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(site), str(EXAMPLE_SRC), os.environ.get("PYTHONPATH", "")]),
+        "RAY_AUTH_TOKEN": secrets.token_hex(32),  # a throw-away token (tests/test_ray.py)
+        "RAY_USAGE_STATS_ENABLED": "0",
+    }
+    outputs = {}
+    for backend in ("local", "ray"):
+        out = tmp_path / backend
+        cmd = [sys.executable, "-m", "fedbandits.cli", "run", str(config), "--out", str(out), "--no-progress"]
+        proc = subprocess.run(
+            [*cmd, "--backend", backend, "--workers", "2"], env=env, capture_output=True, text=True, timeout=300
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        outputs[backend] = (out / "regret_curves.csv").read_text(encoding="utf-8")
+    assert outputs["ray"] == outputs["local"] and "thompson rounded" in outputs["local"]
