@@ -73,6 +73,9 @@ def test_the_plan_runs_every_private_entry_at_every_epsilon_beside_the_reference
     assert by_label["factorized @ eps=2"].epsilon == 2.0 and by_label["factorized @ eps=2"].mechanism == "factorized"
     reference = by_label[NON_PRIVATE]
     assert reference.protocol == "none" and reference.reg == 2.0 and reference.batch == 10 and reference.lazy is False
+    # the private entries' noise-aware tuning is not copied: the reference is tuned as a non-private run
+    assert by_label["tree @ eps=2"].radius == "constant" and by_label["tree @ eps=2"].regularizer == "noise"
+    assert (reference.regularizer, reference.radius, reference.beta) == ("fixed", "theory", 1.0)
     assert plan.variants["tree @ eps=0.5"] == ("tree", 0.5) and NON_PRIVATE not in plan.variants
 
 

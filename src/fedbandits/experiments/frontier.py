@@ -4,8 +4,9 @@ For one environment, every private algorithm of the config (an entry with an ``e
 where the algorithm has a protocol, a private one) is run at every epsilon of a grid (default
 seven log-spaced values from 0.1 to 10), next to two reference lines that do not depend on
 epsilon: *independent agents* (``linucb-independent``: nothing leaves a silo) and the
-*non-private federation* (the config's first FedLinUCB entry with ``protocol = "none"``, or the
-default FedLinUCB if it has none).  Everything runs as **one** experiment, so all variants see the
+*non-private federation* (the config's first FedLinUCB entry with ``protocol = "none"`` and the
+non-private tuning -- lambda = ``reg``, Lemma C.4's radius -- or the default FedLinUCB if it has
+none).  Everything runs as **one** experiment, so all variants see the
 same contexts and rewards (common random numbers) and the differences are the privacy's.
 
 The frontier tunes nothing: every variant runs with the hyperparameters its config entry states,
@@ -41,6 +42,8 @@ INDEPENDENT = "independent agents"
 NON_PRIVATE = "non-private federation"
 #: FedLinUCB fields that only a private protocol takes
 _PRIVATE_ONLY = ("mechanism", "colluders", "dropouts", "modulus_bits", "granularity", "lazy")
+#: the tuning FedLinUCB resolves from the protocol (``auto``): the reference takes the non-private one
+_TUNING = ("regularizer", "radius", "beta")
 
 
 def parse_epsilons(text: str) -> tuple[float, ...]:
@@ -97,7 +100,7 @@ def frontier_plan(config: Config, epsilons: tuple[float, ...] = DEFAULT_EPSILONS
     federated = next((a for a in config.algorithms if a.name == "fedlinucb"), None)
     reference = {"name": "fedlinucb"}
     if federated is not None:
-        reference = {k: v for k, v in federated.to_dict().items() if k not in _PRIVATE_ONLY}
+        reference = {k: v for k, v in federated.to_dict().items() if k not in _PRIVATE_ONLY + _TUNING}
     entries.append({**reference, "protocol": "none", "label": NON_PRIVATE})
     entries.append({"name": "linucb-independent", "label": INDEPENDENT})
     data = config.to_dict()
