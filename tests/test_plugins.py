@@ -330,3 +330,44 @@ def test_the_example_plugin_runs_on_the_ray_backend_bit_for_bit(tmp_path: Path) 
         assert proc.returncode == 0, proc.stderr[-2000:]
         outputs[backend] = (out / "regret_curves.csv").read_text(encoding="utf-8")
     assert outputs["ray"] == outputs["local"] and "thompson rounded" in outputs["local"]
+
+
+OPAQUE_PROTOCOL = """
+from dataclasses import dataclass
+from fedbandits import plugins
+
+
+@dataclass(frozen=True)
+class OpaqueCalibration:
+    epsilon_spent: float = 1.0
+
+
+def calibrate(params, *, horizon, agents, dim):
+    return OpaqueCalibration()
+
+
+ENTRY = plugins.ProtocolEntry(
+    "opaque", "a private protocol whose calibration states no noise level", plugins.NoParams,
+    lambda cal, ctx: None, private=True, calibrate=calibrate, audit_view="messages",
+)
+"""
+
+
+def test_the_noise_aware_default_needs_a_calibration_that_states_its_noise(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The default regularizer ('auto' -> 'noise' for a private protocol) follows the calibration's
+    noise; a plugin calibration without sigma_cov / prefix_factor is a one-line config error naming
+    the protocol, and 'fixed' is accepted."""
+    (tmp_path / "fedbandits_opaque.py").write_text(OPAQUE_PROTOCOL, encoding="utf-8")
+    _distribution(tmp_path, "fedbandits-opaque", "[fedbandits.protocols]\nopaque = fedbandits_opaque:ENTRY\n")
+    _on_path(monkeypatch, tmp_path)
+    try:
+        alg = {"name": "fedlinucb", "protocol": "opaque", **PRIVATE}
+        with pytest.raises(ConfigError, match=r"protocol 'opaque'.s calibration .OpaqueCalibration. states no") as err:
+            config_from_dict(_config(alg))
+        assert "\n" not in str(err.value) and "regularizer = 'fixed'" in str(err.value)
+        config = config_from_dict(_config({**alg, "regularizer": "fixed"}))
+        assert config.algorithms[0].params.regularizer == "fixed"
+    finally:
+        plugins.reload()

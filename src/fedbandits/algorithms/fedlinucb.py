@@ -180,7 +180,14 @@ class FedLinUCBParams(LinUCBParams):
         if dim is None and self.protocol == "sdp-vector-sum":
             vector_sum_round_budget(self.epsilon, self.delta, max_nodes_per_datum(horizon // self.batch))
             return
-        calibrate_protocol(self, horizon=horizon, agents=agents, dim=dim or 1)
+        cal = calibrate_protocol(self, horizon=horizon, agents=agents, dim=dim or 1)
+        if self.regularizer != "fixed" and not isinstance(cal, VectorSumCalibration):
+            if not (hasattr(cal, "sigma_cov") and hasattr(cal, "prefix_factor")):  # a plugin's own calibration
+                raise ValueError(
+                    f"regularizer {self.regularizer!r} follows the noise, but protocol {self.protocol!r}'s "
+                    f"calibration ({type(cal).__name__}) states no sigma_cov and prefix_factor: set "
+                    "regularizer = 'fixed' (and a radius) for it"
+                )
 
 
 class FedLinUCB(IndependentLinUCB):
