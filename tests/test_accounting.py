@@ -1,4 +1,5 @@
-"""Tests for fedbandits.privacy.accounting (exact Gaussian accounting and the papers' calibrations)."""
+"""Tests for fedbandits.privacy.accounting (exact Gaussian accounting and the papers' calibrations)
+and fedbandits.privacy.shuffle_amplification (Lemma F.2)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedbandits.privacy import accounting as acc
+from fedbandits.privacy import shuffle_amplification as amp
 from fedbandits.privacy.tree import max_nodes_per_datum
 
 # ---------------------------------------------------------------------------------------
@@ -193,23 +195,23 @@ def test_lemma_f2_refuses_paper_parameters_at_figure_2a() -> None:
     eps0 = 1e-3 * math.sqrt(100) / math.sqrt(kappa * math.log(1e4) * math.log(kappa / (1e-4 * 1e4)))
     delta0 = 1e-4 / (100 * kappa)
     delta_mid = 100 * 6400 * delta0
-    with pytest.raises(acc.AmplificationError, match=r"eps0 <= \(1/n\) ln\(N / \(16 ln\(2/delta_mid\)\)\) fails"):
-        acc.amplification_round(eps0, delta0, delta_mid, 6400, 100, delta_group=delta0)
+    with pytest.raises(amp.AmplificationError, match=r"eps0 <= \(1/n\) ln\(N / \(16 ln\(2/delta_mid\)\)\) fails"):
+        amp.amplification_round(eps0, delta0, delta_mid, 6400, 100, delta_group=delta0)
     # n = T is refused too, even with delta_mid -> 1 (the bound is then 2.2e-4 < eps0 = 8.9e-4)
-    with pytest.raises(acc.AmplificationError, match="fails"):
-        acc.amplification_round(eps0, delta0, 0.999, 10_000, 100, delta_group=delta0)
+    with pytest.raises(amp.AmplificationError, match="fails"):
+        amp.amplification_round(eps0, delta0, 0.999, 10_000, 100, delta_group=delta0)
 
 
 def test_lemma_f2_right_hand_side_negative_for_small_delta_mid() -> None:
-    with pytest.raises(acc.AmplificationError, match="right-hand side") as info:
-        acc.amplification_round(1e-5, 1e-9, 1e-3, 6400, 100, delta_group=1e-9)
+    with pytest.raises(amp.AmplificationError, match="right-hand side") as info:
+        amp.amplification_round(1e-5, 1e-9, 1e-3, 6400, 100, delta_group=1e-9)
     assert isinstance(info.value, ValueError)
-    acc.amplification_round(1e-5, 1e-9, 0.004, 1, 100, delta_group=1e-9)  # 16 ln(2/0.004) = 99.4 < 100: admissible
+    amp.amplification_round(1e-5, 1e-9, 0.004, 1, 100, delta_group=1e-9)  # 16 ln(2/0.004) = 99.4 < 100: admissible
 
 
 def test_lemma_f2_requires_eps0_below_one() -> None:
-    with pytest.raises(acc.AmplificationError, match=r"eps0 in \(0, 1\)"):
-        acc.amplification_round(1.0, 1e-9, 0.5, 1, 10**9, delta_group=1e-9)
+    with pytest.raises(amp.AmplificationError, match=r"eps0 in \(0, 1\)"):
+        amp.amplification_round(1.0, 1e-9, 0.5, 1, 10**9, delta_group=1e-9)
 
 
 def test_lemma_f2_round_formula() -> None:
@@ -220,7 +222,7 @@ def test_lemma_f2_round_formula() -> None:
     eps_r = math.log(1 + th * (8 * math.sqrt(g * math.log(4 / delta_mid)) / math.sqrt(agents) + 8 * g / agents))
     tv = delta_group + delta0 * math.exp(-n * eps0) / 2
     delta_r = th * delta_mid + agents * (math.exp(eps_r) + 1) * tv
-    got = acc.amplification_round(eps0, delta0, delta_mid, n, agents, delta_group=delta_group)
+    got = amp.amplification_round(eps0, delta0, delta_mid, n, agents, delta_group=delta_group)
     assert got == pytest.approx((eps_r, delta_r), rel=1e-12)
 
 
@@ -229,7 +231,7 @@ def test_lemma_f2_with_one_point_is_the_papers_statement() -> None:
     (1 + e^{-eps0}/2) delta0 term exactly."""
     eps0, mu, delta_mid, agents = 0.05, 0.02, 0.5, 10**4
     delta0 = acc.gaussian_delta(mu, eps0)
-    eps_r, delta_r = acc.amplification_round(eps0, delta0, delta_mid, 1, agents, delta_group=delta0)
+    eps_r, delta_r = amp.amplification_round(eps0, delta0, delta_mid, 1, agents, delta_group=delta0)
     th = math.tanh(eps0 / 2)
     assert delta_r == pytest.approx(
         th * delta_mid + agents * (math.exp(eps_r) + 1) * (1 + math.exp(-eps0) / 2) * delta0
@@ -244,52 +246,52 @@ def test_group_delta_is_far_above_the_papers_delta0() -> None:
     delta0 = acc.gaussian_delta(mu0, eps0)
     delta_group = acc.gaussian_delta(n * mu0, n * eps0)
     assert delta_group > 1e3 * delta0
-    paper = acc.amplification_round(eps0, delta0, 0.5, n, 10**6, delta_group=delta0)
-    corrected = acc.amplification_round(eps0, delta0, 0.5, n, 10**6, delta_group=delta_group)
+    paper = amp.amplification_round(eps0, delta0, 0.5, n, 10**6, delta_group=delta0)
+    corrected = amp.amplification_round(eps0, delta0, 0.5, n, 10**6, delta_group=delta_group)
     assert corrected[0] == paper[0] and corrected[1] > 100 * paper[1]
 
 
 def test_amplification_counts_one_joint_message_per_node() -> None:
     """The optimised parameters compose `nodes` shuffled rounds (one message per node carries both
     streams) and each round's delta0 is that of mu0 = sqrt(2) / z."""
-    res = acc.amplification_parameters(2e4, 6400, 10**4, 9, 1e-4)
+    res = amp.amplification_parameters(2e4, 6400, 10**4, 9, 1e-4)
     assert res.compositions == 9
     assert res.delta0 == pytest.approx(acc.gaussian_delta(math.sqrt(2) / 2e4, res.eps0), rel=1e-12)
 
 
 def test_amplification_epsilon_decreases_with_the_noise() -> None:
-    values = [acc.amplification_epsilon(z, 6400, 10**4, 9, 1e-4) for z in (3e4, 6e4, 1.2e5)]
+    values = [amp.amplification_epsilon(z, 6400, 10**4, 9, 1e-4) for z in (3e4, 6e4, 1.2e5)]
     assert values[0] > values[1] > values[2] > 0
 
 
 def test_amplification_refuses_heuristic_sigma_at_figure_2a() -> None:
     # Figure 2a: eps = 1e-3, delta = 1e-4, K = 400, T = 10^4, M = 100 -> sigma_0 = 6282.65
     z = acc.sdp_amplification_sigma_heuristic(1e-3, 1e-4, 400, 10_000, 100)
-    with pytest.raises(acc.AmplificationError, match="exceeds delta"):
-        acc.amplification_epsilon(z, 6400, 100, 9, 1e-4)
+    with pytest.raises(amp.AmplificationError, match="exceeds delta"):
+        amp.amplification_epsilon(z, 6400, 100, 9, 1e-4)
 
 
 def test_amplification_needs_more_than_eleven_agents() -> None:
-    with pytest.raises(acc.AmplificationError, match="16 ln"):
-        acc.amplification_epsilon(1e4, 6400, 11, 9, 1e-4)
-    with pytest.raises(acc.AmplificationError, match="16 ln"):
-        acc.amplification_noise_multiplier(1.0, 1e-4, 6400, 11, 9)
+    with pytest.raises(amp.AmplificationError, match="16 ln"):
+        amp.amplification_epsilon(1e4, 6400, 11, 9, 1e-4)
+    with pytest.raises(amp.AmplificationError, match="16 ln"):
+        amp.amplification_noise_multiplier(1.0, 1e-4, 6400, 11, 9)
 
 
 def test_amplification_large_m_finite_and_decreasing_in_agents() -> None:
-    values = [acc.amplification_epsilon(2e4, 6400, m, 9, 1e-4) for m in (10**4, 10**6, 10**8)]
+    values = [amp.amplification_epsilon(2e4, 6400, m, 9, 1e-4) for m in (10**4, 10**6, 10**8)]
     assert all(math.isfinite(v) and v > 0 for v in values)
     assert values[0] > values[1] > values[2]
 
 
 def test_amplification_parameters_are_consistent_and_admissible() -> None:
-    res = acc.amplification_parameters(2e4, 6400, 10**4, 9, 1e-4)
+    res = amp.amplification_parameters(2e4, 6400, 10**4, 9, 1e-4)
     assert 0 < res.eps0 < 1
     assert res.eps0 <= math.log(10**4 / (16 * math.log(2 / res.delta_mid))) / 6400
     mu0 = math.sqrt(2) / 2e4
     assert res.delta0 == pytest.approx(acc.gaussian_delta(mu0, res.eps0), rel=1e-12)
     delta_group = acc.gaussian_delta(6400 * mu0, 6400 * res.eps0)
-    eps_r, delta_r = acc.amplification_round(res.eps0, res.delta0, res.delta_mid, 6400, 10**4, delta_group=delta_group)
+    eps_r, delta_r = amp.amplification_round(res.eps0, res.delta0, res.delta_mid, 6400, 10**4, delta_group=delta_group)
     c = 9
     total = math.sqrt(2 * c * math.log(1 / res.delta_prime)) * eps_r + c * eps_r * math.expm1(eps_r)
     assert res.epsilon == pytest.approx(total, rel=1e-12)
@@ -299,7 +301,7 @@ def test_amplification_parameters_are_consistent_and_admissible() -> None:
 def test_amplification_optimiser_beats_random_search() -> None:
     z, n, agents, c, delta = 2e4, 6400, 10**4, 9, 1e-4
     mu0 = math.sqrt(2) / z  # one joint message of both streams per node
-    best = acc.amplification_epsilon(z, n, agents, c, delta)
+    best = amp.amplification_epsilon(z, n, agents, c, delta)
     rng = np.random.default_rng(7)
     k = 50_000
     u = np.exp(rng.uniform(math.log(math.log(2) * 1.0001), math.log(agents / 16 * 0.9999), k))
@@ -321,11 +323,11 @@ def test_amplification_optimiser_beats_random_search() -> None:
 
 
 def test_amplification_noise_multiplier_is_smallest() -> None:
-    z = acc.amplification_noise_multiplier(1e-3, 1e-4, 6400, 10**4, 9)
-    assert acc.amplification_epsilon(z, 6400, 10**4, 9, 1e-4) <= 1e-3
+    z = amp.amplification_noise_multiplier(1e-3, 1e-4, 6400, 10**4, 9)
+    assert amp.amplification_epsilon(z, 6400, 10**4, 9, 1e-4) <= 1e-3
     try:
-        assert acc.amplification_epsilon(z * 0.995, 6400, 10**4, 9, 1e-4) > 1e-3
-    except acc.AmplificationError:
+        assert amp.amplification_epsilon(z * 0.995, 6400, 10**4, 9, 1e-4) > 1e-3
+    except amp.AmplificationError:
         pass
     # at M = 10^4 the lemma is still worse than composing the Gaussians without shuffling
     assert z > acc.tight_noise_multiplier(1e-3, 1e-4, 18)
@@ -389,15 +391,15 @@ BAD_CALLS = [
     (acc.ldp_sigma_paper, (1.0, 0.1, 0), "releases"),
     (acc.sdp_amplification_sigma_heuristic, (1e-3, 1e-4, 400, 0, 100), "horizon"),
     (acc.sdp_amplification_sigma_heuristic, (1e-3, 1e-4, 400, 100, 0), "agents"),
-    (acc.amplification_round, (0.0, 1e-9, 0.5, 1, 100, 1e-9), "eps0"),
-    (acc.amplification_round, (0.1, 2.0, 0.5, 1, 100, 1e-9), "delta0"),
-    (acc.amplification_round, (0.1, 1e-9, 0.0, 1, 100, 1e-9), "delta_mid"),
-    (acc.amplification_round, (0.1, 1e-9, 0.5, 0, 100, 1e-9), "n"),
-    (acc.amplification_round, (0.1, 1e-9, 0.5, 1, 10**6, 2.0), "delta_group"),
-    (acc.amplification_epsilon, (-1.0, 10, 100, 9, 1e-4), "noise_multiplier"),
-    (acc.amplification_epsilon, (1e4, 10, 100, 0, 1e-4), "nodes"),
-    (acc.amplification_epsilon, (1e4, 10, 100, 9, 1.0), "delta"),
-    (acc.amplification_noise_multiplier, (0.0, 1e-4, 10, 100, 9), "epsilon"),
+    (amp.amplification_round, (0.0, 1e-9, 0.5, 1, 100, 1e-9), "eps0"),
+    (amp.amplification_round, (0.1, 2.0, 0.5, 1, 100, 1e-9), "delta0"),
+    (amp.amplification_round, (0.1, 1e-9, 0.0, 1, 100, 1e-9), "delta_mid"),
+    (amp.amplification_round, (0.1, 1e-9, 0.5, 0, 100, 1e-9), "n"),
+    (amp.amplification_round, (0.1, 1e-9, 0.5, 1, 10**6, 2.0), "delta_group"),
+    (amp.amplification_epsilon, (-1.0, 10, 100, 9, 1e-4), "noise_multiplier"),
+    (amp.amplification_epsilon, (1e4, 10, 100, 0, 1e-4), "nodes"),
+    (amp.amplification_epsilon, (1e4, 10, 100, 9, 1.0), "delta"),
+    (amp.amplification_noise_multiplier, (0.0, 1e-4, 10, 100, 9), "epsilon"),
     (acc.vector_sum_parameters, (16.0, 1e-5, 10, 3), "epsilon0"),
     (acc.vector_sum_parameters, (1.0, 0.5, 10, 3), "delta0"),
     (acc.vector_sum_parameters, (1.0, 1e-5, 0, 3), "n"),

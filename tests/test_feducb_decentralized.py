@@ -10,14 +10,9 @@ import pytest
 import tomli_w
 
 from fedbandits import config_from_dict
+from fedbandits.algorithms.communication_graph import build_graph, greedy_clique_cover, is_clique_cover
 from fedbandits.algorithms.feducb import FedUCB, FedUCBParams
-from fedbandits.algorithms.feducb_decentralized import (
-    DecentralizedFedUCB,
-    DecentralizedFedUCBParams,
-    build_graph,
-    greedy_clique_cover,
-    is_clique_cover,
-)
+from fedbandits.algorithms.feducb_decentralized import DecentralizedFedUCB, DecentralizedFedUCBParams
 from fedbandits.config import loads_config
 from fedbandits.privacy.accounting import gaussian_epsilon
 from fedbandits.privacy.privatizer import message_mu, paper_sigma

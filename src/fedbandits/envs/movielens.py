@@ -1,5 +1,12 @@
 """Bandit instances built from MovieLens ratings: clustered users (FCLUB) and one linear model.
 
+Why this module is above ~600 lines: it is one pipeline -- ratings file -> factors -> clusters ->
+the two environments -- held together by private plumbing: per-process caches keyed stage by stage
+(each on the key of the stage before) and emptied together by :func:`clear_cache`, and the float32
+unit-ball rounding that the items, the users, the cluster centres and the linear instance's theta*
+share.  Every seam would have to export those pieces; and this docstring, which docs/data.md
+points to, describes the whole preprocessing in one place.
+
 Data
 ----
 :func:`load_ratings` streams a MovieLens ratings file line by line and validates every line:

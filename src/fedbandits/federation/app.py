@@ -1,5 +1,10 @@
 """The Flower ServerApp and ClientApp that carry Private-FedLinUCB (needs ``fedbandits[deploy]``).
 
+Why this module is above ~600 lines: it is both ends of one message protocol -- what the
+ServerApp writes into a message (phases, ``meta`` keys, arrays) the ClientApp reads a page later,
+and both use the same record helpers -- and the Flower app that :mod:`fedbandits.federation.flower_setup`
+generates loads ``server_app`` and ``client_app`` from this one module.
+
 Messages (Flower Message API, one per silo per synchronisation):
 
 * server -> silo ``train``: ConfigRecord ``meta`` {phase "sync", round k, digest, prefix_round

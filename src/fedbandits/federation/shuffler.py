@@ -1,5 +1,11 @@
 """The shuffler S of the shuffle model, deployed as its own party (``fedbandits deploy shuffler``).
 
+Why this module is above ~600 lines: it is one party and both ends of its small wire protocol --
+the transport-free :class:`ShufflerCore`, its HTTPS handler and :class:`ShufflerClient` share the
+paths, the body limits, the array encoding and the HTTP status each :class:`ShufflerError` carries
+(which decides whether the client retries) -- and ``fedbandits deploy shuffler`` loads it with one
+late import, the CLI's allow-listed start-up saving (tests/test_imports.py).
+
 ``sdp-amplification`` (Zhou & Chowdhury 2023, Algorithm 2 with S = shuffle) needs a party
 between the silos and the server that receives the M noisy p-sums of a release *with* their
 senders and hands the server only the multiset, in a uniformly random order.  Flower is

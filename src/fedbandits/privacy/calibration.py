@@ -24,7 +24,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from fedbandits.core.validation import check_choice, check_float, check_int
-from fedbandits.privacy import accounting
+from fedbandits.privacy import accounting, shuffle_amplification
 from fedbandits.privacy.factorization import MECHANISMS, factorize
 from fedbandits.privacy.guarantee import certified
 from fedbandits.privacy.sensitivity import ADJACENCIES, Sensitivity, stream_sensitivity
@@ -111,7 +111,7 @@ def gaussian_tree_mu(sigma_cov: float, sigma_bias: float, sens: Sensitivity, nod
 def calibrate(spec: PrivacySpec, *, agents: int, horizon: int, batch: int) -> NoiseCalibration:
     """Calibrate a Gaussian tree protocol (``ldp``, ``ldp-prefix``, ``sdp-amplification``).
 
-    Raises ``ValueError`` (an :class:`accounting.AmplificationError` for the shuffle lemma)
+    Raises ``ValueError`` (an :class:`shuffle_amplification.AmplificationError` for the shuffle lemma)
     naming the failing condition when the request cannot be met.  Results are cached: the
     numeric searches (about a second for Lemma F.2) run once per process and setting.
     """
@@ -180,8 +180,8 @@ def calibrate(spec: PrivacySpec, *, agents: int, horizon: int, batch: int) -> No
             details["note"] = "paper heuristic noise (Theorem 5.3's O(.) with constant 1): no formal guarantee"
             z_equiv = min(sigma_cov / sens.cov, sigma_bias / sens.bias)
             try:
-                epsilon_amp = accounting.amplification_epsilon(z_equiv, n_points, agents, nodes, spec.delta)
-            except accounting.AmplificationError as exc:
+                epsilon_amp = shuffle_amplification.amplification_epsilon(z_equiv, n_points, agents, nodes, spec.delta)
+            except shuffle_amplification.AmplificationError as exc:
                 epsilon_amp = math.inf
                 details["amplification_refused"] = str(exc)
         else:
@@ -189,9 +189,11 @@ def calibrate(spec: PrivacySpec, *, agents: int, horizon: int, batch: int) -> No
             # amplification multiplier and the plain-composition one is certified
             z_ldp = accounting.tight_noise_multiplier(spec.epsilon, spec.delta, 2 * nodes)
             try:
-                z_amp = accounting.amplification_noise_multiplier(spec.epsilon, spec.delta, n_points, agents, nodes)
-            except accounting.AmplificationError as exc:
-                raise accounting.AmplificationError(
+                z_amp = shuffle_amplification.amplification_noise_multiplier(
+                    spec.epsilon, spec.delta, n_points, agents, nodes
+                )
+            except shuffle_amplification.AmplificationError as exc:
+                raise shuffle_amplification.AmplificationError(
                     f"{exc}; (silo-level LDP, protocol = 'ldp', meets ({spec.epsilon}, {spec.delta}) with noise "
                     f"multiplier {z_ldp:.4g})"
                 ) from None
@@ -202,8 +204,8 @@ def calibrate(spec: PrivacySpec, *, agents: int, horizon: int, batch: int) -> No
             details["noise_multiplier_composition"] = z_ldp
             details["certified_by"] = "amplification (Lemma F.2)" if z_amp < z_ldp else "plain composition"
             try:
-                epsilon_amp = accounting.amplification_epsilon(z, n_points, agents, nodes, spec.delta)
-            except accounting.AmplificationError:
+                epsilon_amp = shuffle_amplification.amplification_epsilon(z, n_points, agents, nodes, spec.delta)
+            except shuffle_amplification.AmplificationError:
                 epsilon_amp = math.inf  # z = z_ldp is below what the lemma can certify
         epsilon_silo = accounting.gaussian_epsilon(gaussian_tree_mu(sigma_cov, sigma_bias, sens, nodes), spec.delta)
         # both are theorems about the same release: Lemma F.2 + composition, or plain Gaussian
