@@ -72,16 +72,25 @@ def export_bytes(config: Config, rounds: int) -> int:
 def check_export_memory(config: Config, rounds: int, limit: int | None = None) -> int:
     """As :func:`check_memory` for ``data export``: one line naming the sizes and the estimate."""
     need = export_bytes(config, rounds)
+    _refuse_above(
+        config, need, limit, "the export", f"{rounds} rounds, {_sizes(config)}", "lower --rounds or the sizes"
+    )
+    return need
+
+
+def _sizes(config: Config) -> str:
+    env = config.environment.params
+    return ", ".join(f"{name} = {getattr(env, name)}" for name in ("agents", "arms", "dim") if hasattr(env, name))
+
+
+def _refuse_above(need: int, limit: int | None, what: str, detail: str, advice: str) -> None:
+    """ValueError in one line if ``need`` bytes exceed ``limit`` (default: the available memory)."""
     bound = limit if limit is not None else available_bytes()
     if bound is not None and need > bound:
-        env = config.environment.params
-        sizes = ", ".join(f"{name} = {getattr(env, name)}" for name in ("agents", "arms", "dim") if hasattr(env, name))
-        what = "--max-memory" if limit is not None else "available memory"
+        source = "--max-memory" if limit is not None else "available memory"
         raise ValueError(
-            f"the export would hold at least {_human(need)} ({rounds} rounds, {sizes}), more than the "
-            f"{_human(bound)} of {what}: lower --rounds or the sizes"
+            f"{what} would hold at least {_human(need)} ({detail}), more than the {_human(bound)} of {source}: {advice}"
         )
-    return need
 
 
 def available_bytes() -> int | None:
@@ -109,14 +118,8 @@ def check_memory(config: Config, parallel: int = 1, limit: int | None = None) ->
     Returns the estimate.
     """
     need = task_bytes(config) * max(1, parallel)
-    bound = limit if limit is not None else available_bytes()
-    if bound is not None and need > bound:
-        env = config.environment.params
-        sizes = ", ".join(f"{name} = {getattr(env, name)}" for name in ("agents", "arms", "dim") if hasattr(env, name))
-        what = "--max-memory" if limit is not None else "available memory"
-        raise ValueError(
-            f"the simulation would hold at least {_human(need)} ({parallel} task(s) of {config.runs_per_task()} runs, "
-            f"{sizes}, {len(config.algorithms)} algorithm(s)), more than the {_human(bound)} of {what}: lower the "
-            "sizes, runs_per_task or --workers"
-        )
+    detail = (
+        f"{parallel} task(s) of {config.runs_per_task()} runs, {_sizes(config)}, {len(config.algorithms)} algorithm(s)"
+    )
+    _refuse_above(need, limit, "the simulation", detail, "lower the sizes, runs_per_task or --workers")
     return need
