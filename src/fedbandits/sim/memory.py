@@ -72,9 +72,7 @@ def export_bytes(config: Config, rounds: int) -> int:
 def check_export_memory(config: Config, rounds: int, limit: int | None = None) -> int:
     """As :func:`check_memory` for ``data export``: one line naming the sizes and the estimate."""
     need = export_bytes(config, rounds)
-    _refuse_above(
-        config, need, limit, "the export", f"{rounds} rounds, {_sizes(config)}", "lower --rounds or the sizes"
-    )
+    _refuse_above(need, limit, "the export", f"{rounds} rounds, {_sizes(config)}", "lower --rounds or the sizes")
     return need
 
 
