@@ -27,6 +27,7 @@ def quick_audit(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str
     return rc, rows
 
 
+@pytest.mark.slow  # the quick audit takes about a minute: CI runs it in its slow audit step
 def test_quick_audit_covers_every_private_mode(quick_audit) -> None:  # type: ignore[no-untyped-def]
     rc, rows = quick_audit
     assert rc == 0  # no mode labelled 'formal' is violated
@@ -47,6 +48,7 @@ def test_quick_audit_covers_every_private_mode(quick_audit) -> None:  # type: ig
     assert set(rows) == expected
 
 
+@pytest.mark.slow
 def test_quick_audit_formal_rows_hold_and_non_lazy_rows_are_refuted(quick_audit) -> None:  # type: ignore[no-untyped-def]
     """Lazy rows: eps = 1, delta = 1e-5, so with 500 counted trials a true (1, 1e-5) mechanism
     yields a lower bound above 1 with probability <= alpha = 5%; the seed is fixed (0).  Non-lazy
