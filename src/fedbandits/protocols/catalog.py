@@ -51,14 +51,15 @@ def calibrate_shares(params: Any, *, horizon: int, agents: int, dim: int) -> Dis
     )
 
 
-def _gaussian_entry(cls: type[GaussianTreeProtocol], view: str) -> ProtocolEntry:
+def _private_entry(cls: type[Any], calibrate_fn: Any, view: str) -> ProtocolEntry:
+    """A built-in private protocol: ``cls(n_runs, n_agents, dim, calibration, rngs, record=...)``."""
     return ProtocolEntry(
         cls.name,
         cls.description,
         NoParams,
         lambda cal, ctx: cls(ctx.n_runs, ctx.n_agents, ctx.dim, cal, ctx.noise_rngs, record=ctx.record_transcript),
         private=True,
-        calibrate=calibrate_gaussian,
+        calibrate=calibrate_fn,
         audit_view=view,
     )
 
@@ -66,31 +67,12 @@ def _gaussian_entry(cls: type[GaussianTreeProtocol], view: str) -> ProtocolEntry
 NONE = ProtocolEntry(
     NonPrivate.name, NonPrivate.description, NoParams, lambda cal, ctx: NonPrivate(ctx.n_runs, ctx.n_agents, ctx.dim)
 )
-LDP = _gaussian_entry(GaussianTreeProtocol, "messages")
-LDP_PREFIX = _gaussian_entry(GaussianPrefixProtocol, "messages")
-SDP_AMPLIFICATION = _gaussian_entry(ShuffledGaussianTreeProtocol, "shuffled")
-SDP_VECTOR_SUM = ProtocolEntry(
-    VectorSumTreeProtocol.name,
-    VectorSumTreeProtocol.description,
-    NoParams,
-    lambda cal, ctx: VectorSumTreeProtocol(
-        ctx.n_runs, ctx.n_agents, ctx.dim, cal, ctx.noise_rngs, record=ctx.record_transcript
-    ),
-    private=True,
-    calibrate=calibrate_sum,
-    audit_view="messages",  # the transcript holds the server's decoded p-sums
-)
-DISTRIBUTED_DP = ProtocolEntry(
-    DistributedDPProtocol.name,
-    DistributedDPProtocol.description,
-    NoParams,
-    lambda cal, ctx: DistributedDPProtocol(
-        ctx.n_runs, ctx.n_agents, ctx.dim, cal, ctx.noise_rngs, record=ctx.record_transcript
-    ),
-    private=True,
-    calibrate=calibrate_shares,
-    audit_view="aggregate",
-)
+LDP = _private_entry(GaussianTreeProtocol, calibrate_gaussian, "messages")
+LDP_PREFIX = _private_entry(GaussianPrefixProtocol, calibrate_gaussian, "messages")
+SDP_AMPLIFICATION = _private_entry(ShuffledGaussianTreeProtocol, calibrate_gaussian, "shuffled")
+# the vector-sum transcript holds the server's decoded p-sums
+SDP_VECTOR_SUM = _private_entry(VectorSumTreeProtocol, calibrate_sum, "messages")
+DISTRIBUTED_DP = _private_entry(DistributedDPProtocol, calibrate_shares, "aggregate")
 
 BUILTIN_PROTOCOLS = (NONE, LDP, LDP_PREFIX, SDP_AMPLIFICATION, SDP_VECTOR_SUM, DISTRIBUTED_DP)
 #: the built-in names, in declaration order (the entry points of pyproject.toml list them so)
