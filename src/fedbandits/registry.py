@@ -34,6 +34,7 @@ from fedbandits.algorithms.fedlinucb import (
     FedLinUCB,
     FedLinUCBParams,
     calibrate_protocol,
+    check_noise_level,
     noise_regularizer,
     theory_regularizer,
 )
@@ -103,11 +104,6 @@ def prefix_noise_std(cal: NoiseCalibration | VectorSumCalibration | DistributedC
     times the largest number of noisy p-sums in a prefix (or the factorized decoder's row norm^2)."""
     if isinstance(cal, VectorSumCalibration):
         return cal.noise_std() * math.sqrt(cal.nodes)
-    if not (hasattr(cal, "sigma_cov") and hasattr(cal, "prefix_factor")):  # a plugin's own calibration
-        raise ValueError(
-            f"the regularizer cannot follow the noise of a {type(cal).__name__}: it states no sigma_cov and "
-            "prefix_factor; set regularizer = 'fixed' (and radius) for this protocol"
-        )
     return cal.sigma_cov * math.sqrt(agents * cal.prefix_factor)
 
 
@@ -119,6 +115,7 @@ def private_regularizer(
     horizon: int,
 ) -> float:
     """lambda of a private FedLinUCB: Lemma C.4's (``theory``) or the noise shift (``noise``)."""
+    check_noise_level(params, cal)
     std = prefix_noise_std(cal, agents)
     if params.regularizer == "theory":
         return theory_regularizer(std, 1, 1.0, dim, horizon, params.batch, params.alpha)

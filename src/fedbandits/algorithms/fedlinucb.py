@@ -181,13 +181,8 @@ class FedLinUCBParams(LinUCBParams):
             vector_sum_round_budget(self.epsilon, self.delta, max_nodes_per_datum(horizon // self.batch))
             return
         cal = calibrate_protocol(self, horizon=horizon, agents=agents, dim=dim or 1)
-        if self.regularizer != "fixed" and not isinstance(cal, VectorSumCalibration):
-            if not (hasattr(cal, "sigma_cov") and hasattr(cal, "prefix_factor")):  # a plugin's own calibration
-                raise ValueError(
-                    f"regularizer {self.regularizer!r} follows the noise, but protocol {self.protocol!r}'s "
-                    f"calibration ({type(cal).__name__}) states no sigma_cov and prefix_factor: set "
-                    "regularizer = 'fixed' (and a radius) for it"
-                )
+        if self.regularizer != "fixed":
+            check_noise_level(self, cal)
 
 
 class FedLinUCB(IndependentLinUCB):
@@ -351,6 +346,18 @@ def noise_regularizer(prefix_std: float, dim: int, releases: int, alpha: float) 
     lambda = 2 Lambda the synced Gram matrix lambda I + sum x x^T + N stays >= Lambda I for every
     release with probability >= 1 - alpha (the eigenvalue floor then never has to act)."""
     return max(1.0, NOISE_SHIFT * noise_norm_bound(prefix_std, dim, releases, alpha))
+
+
+def check_noise_level(params: FedLinUCBParams, cal: object) -> None:
+    """A regularizer that follows the noise needs a calibration that states it: the built-ins' do
+    (``sigma_cov`` and ``prefix_factor``, or a vector-sum calibration); a plugin's own may not."""
+    if isinstance(cal, VectorSumCalibration) or (hasattr(cal, "sigma_cov") and hasattr(cal, "prefix_factor")):
+        return
+    raise ValueError(
+        f"regularizer {params.regularizer!r} follows the noise, but protocol {params.protocol!r}'s "
+        f"calibration ({type(cal).__name__}) states no sigma_cov and prefix_factor: set "
+        "regularizer = 'fixed' (and a radius) for it"
+    )
 
 
 def calibrate_protocol(
