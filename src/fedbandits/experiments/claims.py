@@ -73,6 +73,7 @@ def lower_than(table: Table, a: str, b: str, level: float = LEVEL) -> ClaimResul
         a: float(ra.mean()),
         b: float(rb.mean()),
         "mean difference (b - a)": float((rb - ra).mean()),
+        "sd of differences": float((rb - ra).std(ddof=1)) if n >= 2 else 0.0,
         "t": t,
         "threshold": crit,
         "runs": n,
@@ -101,6 +102,11 @@ def decreasing(table: Table, labels: Sequence[str], level: float = LEVEL) -> Cla
     means = {lab: float(_runs(table, lab).mean()) for lab in labels}
     numbers: dict[str, Any] = dict(means)
     numbers["step t"] = [s.numbers["t"] for s in steps]
+    # what a power statement reads (fedbandits.experiments.power): each step's paired differences
+    numbers["step names"] = [f"{earlier} -> {later}" for earlier, later in itertools.pairwise(labels)]
+    numbers["step mean difference"] = [s.numbers["mean difference (b - a)"] for s in steps]
+    numbers["step sd"] = [s.numbers["sd of differences"] for s in steps]
+    numbers["runs"] = steps[0].numbers["runs"]
     numbers["threshold"] = steps[0].numbers["threshold"]
     chain = " > ".join(f"{means[lab]:.1f}" for lab in labels)
     ts = ", ".join(f"{s.numbers['t']:.2f}" for s in steps)
