@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from contextlib import redirect_stderr, redirect_stdout
 from io import StringIO
 from pathlib import Path
@@ -24,6 +25,7 @@ from fedbandits.experiments.claims import (
     lower_than,
     paired_t,
 )
+from fedbandits.experiments.page import write_page
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 BASE = np.array([100.0, 120.0, 90.0, 110.0, 105.0, 95.0, 115.0, 85.0])
@@ -119,7 +121,7 @@ def test_registry_errors() -> None:
 @pytest.fixture(scope="module")
 def tiny_all(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list]:
     out = tmp_path_factory.mktemp("reproduce")
-    return out, reproduce("all", "tiny", out=out)
+    return out, reproduce("all", "tiny", out=out, causes="none")  # cause runs: tested on one figure below
 
 
 def test_every_experiment_runs_end_to_end(tiny_all: tuple[Path, list]) -> None:
@@ -192,3 +194,73 @@ def test_cli_runs(tmp_path: Path) -> None:
     assert code == 0, err
     assert "zhou-fig2a (Figure 2a)" in out and (tmp_path / "report.md").is_file()
     assert (tmp_path / "zhou-fig2a" / "figure.png").is_file()
+
+
+# -- power statements, cause runs and the docs page --------------------------------------------
+TIMING = re.compile(r"\d+(\.\d+)? (s|min|h)\b")
+
+
+def _page(tmp: Path, resume: bool = False) -> tuple[str, list]:
+    outcomes = reproduce("zhou-fig3d", "tiny", out=tmp / "results", causes="all", workers=1, resume=resume)
+    command = "fedbandits reproduce zhou-fig3d --scale tiny --causes all"
+    write_page(outcomes, "tiny", command, tmp / "docs" / "reproduction.md")
+    return (tmp / "docs" / "reproduction.md").read_text(encoding="utf-8"), outcomes
+
+
+def test_page_has_every_section_and_regenerates(tmp_path: Path) -> None:
+    page, outcomes = _page(tmp_path)
+    (outcome,) = outcomes
+    experiment = outcome.experiment
+    assert [c.cause for c in outcome.causes] == list(experiment.causes)
+    for c in outcome.causes:  # each cause run has its own results folder and figure
+        assert (c.folder / "summary.json").is_file() and (c.folder / "figure.png").is_file()
+        assert c.folder == tmp_path / "results" / "zhou-fig3d" / "causes" / c.cause.name
+    png = tmp_path / "docs" / "reproduction" / "zhou-fig3d.png"
+    assert png.read_bytes().startswith(PNG_MAGIC) and png.stat().st_size < 60_000
+    assert "Scale: **tiny**" in page and "`fedbandits reproduce zhou-fig3d --scale tiny --causes all`" in page
+    assert "](reproduction/zhou-fig3d.png)" in page and "| claim | verdict | measured |" in page
+    assert "**Power** (inconclusive claims)" in page and "**Causes**" in page and "**Notes**" in page
+    for claim in experiment.claims:
+        assert claim.text in page
+    for cause in experiment.causes:
+        assert cause.text in page
+    assert "wall time" in page and "Verdicts over 1 claim: " in page
+    for note in experiment.notes:
+        assert note in page
+    report = (tmp_path / "results" / "report.md").read_text(encoding="utf-8")
+    assert "Cause `constant-radius`" in report and "Cause runs (each changes one field" in report
+    # regenerated from the checkpointed runs (the runs' own determinism is tested elsewhere): only timings move
+    again, _ = _page(tmp_path, resume=True)
+    assert TIMING.sub("<time>", again) == TIMING.sub("<time>", page)
+    assert again != page.replace("tiny", "quick")  # the comparison can fail
+
+
+def test_power_statements_in_the_report(tiny_all: tuple[Path, list]) -> None:
+    out, outcomes = tiny_all
+    report = (out / "report.md").read_text(encoding="utf-8")
+    inconclusive = [r for o in outcomes for r in o.claims if r.status == INCONCLUSIVE and r.numbers.get("runs", 0) > 1]
+    assert inconclusive and report.count("  * Power: ") == len(inconclusive)
+    assert "a paired test would need about" in report or "no number of runs" in report
+
+
+def test_cli_causes_and_page(tmp_path: Path) -> None:
+    page = tmp_path / "docs" / "reproduction.md"
+    argv = ["reproduce", "zhou-fig3d", "--scale", "tiny", "--out", str(tmp_path / "r"), "--no-progress"]
+    code, out, err = _invoke([*argv, "--causes", "none", "--page", str(page)])
+    assert code == 0, err
+    assert f"page: {page}" in out and (tmp_path / "docs" / "reproduction" / "zhou-fig3d.png").is_file()
+    assert "--causes none --page" in page.read_text(encoding="utf-8")
+    assert not (tmp_path / "r" / "zhou-fig3d" / "causes").exists()
+    code, _, err = _invoke([*argv, "--causes", "some"])
+    assert code == 2 and "--causes" in err
+
+
+@pytest.mark.slow
+def test_every_figure_with_its_cause_runs_and_the_page(tmp_path: Path) -> None:
+    outcomes = reproduce("all", "tiny", out=tmp_path / "r", causes="unsettled")
+    page = write_page(outcomes, "tiny", "fedbandits reproduce all --scale tiny", tmp_path / "reproduction.md")
+    text = page.read_text(encoding="utf-8")
+    for o in outcomes:
+        assert f"(`{o.experiment.name}`)" in text and (tmp_path / "reproduction" / f"{o.experiment.name}.png").is_file()
+        unsettled = any(r.status in (NOT_REPRODUCED, INCONCLUSIVE) for r in o.claims)
+        assert len(o.causes) == (len(o.experiment.causes) if unsettled else 0)

@@ -8,6 +8,7 @@
                                           regret against epsilon, with the crossing point
     fedbandits list                       every environment, algorithm and protocol name
     fedbandits reproduce NAME|all [--scale quick|paper] [--runs N] [--out DIR] [--workers N]
+                   [--causes unsettled|all|none] [--page docs/reproduction.md]
                    [--backend local|ray] [--address HOST:PORT] [--resume]
     fedbandits audit privacy [--quick] [--trials N] [--seed S] [--json F]
     fedbandits audit schedule [--algorithm feducb|cdp-fclub-dc] [--trials N] [--agents M] [--epsilon E]
@@ -36,6 +37,7 @@ from fedbandits.audit.releases import AuditPlan, audit_all
 from fedbandits.audit.schedule import AttackSetup, format_table, run_attack
 from fedbandits.audit.upload_timing import TimingSetup, run_timing_attack
 from fedbandits.config import Config, ConfigError, load_config
+from fedbandits.experiments.causes import CAUSE_MODES
 from fedbandits.experiments.figures import EXPERIMENTS
 from fedbandits.experiments.frontier import (
     DEFAULT_EPSILONS,
@@ -46,6 +48,7 @@ from fedbandits.experiments.frontier import (
     parse_epsilons,
     write_frontier,
 )
+from fedbandits.experiments.page import write_page
 from fedbandits.experiments.reproduce import reproduce, resolve
 from fedbandits.federation.cli import add_deploy_parser, run_deploy
 from fedbandits.plots import plot_results
@@ -193,6 +196,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p_rep.add_argument("--runs", type=_positive_int, help="override the number of runs")
     p_rep.add_argument("--out", type=Path, default=Path("results/reproduce"), help="output folder")
+    p_rep.add_argument(
+        "--causes",
+        choices=CAUSE_MODES,
+        default="unsettled",
+        help="when to run a figure's one-change cause runs: when a claim is not reproduced or inconclusive "
+        "(default), always, or never",
+    )
+    p_rep.add_argument(
+        "--page",
+        type=Path,
+        metavar="FILE",
+        help="also write the docs page (e.g. docs/reproduction.md, PNGs in docs/reproduction/)",
+    )
     backend_options(p_rep)
     p_rep.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
@@ -405,11 +421,24 @@ def _log(message: str) -> None:
 def _reproduce(args: argparse.Namespace) -> int:
     resolve(args.name, args.scale, args.runs)  # unknown name / scale: one-line error before any run
     backend = _backend_kwargs(args)
-    outcomes = reproduce(args.name, args.scale, runs=args.runs, out=args.out, progress=not args.no_progress, **backend)
+    outcomes = reproduce(
+        args.name,
+        args.scale,
+        runs=args.runs,
+        out=args.out,
+        progress=not args.no_progress,
+        causes=args.causes,
+        **backend,
+    )
     for o in outcomes:
         statuses = ", ".join(r.status for r in o.claims)
         print(f"{o.experiment.name} ({o.experiment.figure}): {o.wall_seconds:.1f} s; claims: {statuses}")
     print(f"report: {args.out / 'report.md'}")
+    if args.page is not None:
+        command = " ".join(["fedbandits reproduce", args.name, "--scale", args.scale, "--causes", args.causes])
+        options = (("--runs", args.runs), ("--page", args.page))
+        command += "".join(f" {flag} {value}" for flag, value in options if value)
+        print(f"page: {write_page(outcomes, args.scale, command, args.page)}")
     return 0
 
 

@@ -103,10 +103,10 @@ def frontier_figure(
     return save_figure(fig, path)
 
 
-def save_figure(fig, path: str | Path) -> Path:  # type: ignore[no-untyped-def]
-    """Lay out, write as PNG (120 dpi) and close ``fig``; returns the path."""
+def save_figure(fig, path: str | Path, dpi: int = 120) -> Path:  # type: ignore[no-untyped-def]
+    """Lay out, write as PNG (120 dpi unless told) and close ``fig``; returns the path."""
     path = Path(path)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=dpi)
     _pyplot().close(fig)
     return path

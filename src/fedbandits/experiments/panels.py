@@ -39,7 +39,7 @@ def panel_table(results: dict[str, Results]) -> dict[str, Any]:
     }
 
 
-def plot_panels(results: dict[str, Results], experiment: Experiment, path: str | Path) -> Path:
+def plot_panels(results: dict[str, Results], experiment: Experiment, path: str | Path, dpi: int = 120) -> Path:
 
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 4.2))
@@ -67,4 +67,4 @@ def plot_panels(results: dict[str, Results], experiment: Experiment, path: str |
     ax.set_title(f"{experiment.figure} ({experiment.scale}): {exp.runs} runs")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return save_figure(fig, path)
+    return save_figure(fig, path, dpi)

@@ -12,38 +12,32 @@ experiment's config and its runs, see :mod:`fedbandits.sim.checkpoint`); ``resum
 (``--resume``) reuses them, so an interrupted ``all --scale paper`` continues where it stopped
 without redoing finished runs.  ``backend="ray"`` runs the tasks on a Ray cluster instead of
 local processes, with the same results bit for bit.
+
+``causes`` (``--causes``; :mod:`fedbandits.experiments.causes`) chooses when an experiment's
+one-change cause runs run: ``"unsettled"`` (default: when a claim is not reproduced or
+inconclusive), ``"all"`` or ``"none"``; each writes ``DIR/<name>/causes/<cause>/``.  The report
+(:mod:`fedbandits.experiments.report`) gives every inconclusive claim a power statement
+(:mod:`fedbandits.experiments.power`) and every cause run's verdict on every claim.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from fedbandits.config import config_from_dict
+from fedbandits.experiments.causes import CAUSE_MODES, cause_configs, wants_causes
 from fedbandits.experiments.claims import ClaimResult, check
 from fedbandits.experiments.figures import EXPERIMENTS, Experiment, get_experiment
+from fedbandits.experiments.outcome import CauseOutcome, Outcome
 from fedbandits.experiments.panels import panel_key, plot_panels
+from fedbandits.experiments.report import report
 from fedbandits.plots import _pyplot, plot_results, save_figure
 from fedbandits.sim.backends import open_backend
 from fedbandits.sim.results import Results
 from fedbandits.sim.runner import run_experiment
-
-
-@dataclass
-class Outcome:
-    experiment: Experiment
-    results: Results  # the (first) panel's results
-    claims: list[ClaimResult]
-    folder: Path
-    #: every panel's results, in order ({"": results} for a single-environment experiment)
-    panels: dict[str, Results] = field(default_factory=dict)
-
-    @property
-    def wall_seconds(self) -> float:
-        return sum(r.wall_seconds for r in self.panels.values()) if self.panels else self.results.wall_seconds
 
 
 def resolve(name: str, scale: str = "quick", runs: int | None = None) -> list[Experiment]:
@@ -78,7 +72,7 @@ def _slug(text: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-." else "-" for ch in text).strip("-") or "panel"
 
 
-def plot_figure(results: Results, experiment: Experiment, path: str | Path) -> Path:
+def plot_figure(results: Results, experiment: Experiment, path: str | Path, dpi: int = 120) -> Path:
     """Time-averaged group regret Reg(t)/t against t, one line (mean over runs) per algorithm."""
 
     plt = _pyplot()
@@ -99,7 +93,35 @@ def plot_figure(results: Results, experiment: Experiment, path: str | Path) -> P
     )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return save_figure(fig, path)
+    return save_figure(fig, path, dpi)
+
+
+def draw_figure(panels: dict[str, Results], experiment: Experiment, path: str | Path, dpi: int = 120) -> Path:
+    """The experiment's paper-style figure: regret curves, or the figure across panels."""
+    if experiment.panels:
+        return plot_panels(panels, experiment, path, dpi)
+    return plot_figure(panels[""], experiment, path, dpi)
+
+
+def _run_panels(
+    configs: list[tuple[str, dict[str, Any]]], folder: Path, experiment: Experiment, plots: bool, **options: Any
+) -> dict[str, Results]:
+    """Run every (panel, config), save each in its folder (with its plots if ``plots``) and draw the figure."""
+    panels: dict[str, Results] = {}
+    for panel, raw in configs:
+        results = run_experiment(config_from_dict(raw), **options)
+        sub = folder / _slug(panel) if panel else folder
+        results.save(sub)
+        if plots:
+            plot_results(results, sub)
+        panels[panel] = results
+    draw_figure(panels, experiment, folder / "figure.png")
+    return panels
+
+
+def _claims(experiment: Experiment, panels: dict[str, Results]) -> list[ClaimResult]:
+    tables = claim_tables(panels)
+    return [check(c.kind, tables[c.metric], c.args) for c in experiment.claims]
 
 
 def run_one(
@@ -114,34 +136,32 @@ def run_one(
     resume: bool = False,
     max_retries: int = 3,
     log: Callable[[str], None] | None = None,
+    causes: str = "unsettled",
 ) -> Outcome:
-    """Run one experiment (see :func:`fedbandits.sim.runner.run_experiment` for the backend options)."""
+    """Run one experiment and, as ``causes`` says, its cause runs (see
+    :func:`fedbandits.sim.runner.run_experiment` for the backend options)."""
 
+    options = {
+        "workers": workers,
+        "progress": progress,
+        "backend": backend,
+        "address": address,
+        "checkpoint": checkpoint,
+        "resume": resume,
+        "max_retries": max_retries,
+        "log": log,
+    }
     folder = out / experiment.name
-    panels: dict[str, Results] = {}
-    for panel, raw in experiment.configs():
-        results = run_experiment(
-            config_from_dict(raw),
-            workers=workers,
-            progress=progress,
-            backend=backend,
-            address=address,
-            checkpoint=checkpoint,
-            resume=resume,
-            max_retries=max_retries,
-            log=log,
-        )
-        sub = folder / _slug(panel) if panel else folder
-        results.save(sub)
-        plot_results(results, sub)
-        panels[panel] = results
-    if experiment.panels:
-        plot_panels(panels, experiment, folder / "figure.png")
-    else:
-        plot_figure(panels[""], experiment, folder / "figure.png")
-    tables = claim_tables(panels)
-    claims = [check(c.kind, tables[c.metric], c.args) for c in experiment.claims]
-    return Outcome(experiment, next(iter(panels.values())), claims, folder, panels)
+    panels = _run_panels(experiment.configs(), folder, experiment, True, **options)
+    claims = _claims(experiment, panels)
+    outcome = Outcome(experiment, next(iter(panels.values())), claims, folder, panels)
+    if wants_causes(causes, experiment, claims):
+        for cause in experiment.causes:
+            sub = folder / "causes" / cause.name
+            cause_panels = _run_panels(cause_configs(experiment, cause), sub, experiment, False, **options)
+            seconds = sum(r.wall_seconds for r in cause_panels.values())
+            outcome.causes.append(CauseOutcome(cause, _claims(experiment, cause_panels), sub, seconds))
+    return outcome
 
 
 def reproduce(
@@ -157,20 +177,25 @@ def reproduce(
     resume: bool = False,
     max_retries: int = 3,
     log: Callable[[str], None] | None = None,
+    causes: str = "unsettled",
 ) -> list[Outcome]:
     """Run ``name`` (or ``"all"``), save everything under ``out`` and write ``out/report.md``.
 
     ``backend``, ``workers``, ``address`` and ``max_retries`` choose where tasks run (one Ray
     connection serves every experiment); finished tasks go to ``out/checkpoint/`` and
-    ``resume=True`` skips those already there.
+    ``resume=True`` skips those already there.  ``causes``: when to run the cause runs (``"unsettled"``,
+    ``"all"`` or ``"none"``, see :mod:`fedbandits.experiments.causes`).
     """
 
+    if causes not in CAUSE_MODES:
+        raise ValueError(f"causes must be one of {', '.join(map(repr, CAUSE_MODES))}, got {causes!r}")
     experiments = resolve(name, scale, runs)
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"out {out} exists and is not a folder")
-    for e in experiments:  # validate every config before running anything
-        config_from_dict(e.config)
+    for e in experiments:  # validate every config, the cause runs' included, before running anything
+        for _, raw in [*e.configs(), *(c for cause in e.causes for c in cause_configs(e, cause))]:
+            config_from_dict(raw)
     started = time.perf_counter()
     opened = open_backend(backend, workers, address, max_retries) if isinstance(backend, str) else None
     try:
@@ -184,6 +209,7 @@ def reproduce(
                 checkpoint=out / "checkpoint",
                 resume=resume,
                 log=log,
+                causes=causes,
             )
             for e in experiments
         ]
@@ -193,94 +219,3 @@ def reproduce(
     wall = time.perf_counter() - started
     (out / "report.md").write_text(report(outcomes, scale, wall), encoding="utf-8")
     return outcomes
-
-
-def _fmt(x: Any) -> str:
-    if isinstance(x, float):
-        return f"{x:.4g}"
-    return str(x)
-
-
-def _privacy_rows(results: Results) -> list[str]:
-    rows = [
-        "| algorithm | final regret (mean ± std) | Reg(T)/T | syncs | protocol / calibration | target (eps, delta) "
-        "| eps spent (our accounting) | guarantee | noise std |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    horizon = results.config.experiment.horizon
-    for s in results.summary()["algorithms"]:
-        protocol = s.get("protocol", "-")
-        private = protocol not in ("-", "none")
-        rows.append(
-            "| {} | {:.1f} ± {:.1f} | {:.3f} | {:.1f} | {} | {} | {} | {} | {} |".format(
-                s["label"],
-                s["final_regret_mean"],
-                s["final_regret_std"],
-                s["final_regret_mean"] / horizon,
-                s["sync_rounds"],
-                f"{protocol} / {s.get('calibration', '?')}" if private else "none (non-private)",
-                f"({_fmt(s.get('epsilon'))}, {_fmt(s.get('delta'))})" if private else "-",
-                _fmt(s.get("epsilon_spent")) if private else "-",
-                s.get("guarantee", "-") if private else "-",
-                _fmt(s.get("noise_std")) if private else "-",
-            )
-        )
-    return rows
-
-
-def report(outcomes: list[Outcome], scale: str, wall_seconds: float) -> str:
-    """The markdown report: a status overview, then one section per figure."""
-    lines = [
-        "# Reproduction report",
-        "",
-        f"Scale `{scale}`; {len(outcomes)} experiment(s); total wall time {wall_seconds:.1f} s.",
-        "Claims are tested by a one-sided paired t test over runs (common random numbers) at level 0.05: "
-        "reproduced if t >= threshold, not reproduced if t <= -threshold, otherwise inconclusive.",
-        "",
-        "| experiment | figure | claim | status |",
-        "|---|---|---|---|",
-    ]
-    for o in outcomes:
-        for c, r in zip(o.experiment.claims, o.claims, strict=True):
-            lines.append(f"| {o.experiment.name} | {o.experiment.figure} | {c.text} | **{r.status}** |")
-    for o in outcomes:
-        e, exp, env = o.experiment, o.results.config.experiment, o.results.config.environment
-        panels = o.panels or {"": o.results}
-        what = f"M = {env.params.agents}" if len(panels) == 1 else "panels " + ", ".join(panels)
-        lines += [
-            "",
-            f"## {e.figure}: {e.title} (`{e.name}`)",
-            "",
-            f"Paper: {e.paper}, {e.figure}.  ",
-            f"Setting: {env.name}, {what}, T = {exp.horizon}, {exp.runs} run(s), seed {exp.seed}, "
-            f"{e.setting}wall time {o.wall_seconds:.1f} s.  ",
-        ]
-        if e.shrunk:
-            lines.append(f"Shrunk from the paper: {e.shrunk}.  ")
-        lines.append(
-            f"Files: `{o.folder.name}/figure.png`, `{o.folder.name}/summary.json`, `{o.folder.name}/regret.png`"
-            + (" (one folder per panel)." if e.panels else ".")
-        )
-        lines += ["", "### Claims", ""]
-        for c, r in zip(e.claims, o.claims, strict=True):
-            lines.append(f"* {c.text}: **{r.status}**. {r.explanation}.")
-        lines += ["", "### Measured"]
-        for panel, results in panels.items():
-            lines += ["", *([f"Panel {panel}:", ""] if panel else []), *_privacy_rows(results)]
-        summaries = [s for r in panels.values() for s in r.summary()["algorithms"]]
-        uncertified = [s["label"] for s in summaries if str(s.get("guarantee", "")).startswith("no formal guarantee")]
-        if uncertified:
-            lines += [
-                "",
-                f"**No formal guarantee** by our accounting for: {', '.join(uncertified)} "
-                "(the noise does not certify the target epsilon; see `eps spent`).",
-            ]
-        if e.notes:
-            lines += ["", "Notes:", "", *[f"* {n}" for n in e.notes]]
-    lines += [
-        "",
-        "Finished runs are checkpointed in `checkpoint/`: `--resume` continues an interrupted reproduction "
-        "without redoing them.",
-        "",
-    ]
-    return "\n".join(lines)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from fedbandits.experiments.figures.common import SCALES, Claim, Experiment
+from fedbandits.experiments.figures.common import SCALES, Cause, Claim, Experiment
 from fedbandits.experiments.figures.dubey import dubey_appfig2, dubey_fig1a, dubey_fig1b, dubey_fig1c
 from fedbandits.experiments.figures.liu import liu_comm, liu_fig2a, liu_fig2b
 from fedbandits.experiments.figures.zhou import (
@@ -34,7 +34,7 @@ from fedbandits.experiments.figures.zhou import (
     zhou_fig3d,
 )
 
-__all__ = ["EXPERIMENTS", "SCALES", "Claim", "Experiment", "get_experiment"]
+__all__ = ["EXPERIMENTS", "SCALES", "Cause", "Claim", "Experiment", "get_experiment"]
 
 
 EXPERIMENTS: dict[str, Callable[..., Experiment]] = {

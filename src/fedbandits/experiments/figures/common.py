@@ -32,6 +32,22 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class Cause:
+    """A one-change variant of an experiment: the same config with exactly one field changed.
+
+    ``change`` maps one dotted path to its new value: ``"environment.<field>"`` or
+    ``"algorithms.<field>"`` (the field of every algorithm whose entry sets it).  The field must be
+    stated in the base config; :func:`fedbandits.experiments.causes.cause_config` builds the run and
+    refuses anything else.  ``text`` completes "the claimed ordering appears only when ...", e.g.
+    "the noise is calibrated tightly (our accountant) instead of by the paper's closed form".
+    """
+
+    name: str
+    change: dict[str, Any]
+    text: str
+
+
+@dataclass(frozen=True)
 class Experiment:
     name: str
     title: str
@@ -51,6 +67,8 @@ class Experiment:
     figure_kind: str = "curves"
     x_values: dict[str, float] = field(default_factory=dict)
     x_label: str = ""
+    #: one-change variants run when a claim is not settled (:mod:`fedbandits.experiments.causes`)
+    causes: tuple[Cause, ...] = ()
 
     def configs(self) -> list[tuple[str, dict[str, Any]]]:
         """(panel label, config) of every environment this experiment runs ("" for a single one)."""

@@ -12,9 +12,40 @@ import math
 from typing import Any
 
 from fedbandits.algorithms.feducb import FedUCBParams, calibrate_feducb
-from fedbandits.experiments.figures.common import ALPHA, SEED, Claim, Experiment, check_scale
+from fedbandits.experiments.figures.common import ALPHA, SEED, Cause, Claim, Experiment, check_scale
 
 DUBEY = "Dubey & Pentland (2020), Differentially-private federated linear bandits"
+
+# One-change cause runs (fedbandits.experiments.causes); the base configs state calibration and rule
+PROPOSITION_RADIUS = Cause(
+    "proposition-2-radius",
+    {"algorithms.radius": "proposition-2"},
+    "the radius is Proposition 2's (the paper's analysis) instead of a constant",
+)
+TIGHT = Cause(
+    "tight-calibration",
+    {"algorithms.calibration": "tight"},
+    "the messages' noise is calibrated tightly (exact Gaussian DP) instead of by the paper's sigma_N",
+)
+ORIGINAL_RULE = Cause(
+    "original-rule",
+    {"algorithms.rule": "original"},
+    "the sync rule is the paper's own form instead of Zhou & Chowdhury's restatement (their Algorithm 3)",
+)
+
+
+def _beta_cause(beta: float) -> Cause:
+    return Cause(f"beta-{beta:g}", {"algorithms.beta": beta}, f"the constant radius is beta = {beta:g}")
+
+
+DUBEY_INSTANCE_NOTES = (
+    "Instance as in section 4.4: L = S = 1, Bernoulli(<x, theta*>) rewards, K - 1 arms with 0.5 <= <x, theta*> "
+    "<= 0.6 and the best with 0.7 <= <x*, theta*> <= 0.8 (gap 0.1), T = 10^7, 100 runs, delta = 0.1.",
+    "Where the paper is silent, our choices: theta* in the unit ball has a uniform direction and norm uniform in "
+    "[0.7 + gap, 1] (the best arm must be reachable with ||x|| <= 1); K = 10 (the paper: 'K <= d^2'); arm means "
+    "uniform in their intervals; arms drawn fresh every round; the radius (see the radius note); the values of "
+    "M (Fig. 1A), d (Fig. 1C) and the gaps (App. Fig. 2), which the text does not list.",
+)
 
 
 def _sqrt_m_threshold(horizon: int, dim: int, agents: int, rho_ratio: float, rho_min: float) -> float:
@@ -33,7 +64,14 @@ def dubey_fig1b(scale: str = "quick", runs: int | None = None) -> Experiment:
     sizes = {"paper": (10_000_000, 100, 100), "quick": (2_000, 4, 100), "tiny": (60, 2, 20)}
     horizon, n_runs, agents = sizes[scale]
     dim, eps, delta = 10, 1.0, 0.1
-    common = {"name": "feducb", "radius": "constant", "beta": 1.0, "alpha": ALPHA}
+    common = {
+        "name": "feducb",
+        "radius": "constant",
+        "beta": 1.0,
+        "alpha": ALPHA,
+        "rule": "restated",
+        "calibration": "paper",
+    }
     algs: list[dict[str, Any]] = []
     labels: dict[str, list[str]] = {"private": [], "non-private": []}
     for kind in ("private", "non-private"):
@@ -113,11 +151,13 @@ def dubey_fig1b(scale: str = "quick", runs: int | None = None) -> Experiment:
         config,
         claims,
         shrunk,
-        notes,
+        (*notes, *DUBEY_INSTANCE_NOTES),
         "gap 0.1, K = 10, d = 10, radius constant 1, eps = 1, delta = 0.1; ",
+        causes=(PROPOSITION_RADIUS, _beta_cause(0.1), TIGHT, ORIGINAL_RULE),
     )
 
 
+PANEL_CAUSES = (PROPOSITION_RADIUS, _beta_cause(1.0), TIGHT, ORIGINAL_RULE)
 DUBEY_QUICK_NOTE = (
     "The published T = 10^7 (100 runs) is out of reach of one machine; `--scale paper` defines it but needs a "
     "scale-out backend (`--backend ray --address ...`, docs/scale-out.md)."
@@ -140,11 +180,18 @@ def _dubey_sizes(scale: str, runs: int | None, quick: tuple[int, int]) -> tuple[
 
 
 def _feducb(label: str, eps: float | None) -> dict[str, Any]:
-    alg: dict[str, Any] = {"name": "feducb", "label": label, "radius": "constant", "beta": 0.1, "alpha": ALPHA}
+    alg: dict[str, Any] = {
+        "name": "feducb",
+        "label": label,
+        "radius": "constant",
+        "beta": 0.1,
+        "alpha": ALPHA,
+        "rule": "restated",
+    }
     if eps is None:
         alg["private"] = False
     else:
-        alg.update({"epsilon": eps, "delta": 0.1})
+        alg.update({"epsilon": eps, "delta": 0.1, "calibration": "paper"})
     return alg
 
 
@@ -195,12 +242,13 @@ def dubey_fig1a(scale: str = "quick", runs: int | None = None) -> Experiment:
         panels[0][1],
         claims,
         shrunk,
-        (DUBEY_QUICK_NOTE, DUBEY_RADIUS_NOTE),
+        (DUBEY_QUICK_NOTE, DUBEY_RADIUS_NOTE, *DUBEY_INSTANCE_NOTES),
         "gap instance, d = 10, K = 10, delta = 0.1; ",
         panels,
         "final-vs-x",
         dict(zip(labels, eps_grid, strict=True)),
         "epsilon",
+        causes=PANEL_CAUSES,
     )
 
 
@@ -230,10 +278,11 @@ def dubey_fig1c(scale: str = "quick", runs: int | None = None) -> Experiment:
         panels[0][1],
         claims,
         shrunk,
-        (DUBEY_QUICK_NOTE, DUBEY_RADIUS_NOTE),
+        (DUBEY_QUICK_NOTE, DUBEY_RADIUS_NOTE, *DUBEY_INSTANCE_NOTES),
         "gap instance, K = 10, eps = 1, delta = 0.1; ",
         panels,
         "curves",
+        causes=PANEL_CAUSES,
     )
 
 
@@ -270,6 +319,9 @@ def dubey_appfig2(scale: str = "quick", runs: int | None = None) -> Experiment:
     notes = (
         DUBEY_QUICK_NOTE,
         DUBEY_RADIUS_NOTE,
+        *DUBEY_INSTANCE_NOTES,
+        "For a gap other than 0.1 the best arm's mean is uniform in [0.6 + gap, 0.7 + gap] (the paper does not say "
+        "how it moves the intervals).",
         "The paper labels its lines by rho_min, which FedUCB derives from eps (rho_min = Lambda); we vary eps.",
     )
     return Experiment(
@@ -287,4 +339,5 @@ def dubey_appfig2(scale: str = "quick", runs: int | None = None) -> Experiment:
         "final-vs-x",
         dict(zip(labels, eps_grid, strict=True)),
         "epsilon",
+        causes=PANEL_CAUSES,
     )

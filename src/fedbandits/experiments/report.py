@@ -1,0 +1,131 @@
+"""The markdown report of a reproduction: an overview of every claim, then one section per figure.
+
+Per claim: its status and measured numbers; for an inconclusive claim the power statement
+(:mod:`fedbandits.experiments.power`); for every cause run (:mod:`fedbandits.experiments.causes`)
+what the one change does to the claim.  :func:`report` writes ``DIR/report.md``;
+:mod:`fedbandits.experiments.page` builds the docs page from the same pieces.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fedbandits.experiments.causes import describe
+from fedbandits.experiments.outcome import Outcome
+from fedbandits.experiments.power import power_statement
+from fedbandits.sim.results import Results
+
+
+def _fmt(x: Any) -> str:
+    if isinstance(x, float):
+        return f"{x:.4g}"
+    return str(x)
+
+
+def _privacy_rows(results: Results) -> list[str]:
+    rows = [
+        "| algorithm | final regret (mean ± std) | Reg(T)/T | syncs | protocol / calibration | target (eps, delta) "
+        "| eps spent (our accounting) | guarantee | noise std |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    horizon = results.config.experiment.horizon
+    for s in results.summary()["algorithms"]:
+        protocol = s.get("protocol", "-")
+        private = protocol not in ("-", "none")
+        rows.append(
+            "| {} | {:.1f} ± {:.1f} | {:.3f} | {:.1f} | {} | {} | {} | {} | {} |".format(
+                s["label"],
+                s["final_regret_mean"],
+                s["final_regret_std"],
+                s["final_regret_mean"] / horizon,
+                s["sync_rounds"],
+                f"{protocol} / {s.get('calibration', '?')}" if private else "none (non-private)",
+                f"({_fmt(s.get('epsilon'))}, {_fmt(s.get('delta'))})" if private else "-",
+                _fmt(s.get("epsilon_spent")) if private else "-",
+                s.get("guarantee", "-") if private else "-",
+                _fmt(s.get("noise_std")) if private else "-",
+            )
+        )
+    return rows
+
+
+def claim_lines(outcome: Outcome) -> list[str]:
+    """One bullet per claim: status, numbers, the power statement if inconclusive, each cause run's verdict."""
+    e = outcome.experiment
+    lines = []
+    for i, (c, r) in enumerate(zip(e.claims, outcome.claims, strict=True)):
+        lines.append(f"* {c.text}: **{r.status}**. {r.explanation}.")
+        statement = power_statement(r, outcome.wall_seconds)
+        if statement is not None:
+            lines.append(f"  * Power: {statement.text(e.name, e.scale)}.")
+        for cause in outcome.causes:
+            lines.append(f"  * Cause `{cause.cause.name}`: {describe(r, cause.cause, cause.claims[i])}.")
+    return lines
+
+
+def cause_summary(outcome: Outcome) -> list[str]:
+    """The cause runs of an experiment: what each changed and its wall time (empty if none ran)."""
+    if not outcome.causes:
+        return []
+    lines = ["", "Cause runs (each changes one field of the base config; same seed and runs):", ""]
+    for c in outcome.causes:
+        change = ", ".join(f"`{k} = {v!r}`" for k, v in c.cause.change.items())
+        lines.append(f"* `{c.cause.name}`: {change} -- {c.cause.text}; wall time {c.wall_seconds:.1f} s.")
+    return lines
+
+
+def report(outcomes: list[Outcome], scale: str, wall_seconds: float) -> str:
+    """The markdown report: a status overview, then one section per figure."""
+    lines = [
+        "# Reproduction report",
+        "",
+        f"Scale `{scale}`; {len(outcomes)} experiment(s); total wall time {wall_seconds:.1f} s.",
+        "Claims are tested by a one-sided paired t test over runs (common random numbers) at level 0.05: "
+        "reproduced if t >= threshold, not reproduced if t <= -threshold, otherwise inconclusive.",
+        "",
+        "| experiment | figure | claim | status |",
+        "|---|---|---|---|",
+    ]
+    for o in outcomes:
+        for c, r in zip(o.experiment.claims, o.claims, strict=True):
+            lines.append(f"| {o.experiment.name} | {o.experiment.figure} | {c.text} | **{r.status}** |")
+    for o in outcomes:
+        e, exp, env = o.experiment, o.results.config.experiment, o.results.config.environment
+        panels = o.panels or {"": o.results}
+        what = f"M = {env.params.agents}" if len(panels) == 1 else "panels " + ", ".join(panels)
+        lines += [
+            "",
+            f"## {e.figure}: {e.title} (`{e.name}`)",
+            "",
+            f"Paper: {e.paper}, {e.figure}.  ",
+            f"Setting: {env.name}, {what}, T = {exp.horizon}, {exp.runs} run(s), seed {exp.seed}, "
+            f"{e.setting}wall time {o.wall_seconds:.1f} s.  ",
+        ]
+        if e.shrunk:
+            lines.append(f"Shrunk from the paper: {e.shrunk}.  ")
+        lines.append(
+            f"Files: `{o.folder.name}/figure.png`, `{o.folder.name}/summary.json`, `{o.folder.name}/regret.png`"
+            + (" (one folder per panel)." if e.panels else ".")
+        )
+        lines += ["", "### Claims", "", *claim_lines(o)]
+        lines += ["", "### Measured"]
+        for panel, results in panels.items():
+            lines += ["", *([f"Panel {panel}:", ""] if panel else []), *_privacy_rows(results)]
+        summaries = [s for r in panels.values() for s in r.summary()["algorithms"]]
+        uncertified = [s["label"] for s in summaries if str(s.get("guarantee", "")).startswith("no formal guarantee")]
+        if uncertified:
+            lines += [
+                "",
+                f"**No formal guarantee** by our accounting for: {', '.join(uncertified)} "
+                "(the noise does not certify the target epsilon; see `eps spent`).",
+            ]
+        lines += cause_summary(o)
+        if e.notes:
+            lines += ["", "Notes:", "", *[f"* {n}" for n in e.notes]]
+    lines += [
+        "",
+        "Finished runs are checkpointed in `checkpoint/`: `--resume` continues an interrupted reproduction "
+        "without redoing them.",
+        "",
+    ]
+    return "\n".join(lines)
