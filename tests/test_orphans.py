@@ -103,3 +103,61 @@ def test_process_alive_sees_a_zombie_as_dead() -> None:
     assert not process_alive(child.pid)
     child.wait()
     assert process_alive(os.getpid())
+
+
+#: a driver: a watchdog for its mark, a marked child in a session of its own whose child drops the
+#: mark (as a process that rewrites its title seems to), and an unmarked child of its own
+WATCHED_DRIVER = """
+import os, subprocess, sys, time
+from fedbandits.sim.watchdog import Watchdog
+
+dog = Watchdog("FEDBANDITS_TEST_MARK", sys.argv[1])
+sleep = [sys.executable, "-c", "import time; time.sleep(120)"]
+spawn = "import subprocess, sys, time; subprocess.Popen(sys.argv[1:], env={}, start_new_session=True); time.sleep(120)"
+env = {**os.environ, "FEDBANDITS_TEST_MARK": sys.argv[1] + "/child"}
+marked = subprocess.Popen([sys.executable, "-c", spawn, *sleep], env=env, start_new_session=True)
+other = subprocess.Popen(sleep)
+print(dog.pid, marked.pid, other.pid, flush=True)
+if sys.argv[2] == "close":
+    time.sleep(1.5)
+    dog.close()
+    print("closed", flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("end", ["SIGKILL", "close"])
+def test_watchdog_kills_the_marked_processes_and_their_descendants_only(tmp_path: Path, end: str) -> None:
+    """The watchdog records every 0.5 s; 1.5 s after the start its record holds the marked child
+    and the grandchild that dropped the mark.  Then the driver is SIGKILLed (or closes the
+    watchdog): both are gone within 5 s, the watchdog has exited, the unmarked child still runs."""
+    from fedbandits.sim.watchdog import INTERVAL
+
+    mark = f"{os.getpid()}-{time.monotonic_ns()}"
+    driver = subprocess.Popen(
+        [sys.executable, "-c", WATCHED_DRIVER, mark, end], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    other = None
+    try:
+        assert driver.stdout is not None
+        dog, marked, other = map(int, driver.stdout.readline().split())
+        deadline = time.monotonic() + 30
+        while len(_descendants(marked)) < 1 and time.monotonic() < deadline:  # the grandchild
+            time.sleep(0.05)
+        work = {marked} | _descendants(marked)
+        assert len(work) == 2, work
+        if end == "SIGKILL":
+            time.sleep(3 * INTERVAL)
+            os.kill(driver.pid, signal.SIGKILL)
+        else:
+            assert driver.stdout.readline().strip() == "closed"
+        left = _survivors(work | {dog}, 5.0)
+        for pid in left:
+            os.kill(pid, signal.SIGKILL)
+        assert not left, f"survived: {sorted(left)}"
+        assert process_alive(other)  # not the work's: untouched
+    finally:
+        driver.kill()
+        driver.wait()
+        if other is not None and process_alive(other):
+            os.kill(other, signal.SIGKILL)

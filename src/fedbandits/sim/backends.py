@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import math
 import os
+import secrets
+import signal
 import socket
 import threading
 import time
@@ -27,12 +29,16 @@ from fedbandits._version import __version__
 from fedbandits.config import Config
 from fedbandits.sim.checkpoint import TaskFailedError
 from fedbandits.sim.task import ChunkResult, simulate_runs
+from fedbandits.sim.watchdog import Watchdog
 
 BACKENDS = ("local", "ray")
 RAY_MISSING = "the ray backend needs Ray: pip install 'fedbandits[ray]'"
 #: seconds to wait for a Ray cluster's address to accept a connection before giving up
 #: (environment variable FEDBANDITS_RAY_CONNECT_TIMEOUT)
 CONNECT_TIMEOUT = 15.0
+#: environment variable marking every process of a local Ray instance a driver starts (its value:
+#: the driver's pid and a random token), for the watchdog that stops them when the driver dies
+RAY_MARK = "FEDBANDITS_RAY_INSTANCE"
 
 
 def _connect_timeout() -> float:
@@ -282,6 +288,14 @@ class RayBackend:
     by Ray up to ``max_retries`` times; an exception raised by the simulation itself is not
     retried (it would fail again) and is raised here.  If Ray was already initialised in this
     process (``ray.init`` by the caller), that connection is used and left open.
+
+    A local instance never outlives its driver.  Ray ties the processes ``ray.init`` starts (GCS,
+    raylet, dashboard, monitors) to the driver by PR_SET_PDEATHSIG, but not the raylet's children:
+    after a SIGKILLed driver its dashboard and runtime-env agents kept running, and its workers took
+    seconds to notice.  So every process of the instance carries the mark :data:`RAY_MARK` in its
+    environment, and a :class:`~fedbandits.sim.watchdog.Watchdog` kills whatever still carries it
+    once the driver is gone (or after :meth:`close`).  The driver keeps its own SIGTERM handler
+    (``ray.init`` replaces it with one of its own): ``fedbandits`` stops on SIGTERM as on SIGINT.
     """
 
     name = "ray"
@@ -304,6 +318,7 @@ class RayBackend:
         ray = _import_ray()
         self._ray = ray
         self._owned = False
+        self._watchdog: Watchdog | None = None
         if ray.is_initialized():
             if address is not None:
                 raise ValueError(
@@ -320,11 +335,27 @@ class RayBackend:
         else:
             kwargs.update(include_dashboard=False)
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        main = threading.current_thread() is threading.main_thread()
+        handler = signal.getsignal(signal.SIGTERM) if main else None
+        local = address is None
+        if local:  # a local instance: marked (inherited by all its processes) and watched
+            mark = f"{os.getpid()}-{secrets.token_hex(8)}"
+            self._watchdog = Watchdog(RAY_MARK, mark)
+            os.environ[RAY_MARK] = mark
         try:
             ray.init(**kwargs)
         except Exception as exc:  # ConnectionError, RuntimeError, ...: one clear line
+            self._stop_watchdog()
             where = f"the Ray cluster at {address}" if address is not None else "a local Ray instance"
             raise ValueError(f"cannot start or join {where}: {type(exc).__name__}: {exc}".splitlines()[0]) from None
+        except BaseException:  # interrupted while starting: what was started goes at once
+            self._stop_watchdog()
+            raise
+        finally:
+            if local:  # only the instance's processes carry the mark, not this process's later children
+                os.environ.pop(RAY_MARK, None)
+            if callable(handler):
+                signal.signal(signal.SIGTERM, handler)
         self._owned = True
 
     def __enter__(self) -> RayBackend:
@@ -337,6 +368,13 @@ class RayBackend:
         if self._owned:
             self._ray.shutdown()
             self._owned = False
+        self._stop_watchdog()
+
+    def _stop_watchdog(self) -> None:
+        """The watchdog kills whatever of the local instance ``ray.shutdown`` left, and exits."""
+        if self._watchdog is not None:
+            self._watchdog.close()
+            self._watchdog = None
 
     def cluster_cpus(self) -> int:
         return max(1, int(self._ray.cluster_resources().get("CPU", 1)))
