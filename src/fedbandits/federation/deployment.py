@@ -6,8 +6,11 @@ SuperNode per silo (under :mod:`fedbandits.federation.supervisor`), the app subm
 session; stopping it signals that session and those of its descendants (the SuperLink detaches
 its SuperExec and ServerApp into a session of their own), and :meth:`LocalDeployment.stop_all`
 finally kills whatever still carries the deployment's ``FLWR_HOME``: it stops every process the
-object started, their Flower children included, and nothing else.  :class:`ServerDeployment`, its
-server side, serves the multi-machine command ``fedbandits deploy server``.
+object started, their Flower children included, and nothing else.  If the process that runs it
+dies first -- even SIGKILLed, which runs no clean-up -- a watchdog does the same
+(:mod:`fedbandits.sim.watchdog`).  :class:`ServerDeployment`, its server side, serves the
+multi-machine command ``fedbandits deploy server`` (whose SuperLink outlives a killed command on
+purpose: running it again clears it and resumes).
 
 The processes themselves are handled by :mod:`fedbandits.federation.processes`; the files and
 command lines Flower is given come from :mod:`fedbandits.federation.flower_setup`.
@@ -44,8 +47,10 @@ from fedbandits.federation.processes import (
     take_lock,
     wait_https,
     wait_shuffler,
+    watch_processes_under,
 )
 from fedbandits.federation.spec import DeploySpec, atomic_write_bytes, spec_from_json
+from fedbandits.sim.watchdog import Watchdog
 
 
 @dataclass
@@ -330,7 +335,9 @@ class ServerDeployment:
 @dataclass
 class LocalDeployment(ServerDeployment):
     """A whole federation on 127.0.0.1 under ``workdir``: the server side plus one SuperNode per
-    silo (under the supervisor), with trial credentials created in ``workdir/certs``."""
+    silo (under the supervisor), with trial credentials created in ``workdir/certs``.  From
+    :meth:`acquire` to :meth:`release` a watchdog stands by: if this process dies, it kills every
+    process of the deployment (:func:`~fedbandits.federation.processes.watch_processes_under`)."""
 
     #: how long a (re)started silo keeps trying to join (see :mod:`fedbandits.federation.supervisor`)
     rejoin_patience: float = 120.0
@@ -342,6 +349,7 @@ class LocalDeployment(ServerDeployment):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        self._watchdog: Watchdog | None = None
         ports = self._ports()
         self.silo_ports = [int(p) for p in ports["silos"]]  # type: ignore[attr-defined]
         if self.spec.shuffled:
@@ -391,6 +399,17 @@ class LocalDeployment(ServerDeployment):
         if not (self.creds / "ca.pem").exists():
             create_trial_credentials(self.creds, self.spec.silos)
         super().prepare()
+
+    def acquire(self) -> None:
+        super().acquire()
+        if self._watchdog is None:  # the folder is ours: its processes must not outlive this one
+            self._watchdog = watch_processes_under(self.workdir / "home")
+
+    def release(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.close()  # it kills whatever is left, then exits
+            self._watchdog = None
+        super().release()
 
     def start_silo(self, i: int) -> Proc:
         cmd = supernode_command(

@@ -4,9 +4,10 @@ Free loopback ports (:func:`free_port`), the Flower executables and environment
 (:func:`flower_bin`, :func:`flower_env`), a started process and its session (:class:`Proc`,
 :func:`start_process`; stopping one also signals the sessions its descendants detached into),
 the processes still carrying a deployment's ``FLWR_HOME`` (:func:`processes_under`,
-:func:`kill_processes_under`), the work folder's lock (:func:`take_lock`, :func:`hold_lock`),
-health waits for the SuperLink and the shuffler (:func:`wait_https`, :func:`wait_shuffler`) and
-bounded ``flwr`` CLI calls (:func:`run_cli`); :class:`DeployError` is what each of them raises.
+:func:`kill_processes_under`, and :func:`watch_processes_under` for when this process dies), the
+work folder's lock (:func:`take_lock`, :func:`hold_lock`), health waits for the SuperLink and the
+shuffler (:func:`wait_https`, :func:`wait_shuffler`) and bounded ``flwr`` CLI calls
+(:func:`run_cli`); :class:`DeployError` is what each of them raises.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fedbandits.federation.shuffler import client_context
+from fedbandits.sim.watchdog import Watchdog, kill_marked, marked_processes
 
 
 class DeployError(RuntimeError):
@@ -194,41 +196,19 @@ def processes_under(home: Path) -> list[int]:
     Every process a :class:`LocalDeployment` starts gets ``FLWR_HOME`` inside its work folder,
     and Flower's children (SuperExec, ServerApp, ClientApp) inherit it: this finds what is left
     of a deployment even after parents died and children were re-parented or detached."""
-    proc = Path("/proc")
-    if not proc.is_dir():  # pragma: no cover - not Linux
-        return []
-    prefix = f"FLWR_HOME={Path(home).resolve()}".encode()
-    out = []
-    for entry in proc.iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-            state = (entry / "stat").read_text()
-        except OSError:
-            continue
-        if state[state.rindex(")") + 2] == "Z":  # a zombie is gone, only not yet reaped
-            continue
-        if any(var == prefix or var.startswith(prefix + b"/") for var in environ.split(b"\0")):
-            out.append(int(entry.name))
-    return out
+    return marked_processes("FLWR_HOME", str(Path(home).resolve()))
 
 
 def kill_processes_under(home: Path) -> list[int]:
-    """SIGKILL every live process whose ``FLWR_HOME`` lies under ``home`` (:func:`processes_under`)."""
-    killed: list[int] = []
-    for _ in range(3):
-        left = processes_under(home)
-        if not left:
-            break
-        for pid in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
-            except (ProcessLookupError, PermissionError):
-                pass
-        time.sleep(0.2)
-    return killed
+    """SIGKILL every live process whose ``FLWR_HOME`` lies under ``home`` (:func:`processes_under`),
+    and their descendants, until none is left (bounded)."""
+    return kill_marked("FLWR_HOME", str(Path(home).resolve()))
+
+
+def watch_processes_under(home: Path) -> Watchdog:
+    """A watchdog that kills whatever carries ``FLWR_HOME`` under ``home`` once this process is
+    gone, even SIGKILLed (:mod:`fedbandits.sim.watchdog`), or when it is closed."""
+    return Watchdog("FLWR_HOME", str(Path(home).resolve()))
 
 
 def take_lock(folder: Path, what: str) -> int:
