@@ -190,6 +190,60 @@ def test_a_reply_stored_just_before_the_round_expires_is_still_collected(monkeyp
     assert sorted(inc.node_id for inc in out) == [1, 2] and state.uplink_messages == 2
 
 
+@pytest.mark.parametrize("reask", [True, False])
+def test_a_silo_back_within_the_deadline_is_asked_again(monkeypatch: pytest.MonkeyPatch, reask: bool) -> None:
+    """Node 2 crashes during the round: the SuperLink answers its request with NODE_UNAVAILABLE and
+    drops it from the online nodes; it is back after 0.3 s.  With ``reask`` (plain sync rounds) the
+    server asks it again and takes its reply; without (the masked rounds' exchanges) it is missing."""
+    pytest.importorskip("flwr")
+    from types import SimpleNamespace
+
+    from flwr.common.constant import ErrorCode
+
+    from fedbandits.federation import app
+
+    start = time.time()
+    pushed: list[tuple[int, float]] = []
+
+    class Grid:
+        def get_node_ids(self) -> list[int]:
+            return [1, 2] if time.time() > start + 0.3 or not pushed else [1]
+
+        def push_messages(self, messages: list[SimpleNamespace]) -> list[str]:
+            pushed.extend((m.dst_node_id, m.ttl) for m in messages)
+            return [f"m{len(pushed) - len(messages) + j}" for j in range(len(messages))]
+
+        def pull_messages(self, ids: set[str]) -> list[object]:
+            out = []
+            for i in sorted(ids):
+                node = pushed[int(i[1:])][0]
+                first = i == "m1"  # node 2's first request: its node went offline
+                code = ErrorCode.NODE_UNAVAILABLE if first else 0
+                out.append(
+                    SimpleNamespace(
+                        metadata=SimpleNamespace(reply_to_message_id=i, src_node_id=node),
+                        error=SimpleNamespace(code=code, reason="offline"),
+                        gone=first,
+                    )
+                )
+            return out
+
+    monkeypatch.setattr(app, "Message", lambda content, **kw: SimpleNamespace(content=content, **kw))
+    monkeypatch.setattr(app, "_no_answer", lambda msg: msg.gone)
+    monkeypatch.setattr(app, "_incoming", lambda msg: Incoming(msg.metadata.src_node_id, {}, {}))
+    monkeypatch.setattr(app, "FINAL_PULL_MARGIN", 0.05)
+    state = SimpleNamespace(prefix=None, downlink_messages=0, downlink_bytes=0, uplink_messages=0, uplink_bytes=0)
+    coord = SimpleNamespace(state=state)
+    out = app._exchange(Grid(), coord, None, "train", {"round": 1}, 1, 2.0, 0.05, reask=reask)  # type: ignore[arg-type]
+    if reask:
+        assert sorted(inc.node_id for inc in out) == [1, 2] and [n for n, _ in pushed] == [1, 2, 2]
+        assert pushed[2][1] < 2.0  # the second request lives only until the round's deadline
+        assert state.downlink_messages == 3
+    else:
+        assert [inc.node_id for inc in out] == [1] and len(pushed) == 2
+    assert time.time() - start < 1.5  # the round ends when node 2 answered (or was given up), not at its deadline
+
+
 def test_deployment_report_names_the_secret_sampler_and_withdraws_non_lazy_guarantees() -> None:
     lazy = _spec("ldp").privacy_report()
     assert lazy["guarantee"] == "formal" and "discrete Gaussian" in str(lazy["secret_noise_sampler"])

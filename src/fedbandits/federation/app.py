@@ -147,7 +147,7 @@ def _serve(grid: Grid, cfg: dict[str, Any], state_dir: Path, run_id: int) -> Non
             _masked_round(grid, coord, registry, spec_json, k, round_timeout, poll)
             continue
         meta = {"phase": "sync", "round": k, "digest": spec.digest, "prefix_round": k - 1, "spec": spec_json}
-        replies = _exchange(grid, coord, registry, "train", meta, k, round_timeout, poll)
+        replies = _exchange(grid, coord, registry, "train", meta, k, round_timeout, poll, reask=True)
         accepted: dict[int, np.ndarray] = {}
         rejected: list[tuple[int, str]] = []
         seen: set[int] = set()
@@ -188,7 +188,7 @@ def _serve(grid: Grid, cfg: dict[str, Any], state_dir: Path, run_id: int) -> Non
             "prefix_round": spec.releases,
             "spec": spec_json,
         }
-        replies = _exchange(grid, coord, registry, "evaluate", meta, spec.releases + 1, round_timeout, poll)
+        replies = _exchange(grid, coord, registry, "evaluate", meta, spec.releases + 1, round_timeout, poll, reask=True)
         points = time_grid(spec.horizon, spec.config.experiment.grid_points).size
         seen = set()
         for inc in replies:
@@ -389,11 +389,21 @@ def _exchange(
     timeout: float,
     poll: float,
     per_node: dict[int, dict[str, Any]] | None = None,
+    reask: bool = False,
 ) -> list[Incoming]:
     """Send one request to every connected silo (``per_node``: extra meta for some nodes); collect
-    replies until all arrive or the deadline."""
-    nodes = _targets(grid, registry)
+    replies until all arrive or the deadline.
+
+    With ``reask``, a silo whose node goes offline during the round (the SuperLink's notice: it
+    crashed after taking the request, or before) is waited for until the deadline and asked again
+    as soon as it is back: a restarted silo answers a request it had already served with the
+    message it stored before replying, byte for byte (:class:`~fedbandits.federation.silo.Silo`),
+    so asking twice is never a second release.  The cost: a round in which a silo dies for good
+    waits until its deadline."""
     prefix = coord.state.prefix
+    deadline = time.time() + timeout  # reset after the first push (requests created before it)
+    dest: dict[str, int] = {}
+    ids: set[str] = set()
 
     def content(node: int) -> RecordDict:
         out = RecordDict({"meta": ConfigRecord({**meta, **(per_node or {}).get(node, {})})})
@@ -401,19 +411,27 @@ def _exchange(
             out["synced"] = ArrayRecord({"prefix": Array(np.ascontiguousarray(prefix))})
         return out
 
-    contents = [content(n) for n in nodes]
-    messages = [
-        # time to live = the round's deadline: a reply after it is not used, and a request that
-        # outlives its round could be served late by a silo that rejoins (a wasted release)
-        Message(c, dst_node_id=n, message_type=message_type, group_id=str(round_), ttl=timeout)
-        for c, n in zip(contents, nodes, strict=True)
-    ]
-    pushed = list(grid.push_messages(messages))
-    coord.state.downlink_messages += len(messages)
-    coord.state.downlink_bytes += sum(wire_bytes(c) for c in contents)
-    dest = {mid: n for mid, n in zip(pushed, nodes, strict=True) if mid is not None}
-    ids = set(dest)
+    def push(nodes: list[int], ttl: float) -> None:
+        contents = [content(n) for n in nodes]
+        messages = [
+            # time to live = the round's deadline: a reply after it is not used, and a request that
+            # outlives its round could be served late by a silo that rejoins (a wasted release)
+            Message(c, dst_node_id=n, message_type=message_type, group_id=str(round_), ttl=ttl)
+            for c, n in zip(contents, nodes, strict=True)
+        ]
+        pushed = list(grid.push_messages(messages))
+        coord.state.downlink_messages += len(messages)
+        coord.state.downlink_bytes += sum(wire_bytes(c) for c in contents)
+        for mid, n in zip(pushed, nodes, strict=True):
+            if mid is not None:
+                dest[mid] = n
+                ids.add(mid)
+
     out: list[Incoming] = []
+    gone: set[int] = set()  # nodes that went offline during the round (reask only)
+
+    def who(node: int | None) -> str:
+        return f"silo {registry[node]} (node {node})" if registry and node in registry else f"node {node}"
 
     def pull() -> None:
         for msg in grid.pull_messages(ids):
@@ -422,19 +440,32 @@ def _exchange(
                 # the SuperLink's own notice that the silo did not answer (request expired,
                 # node offline): the silo is missing this round, it sent nothing to reject
                 node = dest.get(msg.metadata.reply_to_message_id)
-                who = f"silo {registry[node]} (node {node})" if registry and node in registry else f"node {node}"
                 reason = str(msg.error.reason or "").split(" - ")[0]
-                log.warning("round %d: %s did not answer (%s)", round_, who, reason)
+                if reask and node is not None and msg.error.code == ErrorCode.NODE_UNAVAILABLE:
+                    gone.add(node)
+                    log.warning(
+                        "round %d: %s went offline; asked again if it is back within the deadline", round_, who(node)
+                    )
+                    continue
+                log.warning("round %d: %s did not answer (%s)", round_, who(node), reason)
                 continue
             inc = _incoming(msg)
             coord.state.uplink_messages += 1
             coord.state.uplink_bytes += inc.wire_bytes
             out.append(inc)
 
+    push(_targets(grid, registry), timeout)
     deadline = time.time() + timeout  # after the requests' expiry (created before the push, ttl = timeout)
-    while ids and time.time() < deadline:
+    while (ids or gone) and time.time() < deadline:
         pull()
-        if ids:
+        if gone:
+            back = sorted(gone & set(_targets(grid, registry)))
+            left = deadline - time.time()
+            if back and left > 1.0:
+                gone.difference_update(back)
+                log.info("round %d: %s back; asked again", round_, ", ".join(map(who, back)))
+                push(back, left)
+        if ids or gone:
             time.sleep(poll)
     if ids:
         # The SuperLink stores no reply to an expired request.  One last pull after the expiry (and a
@@ -443,8 +474,8 @@ def _exchange(
         # for the missing silos' mask keys, which must never open a message it holds.
         time.sleep(FINAL_PULL_MARGIN)
         pull()
-    if ids:
-        log.warning("round %d: %d silo(s) did not answer within %.0f s", round_, len(ids), timeout)
+    if ids or gone:
+        log.warning("round %d: %d silo(s) did not answer within %.0f s", round_, len(ids) + len(gone), timeout)
     return out
 
 
