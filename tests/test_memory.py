@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -94,3 +95,57 @@ def test_export_is_refused_before_building_anything(tmp_path: Path) -> None:
     )
     with pytest.raises(ValueError, match=r"more than the .* of available memory"):
         export_partition(huge, out, 10)
+
+
+def test_reproduce_max_memory_refuses_before_any_figure_runs(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`reproduce --max-memory` bounds every figure it runs: too small a bound is one line naming
+    the sizes and the estimate, exit 2, before any figure runs (nothing written)."""
+    from fedbandits.cli import main
+
+    out = tmp_path / "rep"
+    assert main(["reproduce", "zhou-fig2a", "--scale", "tiny", "--max-memory", "1K", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("fedbandits: error: the simulation would hold at least")
+    sizes = r"agents = \d+, arms = \d+, dim = \d+, \d+ algorithm\(s\)\), more than the 1 KiB of --max-memory"
+    assert re.search(sizes, err)
+    assert not out.exists()
+    assert main(["reproduce", "zhou-fig2a", "--scale", "tiny", "--max-memory", "lots", "--out", str(out)]) == 2
+    assert "--max-memory must be a positive size" in capsys.readouterr().err and not out.exists()
+
+
+def test_reproduce_counts_the_tasks_of_its_local_pool() -> None:
+    """reproduce opens one backend for every figure: the estimate counts that pool's workers."""
+    from fedbandits.sim.backends import LocalBackend
+    from fedbandits.sim.runner import check_run_memory
+
+    config = _config(5, 7, 3)  # 3 runs of 2 per task: 2 tasks of 2280 B
+    assert check_run_memory(config, backend=LocalBackend(4), max_memory=10_000) == 2 * 2280
+    assert check_run_memory(config, workers=4, max_memory=10_000) == 2 * 2280
+    assert check_run_memory(config, backend=LocalBackend(1), max_memory=10_000) == 2280
+    with pytest.raises(ValueError, match=r"2 task\(s\) of 2 runs"):
+        check_run_memory(config, backend=LocalBackend(2), max_memory=4559)
+
+
+def test_data_export_max_memory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`data export --max-memory`: the export's estimate (6020 B here) against the bound."""
+    from fedbandits.cli import main
+
+    config = tmp_path / "c.toml"
+    config.write_text(
+        '[environment]\nname = "gaussian-sphere"\nagents = 5\narms = 7\ndim = 3\n'
+        '[[algorithms]]\nname = "linucb-independent"\n'
+    )
+    out = tmp_path / "export"
+    base = ["data", "export", "--config", str(config), "--rounds", "10", "--out", str(out)]
+    assert main([*base, "--max-memory", "1K"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "fedbandits: error: the export would hold at least 5.88 KiB (10 rounds, agents = 5, arms = 7, dim = 3), "
+        "more than the 1 KiB of --max-memory: lower --rounds or the sizes\n"
+    )
+    assert not out.exists()
+    assert main([*base, "--max-memory", "6020"]) == 0
+    assert len(list(out.glob("silo-*.npz"))) == 5

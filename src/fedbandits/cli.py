@@ -9,11 +9,11 @@
     fedbandits list                       every environment, algorithm and protocol name
     fedbandits reproduce NAME|all [--scale quick|paper] [--runs N] [--out DIR] [--workers N]
                    [--causes unsettled|all|none] [--page docs/reproduction.md]
-                   [--backend local|ray] [--address HOST:PORT] [--resume]
+                   [--backend local|ray] [--address HOST:PORT] [--resume] [--max-memory SIZE]
     fedbandits audit privacy [--quick] [--trials N] [--seed S] [--json F]
     fedbandits audit schedule [--algorithm feducb|cdp-fclub-dc] [--trials N] [--agents M] [--epsilon E]
                    [--delta D] [--json FILE]
-    fedbandits data export --config C.toml --rounds N --out DIR [--run R] [--format npz|csv]
+    fedbandits data export --config C.toml --rounds N --out DIR [--run R] [--format npz|csv] [--max-memory SIZE]
                                           one data file per silo from a run's contexts (docs/data.md)
     fedbandits deploy local|certs|server|silo|shuffler ...  real deployment on Flower (docs/deployment.md)
 
@@ -210,6 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="also write the docs page (e.g. docs/reproduction.md, PNGs in docs/reproduction/)",
     )
     backend_options(p_rep)
+    p_rep.add_argument("--max-memory", metavar="SIZE", help="as for `run`, for every figure")
     p_rep.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
     p_audit = sub.add_parser(
@@ -275,6 +276,11 @@ def build_parser() -> argparse.ArgumentParser:
     p_export.add_argument("--out", type=Path, required=True, metavar="DIR", help="output folder")
     p_export.add_argument("--run", type=_nonnegative_int, default=0, metavar="R", help="run index (default 0)")
     p_export.add_argument("--format", choices=["npz", "csv"], default="npz", help="file format (default npz)")
+    p_export.add_argument(
+        "--max-memory",
+        metavar="SIZE",
+        help="refuse an export that would hold more than SIZE (512M, 8G; default: the available memory)",
+    )
 
     add_deploy_parser(sub)
     return parser
@@ -414,6 +420,11 @@ def _backend_kwargs(args: argparse.Namespace) -> _BackendOptions:
     }
 
 
+def _max_memory(args: argparse.Namespace) -> int | None:
+    """The --max-memory bound in bytes, or None: the available memory."""
+    return None if args.max_memory is None else parse_bytes(args.max_memory)
+
+
 def _log(message: str) -> None:
     print(f"fedbandits: {message}", file=sys.stderr)
 
@@ -427,6 +438,7 @@ def _reproduce(args: argparse.Namespace) -> int:
         runs=args.runs,
         out=args.out,
         progress=not args.no_progress,
+        max_memory=_max_memory(args),
         causes=args.causes,
         **backend,
     )
@@ -450,13 +462,12 @@ def _run(config: Config, args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} exists and is not a folder")
     backend = _backend_kwargs(args)
-    max_memory = None if args.max_memory is None else parse_bytes(args.max_memory)
     results = run_experiment(
         config,
         progress=not args.no_progress,
         record_transcript=args.transcript,
         checkpoint=out / "checkpoint",
-        max_memory=max_memory,
+        max_memory=_max_memory(args),
         **backend,
     )
     results.save(out)
@@ -482,9 +493,12 @@ def _frontier(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} exists and is not a folder")
     backend = _backend_kwargs(args)
-    max_memory = None if args.max_memory is None else parse_bytes(args.max_memory)
     results = run_experiment(
-        plan.config, progress=not args.no_progress, checkpoint=out / "checkpoint", max_memory=max_memory, **backend
+        plan.config,
+        progress=not args.no_progress,
+        checkpoint=out / "checkpoint",
+        max_memory=_max_memory(args),
+        **backend,
     )
     results.save(out)
     paths = write_frontier(plan, results, out)
@@ -499,7 +513,7 @@ def _data_export(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     if args.out.exists() and not args.out.is_dir():
         raise ValueError(f"--out {args.out} exists and is not a folder")
-    paths = export_partition(config, args.out, args.rounds, run=args.run, fmt=args.format)
+    paths = export_partition(config, args.out, args.rounds, run=args.run, fmt=args.format, max_memory=_max_memory(args))
     print(
         f"wrote {len(paths)} data file(s) of {args.rounds} users each (run {args.run} of "
         f"{config.environment.name}): {', '.join(str(p) for p in paths)}"

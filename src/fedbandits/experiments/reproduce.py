@@ -37,7 +37,7 @@ from fedbandits.experiments.report import report
 from fedbandits.plots import _pyplot, plot_results, save_figure
 from fedbandits.sim.backends import open_backend
 from fedbandits.sim.results import Results
-from fedbandits.sim.runner import run_experiment
+from fedbandits.sim.runner import check_run_memory, run_experiment
 
 
 def resolve(name: str, scale: str = "quick", runs: int | None = None) -> list[Experiment]:
@@ -136,10 +136,11 @@ def run_one(
     resume: bool = False,
     max_retries: int = 3,
     log: Callable[[str], None] | None = None,
+    max_memory: int | None = None,
     causes: str = "unsettled",
 ) -> Outcome:
     """Run one experiment and, as ``causes`` says, its cause runs (see
-    :func:`fedbandits.sim.runner.run_experiment` for the backend options)."""
+    :func:`fedbandits.sim.runner.run_experiment` for the backend options and ``max_memory``)."""
 
     options = {
         "workers": workers,
@@ -150,6 +151,7 @@ def run_one(
         "resume": resume,
         "max_retries": max_retries,
         "log": log,
+        "max_memory": max_memory,
     }
     folder = out / experiment.name
     panels = _run_panels(experiment.configs(), folder, experiment, True, **options)
@@ -177,6 +179,7 @@ def reproduce(
     resume: bool = False,
     max_retries: int = 3,
     log: Callable[[str], None] | None = None,
+    max_memory: int | None = None,
     causes: str = "unsettled",
 ) -> list[Outcome]:
     """Run ``name`` (or ``"all"``), save everything under ``out`` and write ``out/report.md``.
@@ -184,7 +187,9 @@ def reproduce(
     ``backend``, ``workers``, ``address`` and ``max_retries`` choose where tasks run (one Ray
     connection serves every experiment); finished tasks go to ``out/checkpoint/`` and
     ``resume=True`` skips those already there.  ``causes``: when to run the cause runs (``"unsettled"``,
-    ``"all"`` or ``"none"``, see :mod:`fedbandits.experiments.causes`).
+    ``"all"`` or ``"none"``, see :mod:`fedbandits.experiments.causes`).  Every figure's configs are
+    validated, and their memory estimated against ``max_memory`` bytes (default: the available
+    memory), before anything runs (:func:`fedbandits.sim.runner.check_run_memory`).
     """
 
     if causes not in CAUSE_MODES:
@@ -193,9 +198,9 @@ def reproduce(
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"out {out} exists and is not a folder")
-    for e in experiments:  # validate every config, the cause runs' included, before running anything
+    for e in experiments:  # validate every config and check its memory before running anything
         for _, raw in [*e.configs(), *(c for cause in e.causes for c in cause_configs(e, cause))]:
-            config_from_dict(raw)
+            check_run_memory(config_from_dict(raw), workers, backend, max_memory)
     started = time.perf_counter()
     opened = open_backend(backend, workers, address, max_retries) if isinstance(backend, str) else None
     try:
@@ -210,6 +215,7 @@ def reproduce(
                 resume=resume,
                 log=log,
                 causes=causes,
+                max_memory=max_memory,
             )
             for e in experiments
         ]

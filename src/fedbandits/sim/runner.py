@@ -24,7 +24,7 @@ import numpy as np
 from fedbandits.algorithms.base import Policy
 from fedbandits.config import Config
 from fedbandits.registry import ALGORITHMS
-from fedbandits.sim.backends import BACKENDS, Progress, open_backend
+from fedbandits.sim.backends import BACKENDS, LocalBackend, Progress, open_backend
 from fedbandits.sim.checkpoint import Checkpoint
 from fedbandits.sim.memory import check_memory
 from fedbandits.sim.reports import merge_reports
@@ -71,8 +71,7 @@ def run_experiment(
             raise ValueError("an address is only for the ray backend (use backend 'ray', `--backend ray`)")
     elif address is not None or workers != "auto":
         raise ValueError("with an open backend, give workers and address to open_backend instead")
-    parallel = workers if isinstance(workers, int) and (backend == "local" or backend is None) else 1
-    check_memory(config, min(parallel, len(task_chunks(config))), max_memory)
+    check_run_memory(config, workers, backend, max_memory)
     started = time.perf_counter()
     # open first: a missing Ray or an unreachable cluster is reported before anything runs
     opened = open_backend(backend, workers, address, max_retries) if isinstance(backend, str) else None
@@ -82,6 +81,19 @@ def run_experiment(
     finally:
         if opened is not None:
             opened.close()
+
+
+def check_run_memory(
+    config: Config, workers: int | str = "auto", backend: str | Any = "local", max_memory: int | None = None
+) -> int:
+    """:func:`fedbandits.sim.memory.check_memory` for the tasks of ``config`` that run at once on
+    this machine: ``workers`` local processes (an open local backend: its own), else one (Ray
+    places each task on a node of its own choosing).  ValueError in one line above ``max_memory``."""
+    if isinstance(backend, LocalBackend):
+        parallel = backend.workers
+    else:
+        parallel = workers if isinstance(workers, int) and backend in ("local", None) else 1
+    return check_memory(config, min(parallel, len(task_chunks(config))), max_memory)
 
 
 def _execute(
