@@ -57,7 +57,12 @@ def add_deploy_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     local.add_argument("--algorithm", help="label of the fedlinucb entry to deploy (if several)")
     local.add_argument("--run", type=int, default=0, help="which run of the config (seeds), default 0")
     local.add_argument("--workdir", type=Path, help="keep certificates, logs and durable state here")
-    local.add_argument("--round-timeout", type=float, default=60.0, help="seconds a round waits for silos")
+    local.add_argument(
+        "--round-timeout",
+        type=float,
+        default=90.0,
+        help="seconds a round waits for silos (default 90: a silo restarted after a crash rejoins within ~75 s)",
+    )
     local.add_argument("--timeout", type=float, default=1800.0, help="seconds before the whole trial is abandoned")
     local.add_argument("--check-parity", action="store_true", help="compare with the simulator (actions, sums)")
 
@@ -99,7 +104,12 @@ def add_deploy_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
         "--shuffler-creds", type=Path,
         help="folder with shuffler-ca.pem, server-client.pem and server-client.key (default: --creds)",
     )  # fmt: skip
-    server.add_argument("--round-timeout", type=float, default=60.0, help="seconds a round waits for silos")
+    server.add_argument(
+        "--round-timeout",
+        type=float,
+        default=90.0,
+        help="seconds a round waits for silos (default 90: a silo restarted after a crash rejoins within ~75 s)",
+    )
     server.add_argument("--join-timeout", type=float, default=600.0, help="seconds the server waits for the silos")
     server.add_argument("--timeout", type=float, default=86400.0, help="seconds before the run is abandoned")
 

@@ -72,7 +72,7 @@ class ServerDeployment:
     host: str = "127.0.0.1"
     port: int = 0  # 0: a free port, chosen once
     cli_host: str = "127.0.0.1"
-    round_timeout: float = 60.0
+    round_timeout: float = 90.0  # a silo restarted after a crash rejoins within ~75 s (docs: Fault model)
     join_timeout: float = 60.0
     start_timeout: float = 60.0
     #: HOST:PORT of the shuffler party (shuffled protocols only; see fedbandits.federation.shuffler)
