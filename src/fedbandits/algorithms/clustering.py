@@ -158,14 +158,14 @@ class ClusteredPolicy(Policy):
 
     # -- the driver --------------------------------------------------------------------------
     def step(self, rnd: Round, env: Environment) -> np.ndarray:
-        users = env.last_users  # type: ignore[attr-defined]
+        users = env.last_users.tolist()  # type: ignore[attr-defined]
         actions = np.empty((self.n_runs, self.n_agents), dtype=np.int64)
         feats, means, noise = rnd.features, rnd.means, rnd.noise
         for j in range(self.n_agents):
             self.arrivals += 1
             self.before_arrival(self.arrivals)
             for r in range(self.n_runs):
-                u = int(users[r, j])
+                u = users[r][j]
                 a = self.choose(r, u, feats[r, j])
                 actions[r, j] = a
                 y = float(env.rewards(means[r, j, a], noise[r, j]))
