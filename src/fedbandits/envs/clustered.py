@@ -148,7 +148,7 @@ class ClusteredSynthetic(Environment):
         self._features[..., -1] = _HALF_SQRT2
         self._means = np.empty(shape, dtype=np.float32)
         self._noise = np.empty((self.n_runs, self.n_agents))
-        self._theta64 = self.centres.astype(np.float64)
+        self._user_theta64 = self.centres.astype(np.float64)[self.user_cluster]  # (n, d)
 
     def user_theta(self) -> np.ndarray:
         """The true preference vector of every user, (n_users, d)."""
@@ -169,9 +169,11 @@ class ClusteredSynthetic(Environment):
         # (1 - 2^-22): the float32 item then has norm <= 1 after rounding (no spurious clipping counts)
         scale = (_HALF_SQRT2 * (1.0 - 2.0**-22)) / np.sqrt(np.einsum("...i,...i->...", raw, raw))
         self._features[..., :-1] = raw * scale[..., None]
-        theta = self._theta64[self.user_cluster[self.last_users]]  # (R, M, d)
+        theta = self._user_theta64[self.last_users]  # (R, M, d)
         means = np.matmul(self._features.astype(np.float64), theta[..., None])[..., 0]
-        np.clip(means, 0.0, 1.0, out=means)  # only guards float round-off
+        # clip to [0, 1], only a guard against float round-off (np.clip's Python wrapper costs more)
+        np.maximum(means, 0.0, out=means)
+        np.minimum(means, 1.0, out=means)
         self._means[...] = means
         return Round(self._features, self._means, self._noise)
 
