@@ -66,8 +66,8 @@ class SCLUBParams(ClusterUCBParams):
         check_float("alpha1", self.alpha1, low=0.0, low_open=True)
 
 
-class _RidgeBank:
-    """N ridge learners of one run: inverse Gram (Sherman-Morrison), moment, count, UCB projection."""
+class _RidgeStats:
+    """N ridge learners of one run: inverse Gram (Sherman-Morrison), moment, count."""
 
     def __init__(self, size: int, dim: int, reg: float) -> None:
         self.dim = dim
@@ -75,8 +75,6 @@ class _RidgeBank:
         self.inv = np.broadcast_to(np.eye(dim) / reg, (size, dim, dim)).copy()
         self.b = np.zeros((size, dim))
         self.count = np.zeros(size)
-        self.proj = np.zeros((size, dim, dim + 1), dtype=np.float32)
-        self.proj[:, :, :dim] = self.inv
 
     def add(self, i: int, x: np.ndarray, y: float) -> None:
         inv = self.inv[i]
@@ -84,19 +82,39 @@ class _RidgeBank:
         inv -= np.multiply.outer(w, w * (1.0 / (1.0 + float(x @ w))))
         self.b[i] += y * x
         self.count[i] += 1.0
-        self.proj[i, :, : self.dim] = inv
-        self.proj[i, :, self.dim] = inv @ self.b[i]
 
     def set(self, i: int, gram: np.ndarray, b: np.ndarray, count: float) -> None:
         """Replace learner i's statistics (Gram matrix including the regulariser)."""
         self.inv[i] = np.linalg.inv(gram)
         self.b[i] = b
         self.count[i] = count
-        self.proj[i, :, : self.dim] = self.inv[i]
-        self.proj[i, :, self.dim] = self.inv[i] @ b
 
     def theta(self, i: int) -> np.ndarray:
         return self.inv[i] @ self.b[i]
+
+
+class _RidgeBank(_RidgeStats):
+    """:class:`_RidgeStats` that also keep the UCB projection [V^-1 | theta] (float32) of every learner.
+
+    Only learners that choose arms need it: CLUB's and SCLUB's per-user statistics are
+    :class:`_RidgeStats` (two fewer array operations per arrival).
+    """
+
+    def __init__(self, size: int, dim: int, reg: float) -> None:
+        super().__init__(size, dim, reg)
+        self.proj = np.zeros((size, dim, dim + 1), dtype=np.float32)
+        self.proj[:, :, :dim] = self.inv
+
+    def add(self, i: int, x: np.ndarray, y: float) -> None:
+        super().add(i, x, y)
+        inv = self.inv[i]
+        self.proj[i, :, : self.dim] = inv
+        self.proj[i, :, self.dim] = inv @ self.b[i]
+
+    def set(self, i: int, gram: np.ndarray, b: np.ndarray, count: float) -> None:
+        super().set(i, gram, b, count)
+        self.proj[i, :, : self.dim] = self.inv[i]
+        self.proj[i, :, self.dim] = self.inv[i] @ b
 
 
 def _ucb_choice(features: np.ndarray, proj: np.ndarray, beta: float) -> int:
@@ -170,7 +188,7 @@ class _GraphRun:
 
     def __init__(self, users: UserStructure, dim: int, reg: float) -> None:
         n = users.n_users
-        self.user = _RidgeBank(n, dim, reg)
+        self.user = _RidgeStats(n, dim, reg)
         self.V = np.zeros((n, dim, dim))
         self.cluster = _RidgeBank(n, dim, reg)  # indexed by cluster id (< n)
         self.gram = np.broadcast_to(reg * np.eye(dim), (n, dim, dim)).copy()  # cluster Gram incl. lambda I
@@ -192,6 +210,8 @@ class CLUB(_Baseline):
         self.alpha1 = float(self.params.alpha1)  # type: ignore[attr-defined]
         self.runs: list[_GraphRun] = []
         self.adj: list[list[np.ndarray]] = []
+        # per run: user -> (positions, user ids) of its neighbours, dropped when one of its edges goes
+        self.neighbours: list[dict[int, tuple[np.ndarray, np.ndarray]]] = [{} for _ in range(self.n_runs)]
         for _ in range(self.n_runs):
             self.runs.append(_GraphRun(self.users, self.dim, self.params.reg))
             graphs = []
@@ -215,12 +235,13 @@ class CLUB(_Baseline):
         st.cluster.add(c, x, y)
         st.gram[c] += xx
         server = int(self.users.user_server[user])
-        members = self.users.server_users[server]
-        row = self.adj[r][server][st.pos[user]]
-        nbrs = np.flatnonzero(row)
+        cached = self.neighbours[r].get(user)
+        if cached is None:
+            nbrs = np.flatnonzero(self.adj[r][server][st.pos[user]])
+            cached = self.neighbours[r][user] = (nbrs, self.users.server_users[server][nbrs])
+        nbrs, others = cached
         if nbrs.size == 0:
             return
-        others = members[nbrs]
         theta_u = st.user.theta(user)
         theta_o = np.einsum("nij,nj->ni", st.user.inv[others], st.user.b[others])
         dist = np.sqrt(((theta_o - theta_u) ** 2).sum(axis=1))
@@ -232,6 +253,8 @@ class CLUB(_Baseline):
             gone = nbrs[cut]
             graph[st.pos[user], gone] = False
             graph[gone, st.pos[user]] = False
+            for i in (user, *others[cut].tolist()):
+                self.neighbours[r].pop(i, None)
             self._recluster(r, st, server)
 
     def _recluster(self, r: int, st: _GraphRun, server: int) -> None:
