@@ -338,8 +338,8 @@ class FCLUBBase(ClusteredPolicy):
         st.u = st.ug[gc_of_lc].copy()
         st.Tl = st.Tg[gc_of_lc].copy()
         st.logdet_l = st.logdet_g[gc_of_lc].copy()
-        st.bufS = np.zeros((n_lc, d, d))
-        st.bufu = np.zeros((n_lc, d))
+        st.buf = np.zeros((n_lc, d, d + 1))
+        st.bufS, st.bufu = st.buf[:, :, :d], st.buf[:, :, d]
         st.bufT = [0] * n_lc
         st.hbar_norm = [0.0] * n_lc
         if self.private:
@@ -403,8 +403,9 @@ class FCLUBBase(ClusteredPolicy):
                 self.clipped_rewards += 1
         p = st.log_n
         st.log_u[p] = user
-        st.log_x[p] = x
-        st.log_y[p] = y
+        xy = st.log_xy[p]
+        xy[: self.dim] = x
+        xy[self.dim] = y
         st.log_n = p + 1
         if p + 1 == LOG_CAPACITY:
             st.flush()
@@ -413,8 +414,7 @@ class FCLUBBase(ClusteredPolicy):
         if self.sync:
             self._sync_update(r, st, c, x, y)
             return
-        st.bufS[c] += x[:, None] * x
-        st.bufu[c] += y * x
+        st.buf[c] += x[:, None] * xy  # [x x^T | x y]: dS and du at once
         st.bufT[c] += 1
         inv = st.Ainv[c]
         w = inv @ x

@@ -32,8 +32,9 @@ class FCLUBRunState:
     u: np.ndarray  # (n_lc, d) local copy of the bias
     Tl: np.ndarray  # (n_lc,) local copy of the count
     logdet_l: np.ndarray  # (n_lc,) log det S^l_c
-    bufS: np.ndarray  # (n_lc, d, d) upload buffer dS
-    bufu: np.ndarray  # (n_lc, d) upload buffer of the bias
+    buf: np.ndarray  # (n_lc, d, d + 1) upload buffers [dS | du], updated with one operation per arrival
+    bufS: np.ndarray  # (n_lc, d, d) upload buffer dS (a view of buf)
+    bufu: np.ndarray  # (n_lc, d) upload buffer of the bias (a view of buf)
     bufT: list[int]  # upload buffer of the count
     hbar_norm: list[float]  # ||h_bar_c|| (0 when non-private)
     Ainv: np.ndarray  # (n_lc, d, d) (S^l + dS)^{-1}
@@ -56,8 +57,9 @@ class FCLUBRunState:
         self.b = np.zeros((n, dim))
         self.T = np.zeros(n, dtype=np.int64)
         self.log_u = np.zeros(LOG_CAPACITY, dtype=np.int64)
-        self.log_x = np.zeros((LOG_CAPACITY, dim))
-        self.log_y = np.zeros(LOG_CAPACITY)
+        self.log_xy = np.zeros((LOG_CAPACITY, dim + 1))  # row p: [x_p | y_p]
+        self.log_x = self.log_xy[:, :dim]
+        self.log_y = self.log_xy[:, dim]
         self.log_n = 0
         self.adj = []
         for members in servers:
