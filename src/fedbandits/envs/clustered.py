@@ -34,7 +34,9 @@ Instance (:class:`ClusteredSynthetic`, registry name ``clustered-synthetic``)
 
 Per run and round the run's Generator draws the M arriving users, then the (M, K, d-1)
 normals of the items, then M uniforms (reward noise).  Features are float32 and expected
-rewards are computed from exactly those float32 numbers.
+rewards are computed from exactly those float32 numbers.  Rounds are drawn a block of up to 256
+at a time (each run's numbers in the same order, so the same numbers as one round at a time) and
+their items and means computed together: per round only the Generator calls remain.
 
 Clustering policies read ``last_users (R, M)``, ``user_cluster (n,)``, ``user_server (n,)``,
 ``server_users`` (user indices per server), ``n_users``, ``n_clusters``, ``centres (m, d)``.
@@ -55,6 +57,9 @@ _HALF_SQRT2 = math.sqrt(0.5)
 ARRIVALS = ("single", "per-server")
 MAX_GAP = 1.2
 _MAX_TRIES = 10_000
+#: rounds drawn at once: at most _MAX_BLOCK, and about _BLOCK_FLOATS item coordinates per block
+_MAX_BLOCK = 256
+_BLOCK_FLOATS = 1 << 17
 
 
 @dataclass(frozen=True)
@@ -140,42 +145,58 @@ class ClusteredSynthetic(Environment):
         for s, members in enumerate(self.server_users):
             self._server_table[s, : members.size] = members
         self._server_index = np.arange(self.n_servers)
-        shape = (self.n_runs, self.n_agents, self.n_arms)
+        # rounds are drawn and transformed a block at a time (module docstring): (B, R, M, ...)
+        per_round = self.n_runs * self.n_agents * self.n_arms * self.dim
+        self._block = max(1, min(_MAX_BLOCK, _BLOCK_FLOATS // per_round))
+        shape = (self._block, self.n_runs, self.n_agents, self.n_arms)
         #: user arriving in every (run, slot) of the last round
         self.last_users = np.zeros((self.n_runs, self.n_agents), dtype=np.int64)
+        self._users = np.zeros(shape[:3], dtype=np.int64)
         self._raw = np.empty((*shape, self.dim - 1))
         self._features = np.empty((*shape, self.dim), dtype=np.float32)
         self._features[..., -1] = _HALF_SQRT2
         self._means = np.empty(shape, dtype=np.float32)
-        self._noise = np.empty((self.n_runs, self.n_agents))
+        self._noise = np.empty(shape[:3])
         self._user_theta64 = self.centres.astype(np.float64)[self.user_cluster]  # (n, d)
+        self._next = self._block  # the round of the block served next; a full block is used up
 
     def user_theta(self) -> np.ndarray:
         """The true preference vector of every user, (n_users, d)."""
         return self.centres[self.user_cluster]
 
     def next_round(self) -> Round:
+        if self._next == self._block:
+            self._draw_block()
+            self._next = 0
+        b = self._next
+        self._next = b + 1
+        self.last_users = self._users[b]
+        return Round(self._features[b], self._means[b], self._noise[b])
+
+    def _draw_block(self) -> None:
+        """The next B rounds: each run's draws in round order, then the items and means of all at once."""
+        single = self.arrivals == "single"
         for r, rng in enumerate(self.rngs):
-            if self.n_agents == 1 and self.arrivals == "single":
-                self.last_users[r, 0] = rng.integers(self.n_users)
-            elif self.arrivals == "single":
-                self.last_users[r] = rng.integers(0, self.n_users, size=self.n_agents)
-            else:
-                slot = rng.integers(0, self._server_sizes)
-                self.last_users[r] = self._server_table[self._server_index, slot]
-            rng.standard_normal(out=self._raw[r])
-            rng.random(out=self._noise[r])
+            for b in range(self._block):
+                if self.n_agents == 1 and single:
+                    self._users[b, r, 0] = rng.integers(self.n_users)
+                elif single:
+                    self._users[b, r] = rng.integers(0, self.n_users, size=self.n_agents)
+                else:
+                    slot = rng.integers(0, self._server_sizes)
+                    self._users[b, r] = self._server_table[self._server_index, slot]
+                rng.standard_normal(out=self._raw[b, r])
+                rng.random(out=self._noise[b, r])
         raw = self._raw
         # (1 - 2^-22): the float32 item then has norm <= 1 after rounding (no spurious clipping counts)
         scale = (_HALF_SQRT2 * (1.0 - 2.0**-22)) / np.sqrt(np.einsum("...i,...i->...", raw, raw))
         self._features[..., :-1] = raw * scale[..., None]
-        theta = self._user_theta64[self.last_users]  # (R, M, d)
+        theta = self._user_theta64[self._users]  # (B, R, M, d)
         means = np.matmul(self._features.astype(np.float64), theta[..., None])[..., 0]
         # clip to [0, 1], only a guard against float round-off (np.clip's Python wrapper costs more)
         np.maximum(means, 0.0, out=means)
         np.minimum(means, 1.0, out=means)
         self._means[...] = means
-        return Round(self._features, self._means, self._noise)
 
     def rewards(self, means: np.ndarray, noise: np.ndarray) -> np.ndarray:
         """Bernoulli(means): 1 when the round's uniform noise falls below the mean."""
