@@ -21,6 +21,10 @@ from fedbandits.config import Config
 from fedbandits.registry import ALGORITHMS, ENVIRONMENTS, PolicyContext
 from fedbandits.sim.seeding import env_rngs, noise_rngs
 
+#: rounds the regret ledger stores between flushes: at most this many, about _LEDGER_FLOATS means
+_LEDGER_ROUNDS = 256
+_LEDGER_FLOATS = 1 << 16
+
 
 def time_grid(horizon: int, points: int) -> np.ndarray:
     """Rounds (1-based) at which cumulative regret is recorded; always ends at ``horizon``."""
@@ -85,32 +89,29 @@ def simulate_runs(
 
     grid = time_grid(exp.horizon, exp.grid_points)
     labels = [alg.label for alg in config.algorithms]
-    per_agent = {lab: np.zeros((len(runs), env.n_agents)) for lab in labels}
+    regret = _RegretLedger(labels, len(runs), env.n_agents, env.n_arms)
     curves = {lab: np.zeros((len(runs), grid.size)) for lab in labels}
     seconds = dict.fromkeys(labels, 0.0)
     env_seconds = 0.0
-    # (R, 1) and (1, M) indices: chosen[r, m] = means[r, m, actions[r, m]] without take_along_axis,
-    # whose per-call overhead was a tenth of a fast policy's step
-    run_rows = np.arange(len(runs))[:, None]
-    agent_cols = np.arange(env.n_agents)[None, :]
     g = 0
     for t in range(1, exp.horizon + 1):
         start = time.perf_counter()
         rnd = env.next_round()
-        best = rnd.means.max(axis=-1)
         env_seconds += time.perf_counter() - start
+        i = regret.record_means(rnd.means)
         for lab, policy in zip(labels, policies, strict=True):
             start = time.perf_counter()
-            actions = policy.step(rnd, env)
+            regret.actions[lab][i] = policy.step(rnd, env)
             seconds[lab] += time.perf_counter() - start
-            chosen = rnd.means[run_rows, agent_cols, actions]
-            per_agent[lab] += best - chosen
+        if t == grid[g] or regret.full():
+            regret.flush()
         if t == grid[g]:
             for lab in labels:
-                curves[lab][:, g] = per_agent[lab].sum(axis=1)
+                curves[lab][:, g] = regret.per_agent[lab].sum(axis=1)
             g += 1
         if on_step is not None:
             on_step(t)
+    per_agent = regret.per_agent
     return ChunkResult(
         runs=runs,
         curves=curves,
@@ -127,6 +128,43 @@ def simulate_runs(
             if (transcript := getattr(getattr(p, "protocol", None), "transcript", None)) is not None
         },
     )
+
+
+class _RegretLedger:
+    """Per-agent cumulative pseudo-regret of every algorithm, (R, M) each, added a block of rounds at a time.
+
+    Each round only stores the expected rewards (R, M, K) and every algorithm's actions (R, M);
+    :meth:`flush` adds the rounds' regrets best - chosen (float32) to the float64 sums one round
+    after the other (np.cumsum accumulates in order), so the sums are exactly those of adding
+    every round as it is played.  Flush before reading :attr:`per_agent`.
+    """
+
+    def __init__(self, labels: Sequence[str], runs: int, agents: int, arms: int) -> None:
+        block = max(1, min(_LEDGER_ROUNDS, _LEDGER_FLOATS // (runs * agents * arms)))
+        self.means = np.empty((block, runs, agents, arms), dtype=np.float32)
+        self.actions = {lab: np.zeros((block, runs, agents), dtype=np.int64) for lab in labels}
+        self.per_agent = {lab: np.zeros((runs, agents)) for lab in labels}
+        self.rounds = 0  # rounds stored since the last flush
+
+    def record_means(self, means: np.ndarray) -> int:
+        """Store a round's expected rewards; returns its row for the algorithms' actions."""
+        i = self.rounds
+        self.means[i] = means
+        self.rounds = i + 1
+        return i
+
+    def full(self) -> bool:
+        return self.rounds == len(self.means)
+
+    def flush(self) -> None:
+        n = self.rounds
+        means = self.means[:n]
+        best = means.max(axis=-1)
+        for lab, actions in self.actions.items():
+            chosen = np.take_along_axis(means, actions[:n, ..., None], axis=-1)[..., 0]
+            steps = np.concatenate((self.per_agent[lab][None], best - chosen))
+            self.per_agent[lab] = np.cumsum(steps, axis=0)[-1]
+        self.rounds = 0
 
 
 def task_chunks(config: Config) -> list[list[int]]:
