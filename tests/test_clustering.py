@@ -5,6 +5,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from scipy.sparse import csr_array
+from scipy.sparse.csgraph import connected_components
 
 from fedbandits import config_from_dict
 from fedbandits.algorithms.clustering import adjusted_rand_index, components, confidence_width_f
@@ -186,6 +188,25 @@ def test_confidence_width_and_components() -> None:
     adj[0, 1] = adj[1, 0] = adj[3, 4] = adj[4, 3] = True
     count, labels = components(adj)
     assert count == 3 and labels[0] == labels[1] and labels[3] == labels[4] and len({*labels.tolist()}) == 3
+
+
+def test_components_number_like_scipy() -> None:
+    """The label of a component is its rank by smallest vertex, exactly as scipy's connected_components
+    (FCLUB numbers local clusters, and so draws their privatizers' noise, in this order)."""
+    rng = np.random.default_rng(11)
+    for trial in range(3000):
+        n = int(rng.integers(0, 45))
+        adj = rng.random((n, n)) < rng.choice([0.0, 0.02, 0.05, 0.1, 0.3, 1.0])
+        if trial % 2:
+            adj |= adj.T
+        count, labels = components(adj)
+        expect_count, expect = connected_components(csr_array(adj), directed=False)
+        assert count == expect_count and labels.dtype == np.int64
+        np.testing.assert_array_equal(labels, expect)
+    path = np.zeros((60, 60), dtype=bool)
+    order = rng.permutation(60)
+    path[order[:-1], order[1:]] = True  # one long path, directed edges only: still one component
+    assert components(path)[0] == 1 and not components(path)[1].any()
 
 
 # -- bad input through configs ---------------------------------------------------------------------

@@ -3,7 +3,7 @@
 * :class:`ClusterUCBParams` -- radius / regulariser parameters every clustering policy shares;
 * :func:`confidence_width_f` -- F(T) = sqrt((1 + ln(1 + T)) / (1 + T)) of Eqs. (3)-(4) of
   Liu et al. (2022) (the CB(T) of Gentile et al. 2014 without its alpha);
-* :func:`components` -- connected components of a boolean adjacency matrix (scipy);
+* :func:`components` -- connected components of a boolean adjacency matrix (numbered as scipy's);
 * :func:`adjusted_rand_index` -- agreement of detected with true clusters;
 * :class:`UserStructure` -- users, servers and true clusters read from a clustered environment;
 * :class:`ClusteredPolicy` -- the per-arrival driver: slot j of a round is the user
@@ -18,8 +18,6 @@ from dataclasses import dataclass, field
 from typing import overload
 
 import numpy as np
-from scipy.sparse import csr_array
-from scipy.sparse.csgraph import connected_components
 
 from fedbandits.algorithms.base import Policy
 from fedbandits.core.ucb import ConfidenceRadius
@@ -69,9 +67,26 @@ def confidence_width_f(count: np.ndarray | float) -> np.ndarray | float:
 
 
 def components(adjacency: np.ndarray) -> tuple[int, np.ndarray]:
-    """(number, labels) of the connected components of a symmetric boolean adjacency matrix."""
-    n, labels = connected_components(csr_array(adjacency), directed=False)
-    return int(n), labels.astype(np.int64)
+    """(number, labels) of the connected components of a boolean adjacency matrix (edges undirected).
+
+    Components are numbered in the order of their smallest vertex, as scipy's
+    ``connected_components`` numbers them.  Minimum-label propagation on the dense matrix: every
+    vertex takes the smallest root among itself and its neighbours, then its root's root, until
+    nothing changes (each vertex's root is then the smallest vertex of its component); for the
+    few dozen users of a server graph this is ~10x faster than building a sparse matrix.
+    """
+    linked = np.asarray(adjacency, dtype=bool)
+    n = linked.shape[0]
+    linked = linked | linked.T
+    root = np.arange(n)
+    while True:
+        new = np.minimum(root, np.where(linked, root, n).min(axis=1, initial=n))
+        new = new[new]
+        if np.array_equal(new, root):
+            break
+        root = new
+    _, labels = np.unique(root, return_inverse=True)
+    return int(labels.max(initial=-1)) + 1, labels.astype(np.int64)
 
 
 def adjusted_rand_index(truth: np.ndarray, detected: np.ndarray) -> float:
