@@ -176,6 +176,7 @@ class ClusteredPolicy(Policy):
         users = env.last_users.tolist()  # type: ignore[attr-defined]
         actions = np.empty((self.n_runs, self.n_agents), dtype=np.int64)
         feats, means, noise = rnd.features, rnd.means, rnd.noise
+        arm_rewards, feats64 = rnd.arm_rewards, rnd.features64
         for j in range(self.n_agents):
             self.arrivals += 1
             self.before_arrival(self.arrivals)
@@ -183,8 +184,11 @@ class ClusteredPolicy(Policy):
                 u = users[r][j]
                 a = self.choose(r, u, feats[r, j])
                 actions[r, j] = a
-                y = float(env.rewards(means[r, j, a], noise[r, j]))
-                self.update(r, u, feats[r, j, a].astype(np.float64), y)
+                if arm_rewards is None or feats64 is None:
+                    y = float(env.rewards(means[r, j, a], noise[r, j]))
+                    self.update(r, u, feats[r, j, a].astype(np.float64), y)
+                else:  # the same numbers, computed by the environment for a block of rounds
+                    self.update(r, u, feats64[r, j, a], float(arm_rewards[r, j, a]))
         self.end_round()
         return actions
 

@@ -31,11 +31,18 @@ class Round:
     features (R, M, K, d) float32, means (R, M, K) float32 expected rewards,
     noise (R, M) float64 reward-noise variable (its meaning is the environment's).
     Arrays may be reused by the environment on the next round: copy what you keep.
+
+    Optional, from environments that compute them for many rounds at once (else None):
+    arm_rewards (R, M, K) float64, the reward every arm would get, ``rewards(means, noise)`` arm by
+    arm; features64 (R, M, K, d), the features as float64.  Policies that play one arm at a time read
+    them instead of calling ``rewards`` and casting per arm.
     """
 
     features: np.ndarray
     means: np.ndarray
     noise: np.ndarray
+    arm_rewards: np.ndarray | None = None
+    features64: np.ndarray | None = None
 
 
 class Environment(ABC):

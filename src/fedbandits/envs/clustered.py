@@ -36,7 +36,8 @@ Per run and round the run's Generator draws the M arriving users, then the (M, K
 normals of the items, then M uniforms (reward noise).  Features are float32 and expected
 rewards are computed from exactly those float32 numbers.  Rounds are drawn a block of up to 256
 at a time (each run's numbers in the same order, so the same numbers as one round at a time) and
-their items and means computed together: per round only the Generator calls remain.
+their items, means and every arm's reward computed together: per round only the Generator calls
+remain.
 
 Clustering policies read ``last_users (R, M)``, ``user_cluster (n,)``, ``user_server (n,)``,
 ``server_users`` (user indices per server), ``n_users``, ``n_clusters``, ``centres (m, d)``.
@@ -157,6 +158,8 @@ class ClusteredSynthetic(Environment):
         self._features[..., -1] = _HALF_SQRT2
         self._means = np.empty(shape, dtype=np.float32)
         self._noise = np.empty(shape[:3])
+        self._features64 = np.empty((*shape, self.dim))
+        self._arm_rewards = np.empty(shape)
         self._user_theta64 = self.centres.astype(np.float64)[self.user_cluster]  # (n, d)
         self._next = self._block  # the round of the block served next; a full block is used up
 
@@ -171,7 +174,7 @@ class ClusteredSynthetic(Environment):
         b = self._next
         self._next = b + 1
         self.last_users = self._users[b]
-        return Round(self._features[b], self._means[b], self._noise[b])
+        return Round(self._features[b], self._means[b], self._noise[b], self._arm_rewards[b], self._features64[b])
 
     def _draw_block(self) -> None:
         """The next B rounds: each run's draws in round order, then the items and means of all at once."""
@@ -192,11 +195,13 @@ class ClusteredSynthetic(Environment):
         scale = (_HALF_SQRT2 * (1.0 - 2.0**-22)) / np.sqrt(np.einsum("...i,...i->...", raw, raw))
         self._features[..., :-1] = raw * scale[..., None]
         theta = self._user_theta64[self._users]  # (B, R, M, d)
-        means = np.matmul(self._features.astype(np.float64), theta[..., None])[..., 0]
+        self._features64[...] = self._features
+        means = np.matmul(self._features64, theta[..., None])[..., 0]
         # clip to [0, 1], only a guard against float round-off (np.clip's Python wrapper costs more)
         np.maximum(means, 0.0, out=means)
         np.minimum(means, 1.0, out=means)
         self._means[...] = means
+        self._arm_rewards[...] = self.rewards(self._means, self._noise[..., None])
 
     def rewards(self, means: np.ndarray, noise: np.ndarray) -> np.ndarray:
         """Bernoulli(means): 1 when the round's uniform noise falls below the mean."""
