@@ -191,12 +191,20 @@ class _GraphRun:
         self.user = _RidgeStats(n, dim, reg)
         self.V = np.zeros((n, dim, dim))
         self.cluster = _RidgeBank(n, dim, reg)  # indexed by cluster id (< n)
-        self.gram = np.broadcast_to(reg * np.eye(dim), (n, dim, dim)).copy()  # cluster Gram incl. lambda I
         self.label = np.zeros(n, dtype=np.int64)
         self.pos = np.zeros(n, dtype=np.int64)
         for members in users.server_users:
             self.pos[members] = np.arange(members.size)
             self.label[members] = members[0]
+
+
+class _SplitMergeRun(_GraphRun):
+    """Per-run state of SCLUB: :class:`_GraphRun` and every cluster's Gram matrix, which its split
+    and merge update (CLUB rebuilds a changed cluster from its members' V instead)."""
+
+    def __init__(self, users: UserStructure, dim: int, reg: float) -> None:
+        super().__init__(users, dim, reg)
+        self.gram = np.broadcast_to(reg * np.eye(dim), (users.n_users, dim, dim)).copy()  # incl. lambda I
 
 
 class CLUB(_Baseline):
@@ -233,7 +241,6 @@ class CLUB(_Baseline):
         st.user.add(user, x, y)
         st.V[user] += xx
         st.cluster.add(c, x, y)
-        st.gram[c] += xx
         server = int(self.users.user_server[user])
         cached = self.neighbours[r].get(user)
         if cached is None:
@@ -275,7 +282,6 @@ class CLUB(_Baseline):
             if mine.size == 0:
                 continue
             gram = reg_eye + st.V[mine].sum(axis=0)
-            st.gram[cid] = gram
             st.cluster.set(cid, gram, st.user.b[mine].sum(axis=0), float(st.user.count[mine].sum()))
 
     def cluster_labels(self, r: int) -> np.ndarray:
@@ -292,7 +298,7 @@ class SCLUB(_Baseline):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.alpha1 = float(self.params.alpha1)  # type: ignore[attr-defined]
         n = self.users.n_users
-        self.runs = [_GraphRun(self.users, self.dim, self.params.reg) for _ in range(self.n_runs)]
+        self.runs = [_SplitMergeRun(self.users, self.dim, self.params.reg) for _ in range(self.n_runs)]
         self.checked = [np.zeros(n, dtype=bool) for _ in range(self.n_runs)]
         self.unchecked = []
         self.active: list[list[set[int]]] = []
@@ -338,7 +344,7 @@ class SCLUB(_Baseline):
         if self.unchecked[r][c] == 0:
             self._merge(r, st, user, c)
 
-    def _split(self, r: int, st: _GraphRun, user: int, c: int) -> int:
+    def _split(self, r: int, st: _SplitMergeRun, user: int, c: int) -> int:
         new = self.free[r].pop()
         server = int(self.users.user_server[user])
         reg_eye = self.params.reg * np.eye(self.dim)
@@ -353,7 +359,7 @@ class SCLUB(_Baseline):
         self.active[r][server].add(new)
         return new
 
-    def _merge(self, r: int, st: _GraphRun, user: int, c: int) -> None:
+    def _merge(self, r: int, st: _SplitMergeRun, user: int, c: int) -> None:
         server = int(self.users.user_server[user])
         ids = np.array([i for i in self.active[r][server] if i != c and self.unchecked[r][i] == 0], dtype=np.int64)
         if ids.size == 0:
