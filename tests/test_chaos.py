@@ -40,13 +40,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from deployhelp import completed_rounds, wait_for
 from fedbandits.config import loads_config
 from fedbandits.federation.deployment import LocalDeployment
 from fedbandits.federation.parity import compare, reference_run
 from fedbandits.federation.processes import processes_under
 from fedbandits.federation.server import Coordinator
 from fedbandits.federation.silo import load_silo_results
-from fedbandits.federation.spec import DeploySpec, load_pickle, make_spec
+from fedbandits.federation.spec import DeploySpec, make_spec
+from fedbandits.sim.backends import process_alive
 
 SILOS, ROUNDS, BATCH = 13, 16, 5
 SEED = 20261125  # the kill schedule's seed
@@ -78,22 +80,6 @@ epsilon = 5.0
 delta = 0.01
 """)
     )
-
-
-def _completed(dep: LocalDeployment) -> int:
-    try:
-        return int(load_pickle(dep.state / "server" / "server.pkl").completed)
-    except Exception:  # not written yet, or being replaced
-        return 0
-
-
-def _wait(pred, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if pred():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def _pss_kib(pid: int) -> int:
@@ -140,14 +126,6 @@ class Sampler:
         self._thread.join()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] != "Z"
-
-
 def _schedule(protocol: str, rng: np.random.Generator) -> list[tuple[int, float, list[str]]]:
     """(after round r closed, delay in s, processes to SIGKILL) -- two events, in order."""
     r1 = int(rng.integers(2, 6))
@@ -171,9 +149,9 @@ def test_chaos_thirteen_silos(tmp_path: Path, protocol: str) -> None:
     ):
         dep.start()
         for after, delay, victims in schedule:
-            _wait(lambda a=after: _completed(dep) >= a, 300, f"round {after}")  # type: ignore[misc]
+            wait_for(lambda a=after: completed_rounds(dep) >= a, 300, f"round {after}")  # type: ignore[misc]
             time.sleep(delay)
-            kill_rounds.add(_completed(dep) + 1)
+            kill_rounds.add(completed_rounds(dep) + 1)
             for name in victims:
                 dep.crash(name)
             for name in victims:  # restart in the order a careless operator would: as listed
@@ -190,7 +168,7 @@ def test_chaos_thirteen_silos(tmp_path: Path, protocol: str) -> None:
         summary = dep.wait_done(900)
         wall = time.time() - start
     leftovers = dep.leftovers()
-    survivors = sorted(p for p in sampler.seen if _alive(p))
+    survivors = sorted(p for p in sampler.seen if process_alive(p))
 
     # every process of the deployment is gone, restarted ones and Flower's children too
     assert leftovers == [] and survivors == [], (leftovers, survivors)

@@ -19,6 +19,7 @@ import pytest
 
 from fedbandits.federation.processes import processes_under
 from fedbandits.sim.backends import process_alive
+from proctree import descendants
 
 pytestmark = [
     pytest.mark.slow,
@@ -43,26 +44,6 @@ protocol = "ldp"
 epsilon = 5.0
 delta = 0.01
 """
-
-
-def _parent(pid: int) -> int:
-    try:
-        return int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
-def _descendants(ancestor: int) -> set[int]:
-    out = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            pid = parent = int(entry.name)
-            while parent > 1:
-                parent = _parent(parent)
-                if parent == ancestor:
-                    out.add(pid)
-                    break
-    return out
 
 
 def _clientapps_started(workdir: Path, silos: int = 2) -> bool:
@@ -94,7 +75,7 @@ def test_a_sigkilled_deploy_local_leaves_no_process(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, "round 1 did not start within 150 s: " + log.read_text()[-3000:]
             time.sleep(0.3)
         time.sleep(0.5)
-        pids = _descendants(driver.pid) | set(processes_under(workdir / "home"))
+        pids = descendants(driver.pid) | set(processes_under(workdir / "home"))
         os.kill(driver.pid, signal.SIGKILL)
         assert driver.wait(timeout=30) == -signal.SIGKILL
         assert len(pids) >= 8, pids  # SuperLink, SuperExec, ServerApp, 2 supervisors, 2 SuperNodes, ClientApps

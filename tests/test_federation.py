@@ -496,6 +496,7 @@ def test_spec_rejects_undeployable_configs() -> None:
 # ------------------------------------------------------------------ real processes -----------
 # Tests that start Flower's processes need the deploy extra; everything above and the argument and
 # certificate tests below run without it (a module-level importorskip would skip them all).
+from deployhelp import completed_rounds, wait_for  # noqa: E402
 from fedbandits.federation.certs import create_silo_key  # noqa: E402
 from fedbandits.federation.deployment import LocalDeployment  # noqa: E402
 from fedbandits.federation.flower_setup import supernode_command  # noqa: E402
@@ -508,27 +509,6 @@ def slow(test):  # type: ignore[no-untyped-def]
     """A real-process test: slow, and skipped without Flower (``pip install -e '.[deploy]'``)."""
     needs_flower = pytest.mark.skipif(not _HAVE_FLWR, reason="needs flwr (the deploy extra)")
     return pytest.mark.slow(needs_flower(test))
-
-
-def _wait(pred, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if pred():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
-def _completed(dep: LocalDeployment) -> int:
-    path = dep.state / "server" / "server.pkl"
-    if not path.exists():
-        return 0
-    try:
-        from fedbandits.federation.spec import load_pickle
-
-        return int(load_pickle(path).completed)
-    except Exception:
-        return 0
 
 
 @slow
@@ -545,7 +525,7 @@ def test_deploy_ldp_tls_auth_parity_and_unregistered_node(tmp_path: Path) -> Non
         intruder = start_process("intruder", cmd, dep.logs / "intruder.log", flower_env(tmp_path / "home" / "x"))
         dep.procs["intruder"] = intruder
         summary = dep.wait_done(240)
-        _wait(lambda: not intruder.alive(), 60, "the intruder to give up")
+        wait_for(lambda: not intruder.alive(), 60, "the intruder to give up")
         assert intruder.popen.returncode != 0
         assert not (tmp_path / "intruder-state").exists()  # it never received a message
         assert summary["completed"] == 3 and summary["reports"] == [0, 1, 2] and summary["rejections"] == 0
@@ -581,15 +561,15 @@ def test_deploy_silo_crash_and_server_restart(tmp_path: Path) -> None:
     spec = _spec("ldp", horizon=50)  # K = 5
     with LocalDeployment(tmp_path, spec, round_timeout=20, join_timeout=60) as dep:
         dep.start()
-        _wait(lambda: _completed(dep) >= 1, 120, "round 1")
+        wait_for(lambda: completed_rounds(dep) >= 1, 120, "round 1")
         dep.crash("silo-2")  # SIGKILL: SuperNode and its ClientApp; the SuperLink still counts it online
         released = load_silo_results(dep.state / "silo-2", 2).messages
-        _wait(lambda: _completed(dep) >= 2, 120, "round 2 without silo 2")
+        wait_for(lambda: completed_rounds(dep) >= 2, 120, "round 2 without silo 2")
         dep.start_silo(2)  # restart from durable state
-        _wait(lambda: _completed(dep) >= 3, 120, "round 3")
+        wait_for(lambda: completed_rounds(dep) >= 3, 120, "round 3")
         # the server crashes (SuperLink with its ServerApp), restarts from durable state
         dep.crash("superlink")
-        done_before = _completed(dep)
+        done_before = completed_rounds(dep)
         dep.start_superlink()
         dep.submit()
         summary = dep.wait_done(240)
@@ -618,9 +598,9 @@ def test_deploy_distributed_dp_parity_and_a_silo_killed_mid_round(tmp_path: Path
     spec = _spec("distributed-dp", horizon=60, extra="dropouts = 1")  # K = 6, M = 3
     with LocalDeployment(tmp_path, spec, round_timeout=20, join_timeout=60) as dep:
         dep.start()
-        _wait(lambda: _completed(dep) >= 1, 120, "round 1")
+        wait_for(lambda: completed_rounds(dep) >= 1, 120, "round 1")
         dep.crash("silo-2")
-        _wait(lambda: _completed(dep) >= 2, 120, "round 2 without silo 2")
+        wait_for(lambda: completed_rounds(dep) >= 2, 120, "round 2 without silo 2")
         dep.start_silo(2)
         summary = dep.wait_done(300)
     assert dep.leftovers() == []
@@ -656,7 +636,7 @@ def test_deploy_sdp_amplification_through_a_shuffler_party(tmp_path: Path) -> No
         tmp_path, spec, round_timeout=60, join_timeout=60, node_extra={1: 'inject-fault="leak@3"'}
     ) as dep:
         dep.start()
-        _wait(lambda: _completed(dep) >= 1, 120, "round 1")
+        wait_for(lambda: completed_rounds(dep) >= 1, 120, "round 1")
         dep.crash("shuffler")
         dep.start_shuffler()  # resumes from its state; silos and server retry meanwhile
         summary = dep.wait_done(300)
@@ -841,7 +821,7 @@ def test_work_folder_lock_and_refusals_touch_no_process(tmp_path: Path) -> None:
         assert stand_in.alive()  # another deployment's folder: refused, nothing touched
         again = ServerDeployment(work, _spec("ldp", horizon=30), certs=creds)
         again.acquire()  # the same deployment started again clears the orphan
-        _wait(lambda: not stand_in.alive(), 10, "the orphan to be stopped")
+        wait_for(lambda: not stand_in.alive(), 10, "the orphan to be stopped")
         again.stop_all()
     finally:
         stand_in.kill()
@@ -956,7 +936,7 @@ def test_deploy_server_and_silos_as_separate_commands_on_their_own_data(tmp_path
         for i in range(3):
             cmd = _silo_command(fb, port, creds, i, tmp_path, server_config, "--data", str(files[i]))
             procs[f"silo-{i}"] = start_process(f"silo-{i}", cmd, tmp_path / f"silo-{i}.log", env)
-        _wait(lambda: completed() >= 1, 240, "round 1")
+        wait_for(lambda: completed() >= 1, 240, "round 1")
         os.kill(procs["server"].pid, signal.SIGKILL)  # the command only: its SuperLink lives on
         procs["server"].popen.wait(timeout=10)
         assert processes_under(work / "home") != []  # the orphaned SuperLink (and its ServerApp)

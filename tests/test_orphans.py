@@ -6,69 +6,31 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
 from fedbandits.sim.backends import WATCHDOG_INTERVAL, process_alive
+from proctree import LONG_RUN_TOML, descendants
 
 pytestmark = pytest.mark.skipif(not Path("/proc").is_dir(), reason="walks /proc for descendants")
-
-#: two tasks of ~20 s each: still running when the driver is killed
-CONFIG = """
-[experiment]
-seed = 1
-runs = 2
-runs_per_task = 1
-horizon = 200000
-
-[environment]
-name = "gaussian-sphere"
-agents = 4
-arms = 20
-dim = 5
-
-[[algorithms]]
-name = "linucb-independent"
-"""
-
-
-def _children(pid: int) -> set[int]:
-    found = set()
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            found |= {int(c) for c in (task / "children").read_text().split()}
-        except OSError:
-            continue
-    return found
-
-
-def _descendants(pid: int) -> set[int]:
-    out, todo = set(), [pid]
-    while todo:
-        for child in _children(todo.pop()):
-            if child not in out:
-                out.add(child)
-                todo.append(child)
-    return out
 
 
 def _start(tmp_path: Path) -> tuple[subprocess.Popen[bytes], set[int]]:
     config = tmp_path / "c.toml"
-    config.write_text(textwrap.dedent(CONFIG))
+    config.write_text(LONG_RUN_TOML)
     cmd = [sys.executable, "-m", "fedbandits.cli", "run", str(config), "--workers", "2", "--no-progress"]
     driver = subprocess.Popen([*cmd, "--out", str(tmp_path / "out")], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60
     workers: set[int] = set()
     while time.monotonic() < deadline and len(workers) < 3:  # the fork server and two workers
         time.sleep(0.2)
-        workers = _descendants(driver.pid)
+        workers = descendants(driver.pid)
         assert driver.poll() is None, driver.stderr.read() if driver.stderr else ""
     assert len(workers) >= 3, f"workers did not start: {workers}"
     time.sleep(1.0)  # the workers are computing their tasks
-    return driver, _descendants(driver.pid)
+    return driver, descendants(driver.pid)
 
 
 def _survivors(pids: set[int], seconds: float) -> set[int]:
@@ -142,9 +104,9 @@ def test_watchdog_kills_the_marked_processes_and_their_descendants_only(tmp_path
         assert driver.stdout is not None
         dog, marked, other = map(int, driver.stdout.readline().split())
         deadline = time.monotonic() + 30
-        while len(_descendants(marked)) < 1 and time.monotonic() < deadline:  # the grandchild
+        while len(descendants(marked)) < 1 and time.monotonic() < deadline:  # the grandchild
             time.sleep(0.05)
-        work = {marked} | _descendants(marked)
+        work = {marked} | descendants(marked)
         assert len(work) == 2, work
         if end == "SIGKILL":
             time.sleep(3 * INTERVAL)

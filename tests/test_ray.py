@@ -31,6 +31,7 @@ from fedbandits import config_from_dict  # noqa: E402
 from fedbandits.sim.checkpoint import Checkpoint, TaskFailedError  # noqa: E402
 from fedbandits.sim.runner import run_experiment  # noqa: E402
 from fedbandits.sim.task import task_chunks  # noqa: E402
+from proctree import LONG_RUN_TOML, descendants, is_descendant  # noqa: E402
 
 pytestmark = pytest.mark.ray
 
@@ -127,24 +128,9 @@ def _task_processes() -> list[int]:
             title = (entry / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
         except OSError:
             continue
-        if title.startswith(TASK_TITLE) and _is_descendant(int(entry.name), os.getpid()):
+        if title.startswith(TASK_TITLE) and is_descendant(int(entry.name), os.getpid()):
             pids.append(int(entry.name))
     return pids
-
-
-def _parent(pid: int) -> int:
-    try:
-        return int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
-def _is_descendant(pid: int, ancestor: int) -> bool:
-    while pid > 1:
-        pid = _parent(pid)
-        if pid == ancestor:
-            return True
-    return False
 
 
 class _Killer(threading.Thread):
@@ -301,7 +287,7 @@ def _cluster_pids(temp_dir: str, address: str) -> set[int]:
                 roots.add(int(entry.name))
     everything = set(roots)
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and any(_is_descendant(int(entry.name), r) for r in roots):
+        if entry.name.isdigit() and any(is_descendant(int(entry.name), r) for r in roots):
             everything.add(int(entry.name))
     return everything
 
@@ -418,29 +404,6 @@ def test_cli_unreachable_address_is_a_bounded_error(tmp_path):
 
 
 # -- a killed driver leaves nothing of its local Ray instance running --------------------------
-LONG_TOML = """
-[experiment]
-seed = 1
-runs = 2
-runs_per_task = 1
-horizon = 200000
-
-[environment]
-name = "gaussian-sphere"
-agents = 4
-arms = 20
-dim = 5
-
-[[algorithms]]
-name = "linucb-independent"
-"""
-
-
-def _descendants(pid: int) -> set[int]:
-    """Every live process below ``pid`` in the process tree (by parent pid, from /proc)."""
-    return {int(e.name) for e in Path("/proc").iterdir() if e.name.isdigit() and _is_descendant(int(e.name), pid)}
-
-
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
 def test_a_killed_driver_leaves_no_process_of_its_local_ray_instance(tmp_path, sig):
     """`fedbandits run --backend ray --workers 2` starts a local instance (GCS, raylet, dashboard,
@@ -452,7 +415,7 @@ def test_a_killed_driver_leaves_no_process_of_its_local_ray_instance(tmp_path, s
     dashboard and runtime-env agents were still running after 30 s).  With SIGTERM the driver stops
     the instance itself and exits 130, like the local backend."""
     config = tmp_path / "c.toml"
-    config.write_text(LONG_TOML)
+    config.write_text(LONG_RUN_TOML)
     env = {**os.environ, "RAY_AUTH_TOKEN": secrets.token_hex(32), "RAY_USAGE_STATS_ENABLED": "0"}
     cmd = [sys.executable, "-m", "fedbandits.cli", "run", str(config), "--backend", "ray", "--workers", "2"]
     cmd += ["--no-progress", "--out", str(tmp_path / "out")]
@@ -464,7 +427,7 @@ def test_a_killed_driver_leaves_no_process_of_its_local_ray_instance(tmp_path, s
                 assert driver.poll() is None, driver.stderr.read().decode()[-2000:] if driver.stderr else ""
                 time.sleep(0.3)
             time.sleep(1.0)
-            pids = _descendants(driver.pid)
+            pids = descendants(driver.pid)
             os.kill(driver.pid, sig)
             code = driver.wait(timeout=60)
         assert code == (130 if sig == signal.SIGTERM else -signal.SIGKILL)
@@ -494,7 +457,7 @@ def _command(pid: int) -> str:
 def _task_processes_of(driver: int) -> list[int]:
     """PIDs of Ray workers below ``driver`` running one of our tasks."""
     pids = []
-    for pid in _descendants(driver):
+    for pid in descendants(driver):
         try:
             title = (Path("/proc") / str(pid) / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
         except OSError:
