@@ -375,6 +375,41 @@ def test_a_silo_opens_only_its_own_data_file(tmp_path: Path, monkeypatch: pytest
     assert opened == [str(files[1])]
 
 
+def test_a_silo_validates_each_spec_text_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ClientApp is a new process per message: the spec it validated is kept in its state folder,
+    keyed by the text, so the noise calibration runs once per silo and spec -- and any other text is
+    validated afresh."""
+    import fedbandits.federation.spec as spec_module
+
+    ldp = _spec("ldp")
+    sdp = make_spec(loads_config(_config("ldp").replace("epsilon = 5.0", "epsilon = 4.0")))  # another spec
+    cache = tmp_path / "s" / "spec.pickle"
+    validated: list[str] = []
+    real = spec_module.spec_from_json
+
+    def counting(text: str):  # type: ignore[no-untyped-def]
+        validated.append(text)
+        return real(text)
+
+    monkeypatch.setattr(spec_module, "spec_from_json", counting)
+    assert spec_module.cached_spec_from_json(ldp.to_json(), cache) == ldp
+    assert spec_module.cached_spec_from_json(ldp.to_json(), cache) == ldp
+    assert validated == [ldp.to_json()]
+    assert spec_module.cached_spec_from_json(sdp.to_json(), cache) == sdp  # another text: validated
+    assert validated == [ldp.to_json(), sdp.to_json()]
+    with pytest.raises(spec_module.ConfigError):  # an invalid text is never taken from the cache
+        spec_module.cached_spec_from_json(sdp.to_json().replace('"epsilon":4.0', '"epsilon":-1.0'), cache)
+    cache.write_bytes(b"not a pickle")  # a damaged cache is a miss, not an error
+    assert spec_module.cached_spec_from_json(sdp.to_json(), cache) == sdp
+    assert len(validated) == 4
+
+
+def test_silos_sharing_a_host_poll_less_often() -> None:
+    from fedbandits.federation.processes import shared_host_poll_interval
+
+    assert [shared_host_poll_interval(m) for m in (1, 3, 13, 25, 100)] == [0.1, 0.12, 0.52, 1.0, 1.0]
+
+
 def test_silo_refuses_a_spec_it_was_not_configured_for() -> None:
     from fedbandits.federation.silo import check_pinned_spec
 

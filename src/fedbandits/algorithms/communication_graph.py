@@ -15,10 +15,11 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import connected_components, shortest_path
 
+from fedbandits.core.lazy import lazy_module
 from fedbandits.core.validation import check_choice, check_int
+
+sparse = lazy_module("scipy.sparse")  # loaded when a graph is first built (core/lazy.py says why)
 
 GRAPHS = ("complete", "line", "ring", "star", "grid", "erdos-renyi", "geometric", "edges")
 
@@ -50,13 +51,15 @@ class Graph:
         return np.argwhere(np.triu(self.adjacency, 1))
 
     def components(self) -> int:
-        count, _ = connected_components(csr_matrix(self.adjacency), directed=False)
+        count, _ = sparse.csgraph.connected_components(sparse.csr_matrix(self.adjacency), directed=False)
         return int(count)
 
     def distances(self) -> np.ndarray:
         """Hop distances (n, n), int64; -1 between disconnected nodes."""
         if self._dist is None:
-            dist = shortest_path(csr_matrix(self.adjacency.astype(np.float64)), directed=False, unweighted=True)
+            dist = sparse.csgraph.shortest_path(
+                sparse.csr_matrix(self.adjacency.astype(np.float64)), directed=False, unweighted=True
+            )
             self._dist = np.where(np.isfinite(dist), dist, -1).astype(np.int64)
         return self._dist
 

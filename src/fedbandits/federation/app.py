@@ -52,7 +52,7 @@ from fedbandits.federation.secure_aggregation import KEY_BYTES, Roster, SecAggSe
 from fedbandits.federation.server import WITHHELD, Coordinator, Incoming, validate_release
 from fedbandits.federation.shuffler import ShufflerClient
 from fedbandits.federation.silo import Silo, SiloError, check_pinned_spec
-from fedbandits.federation.spec import atomic_write_bytes, spec_from_json
+from fedbandits.federation.spec import atomic_write_bytes, cached_spec_from_json, spec_from_json
 from fedbandits.sim.task import time_grid
 
 log = logging.getLogger("fedbandits.federation")
@@ -494,7 +494,7 @@ def _silo(context: Context, meta: dict[str, Any]) -> Silo:
     node = context.node_config
     state_dir = Path(str(node["state-dir"]))
     _file_logger(state_dir / "silo.log")
-    spec = spec_from_json(str(meta["spec"]))
+    spec = cached_spec_from_json(str(meta["spec"]), state_dir / "spec.pickle")
     if spec.digest != meta.get("digest"):
         raise SiloError("the request's config hash does not match its spec")
     check_pinned_spec(spec, node.get("spec-digest"))

@@ -35,6 +35,7 @@ from fedbandits.federation.flower_setup import (
     write_connection,
 )
 from fedbandits.federation.processes import (
+    POLL_VARIABLE,
     DeployError,
     Proc,
     flower_bin,
@@ -43,6 +44,7 @@ from fedbandits.federation.processes import (
     kill_processes_under,
     processes_under,
     run_cli,
+    shared_host_poll_interval,
     start_process,
     take_lock,
     wait_https,
@@ -433,9 +435,10 @@ class LocalDeployment(ServerDeployment):
             ),
         )
         cmd = supervised(cmd, self.rejoin_patience)
-        proc = start_process(
-            f"silo-{i}", cmd, self.logs / f"silo-{i}.log", flower_env(self.workdir / "home" / f"silo-{i}")
-        )
+        env = flower_env(self.workdir / "home" / f"silo-{i}")
+        if POLL_VARIABLE not in os.environ:
+            env[POLL_VARIABLE] = str(shared_host_poll_interval(self.spec.silos))
+        proc = start_process(f"silo-{i}", cmd, self.logs / f"silo-{i}.log", env)
         self.procs[f"silo-{i}"] = proc
         return proc
 

@@ -248,6 +248,26 @@ def spec_from_json(text: str) -> DeploySpec:
     return make_spec(config_from_dict(data["config"]), data["label"], data["run"])
 
 
+def cached_spec_from_json(text: str, cache: Path) -> DeploySpec:
+    """:func:`spec_from_json`, remembered in ``cache`` (a file in the party's own state folder).
+
+    Flower starts a new ClientApp process for every message, and validating a spec runs the
+    noise calibration (with dp-accounting's import, most of a ClientApp's CPU time).  The cache
+    holds the SHA-256 of the exact text it validated: any other text is validated afresh, and
+    the digest a caller pins is the spec's own, as before.
+    """
+    key = hashlib.sha256(text.encode()).hexdigest()
+    try:
+        cached = load_pickle(cache)
+    except (FileNotFoundError, EOFError, pickle.UnpicklingError):  # none yet, or not a cache
+        cached = None
+    if isinstance(cached, tuple) and len(cached) == 2 and cached[0] == key and isinstance(cached[1], DeploySpec):
+        return cached[1]
+    spec = spec_from_json(text)
+    save_pickle(cache, (key, spec))
+    return spec
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` so that a crash leaves either the old or the new file, never half."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -45,9 +45,11 @@ import math
 from typing import Any, Literal
 
 import numpy as np
-from scipy import optimize, special
 
+from fedbandits.core.lazy import lazy_module
 from fedbandits.core.validation import check_choice, check_float, check_int
+
+optimize, special = lazy_module("scipy.optimize"), lazy_module("scipy.special")  # used to calibrate
 
 __all__ = [
     "epsilon_spent",

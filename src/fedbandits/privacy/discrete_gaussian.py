@@ -37,10 +37,12 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
-from scipy import optimize
 
+from fedbandits.core.lazy import lazy_module
 from fedbandits.core.validation import check_float, check_int
 from fedbandits.privacy.mechanisms import TreeRandomizer
+
+optimize = lazy_module("scipy.optimize")  # used to calibrate
 
 #: a source of uniform integers: ``randbelow(n)`` in [0, n)
 RandBelow = Callable[[int], int]

@@ -82,14 +82,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import optimize
 
+from fedbandits.core.lazy import lazy_module
 from fedbandits.core.validation import check_float, check_int
 from fedbandits.privacy.calibration import PrivacySpec
 from fedbandits.privacy.discrete_gaussian import zcdp_epsilon
 from fedbandits.privacy.factorization import factorize
 from fedbandits.privacy.guarantee import certified
 from fedbandits.privacy.tree import max_nodes_per_datum
+
+optimize = lazy_module("scipy.optimize")  # used to calibrate
 
 #: probability, per run, that the noise alone overflows the modulus (module docstring)
 OVERFLOW_PROBABILITY = 2.0**-64
