@@ -52,7 +52,15 @@ SYNTHETIC_INSTANCE_NOTES = (
     "Instance as in section 6: d = 10, K = 100 actions per agent, theta* and every feature vector a uniformly "
     "random (d-1)-dimensional vector of norm 1/sqrt(2) with a 1/sqrt(2) entry appended (so ||x|| = ||theta*|| = 1 "
     "and <x, theta*> in [0, 1]); reward noise N(0, 0.25) read as variance 0.25 (sd 0.5); alpha = 0.01, B = 25, "
-    "25 runs; fresh arms every round and theta* drawn once per run (the paper does not say; our choice).",
+    "25 runs; fresh arms every round and theta* drawn once per run (the paper does not say; our choice).  The "
+    "public code (Alphasxd/DPLCB, Environments.py) differs: one instance (seed 2: one theta* and one context "
+    "sequence) for all 25 runs and all algorithms, the first d arms of every round fixed basis-like vectors, "
+    "runs differing in the reward noise only, realised instead of pseudo-regret.",
+    "The public code's constants (Agents.py) are not the paper's: LDP noise sqrt(N (ln(1/delta) + eps)) / eps "
+    "with N = floor(log2 K) + 1 tree nodes (2.6x below Theorem 5.1's closed form, still a valid calibration at "
+    "Figure 2a's settings), lambda = sqrt(M N) sigma (sqrt(N + ln(1/alpha)) + sqrt(d)) (about 1e6 here, ours "
+    "1), radius sqrt(lambda) sqrt(d) + 0.5 sqrt(...), and a vector sum without Appendix F.2's 24e4 constant "
+    "and eps0 split.",
     "Where section 6 is silent, our choices: the horizon T (the text gives none; paper scale uses T = 10,000), "
     "lambda = 1 and Lemma C.4's radius with n = M t (the text states neither), clipping of "
     "rewards to [-1, 1] before they enter the private statistics (Assumption 4.1 asks y in [0, 1], which Gaussian "
@@ -62,12 +70,14 @@ SYNTHETIC_INSTANCE_NOTES = (
 MSLR_INSTANCE_NOTES = (
     "Differs from section 6: the paper trains the Lasso on MSLR-WEB10K title features 'with d = 57' (body: "
     "d = 78) and gives each query all its judged documents (up to 908); we use the shipped MSLR sample, 25 "
-    "features per stream (MSLR-WEB10K's 136 features are about 25 per stream for 5 streams; the paper's 57 + 78 "
-    "= 135 split is not that layout and is not explained) and 20 documents per round (short queries repeat "
-    "documents).",
+    "features per stream, and 20 documents per round (short queries repeat documents).  The public code "
+    "(Alphasxd/DPLCB, Utils.py) explains the split: 'title' is column 0, two features of each of the 25 "
+    "five-stream groups and features 126-131 (57); 'body' is column 0, three of each group and 132-133 (78).",
     "Where the paper is silent, our choices: how a reward is drawn (the Lasso's prediction plus N(0, 0.1^2), "
-    "not the relevance label), the Lasso's penalty (1e-4), the horizon (the text gives none; paper scale uses "
-    "T = 25,000), queries dealt to agents round robin (the paper: 'divided equally').",
+    "not the relevance label; the public code uses the prediction with no noise: our noiseless-rewards cause), "
+    "the Lasso's penalty (1e-4; the code: scikit-learn's default 1.0), the horizon (the text gives none; paper "
+    "scale uses T = 25,000, as the code), queries dealt to agents round robin (the paper: 'divided equally'; "
+    "the code: contiguous blocks).",
 )
 
 
