@@ -38,7 +38,13 @@ class FedLinUCBParams(LinUCBParams):
     )
     epsilon: float = field(default=1.0, metadata={"help": "privacy budget epsilon > 0 (private protocols)"})
     delta: float = field(default=1e-4, metadata={"help": "privacy budget delta in (0, 1) (private protocols)"})
-    calibration: str = field(default="tight", metadata={"help": "'paper' closed form or 'tight' accountant"})
+    calibration: str = field(
+        default="tight",
+        metadata={
+            "help": "'paper' closed form, 'tight' accountant, or 'code': the paper's public code's noise "
+            "(ldp, ldp-prefix, sdp-amplification only)"
+        },
+    )
     feature_bound: float = field(default=1.0, metadata={"help": "L: features clipped to ||x|| <= L (private)"})
     reward_bound: float = field(default=1.0, metadata={"help": "B: rewards clipped to [-B, B] (private)"})
     adjacency: str = field(default="replace", metadata={"help": "'replace' one user (paper) or 'add-remove'"})

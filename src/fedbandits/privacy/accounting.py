@@ -24,6 +24,14 @@ The papers' own calibrations are kept for comparison:
 * :func:`vector_sum_parameters`, :func:`vector_sum_round_budget` -- appendix F.2 and the
   proof of Theorem 5.5 (vector-sum protocol of Cheu et al. 2021).
 
+The public code's constants (``Alphasxd/DPLCB``, ``Agents.py``; ``calibration = "code"``) are kept
+beside them, to reproduce the figures as that code ran them:
+
+* :func:`ldp_sigma_code` -- ``Agents.py:190``, silo-level LDP;
+* :func:`sdp_amplification_sigma_code` -- ``Agents.py:135-136``, the shuffle model.
+
+Neither is a certificate: the callers compute what the noise actually spends.
+
 Figures 2b/2c (silo-level LDP, Theorem 5.1, delta = 0.1, sensitivity 1 per stream): the
 tight multiplier over the paper's sigma_0 is 0.146 / 0.308 / 0.426 for eps = 0.2 / 1 / 5 at
 K = 400 (nodes = 9) and 0.145 / 0.305 / 0.423 at K = 1000 (T = 25000, B = 25, nodes = 10);
@@ -48,6 +56,7 @@ import numpy as np
 
 from fedbandits.core.lazy import lazy_module
 from fedbandits.core.validation import check_choice, check_float, check_int
+from fedbandits.privacy.tree import max_nodes_per_datum
 
 optimize, special = lazy_module("scipy.optimize"), lazy_module("scipy.special")  # used to calibrate
 
@@ -55,7 +64,9 @@ __all__ = [
     "epsilon_spent",
     "gaussian_delta",
     "gaussian_epsilon",
+    "ldp_sigma_code",
     "ldp_sigma_paper",
+    "sdp_amplification_sigma_code",
     "sdp_amplification_sigma_heuristic",
     "tight_noise_multiplier",
     "vector_sum_parameters",
@@ -316,6 +327,44 @@ def sdp_amplification_sigma_heuristic(epsilon: float, delta: float, releases: in
             )
     product = math.prod(factors.values())
     return math.sqrt(2.0 * kappa * product / (epsilon**2 * agents))
+
+
+def ldp_sigma_code(epsilon: float, delta: float, releases: int) -> float:
+    """The public code's silo-level LDP noise (a standard deviation for sensitivity L = 1).
+
+    ``sigma_0 = sqrt(N (ln(1/delta) + epsilon)) / epsilon`` with ``N = floor(log2 K) + 1`` tree
+    nodes, K = ``releases`` = T // B: ``Agents.py:190`` of ``Alphasxd/DPLCB`` (``self.noise``, with
+    ``np.max(self.L) = 1`` from ``:87`` and ``self.N`` from ``:89``).  Against Theorem 5.1
+    (:func:`ldp_sigma_paper`) it drops the factor 8, writes ln(1/delta) for ln(2/delta) and counts
+    the exact N nodes for kappa = 1 + ln K; e.g. 9,105 against 23,537 at epsilon = 1e-3,
+    delta = 1e-4, K = 400.  No theorem is attached: the caller accounts for it.
+    """
+    epsilon = check_float("epsilon", epsilon, low=0.0, low_open=True)
+    delta = check_float("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+    releases = check_int("releases", releases, low=1)
+    nodes = max_nodes_per_datum(releases)
+    return math.sqrt(nodes * (math.log(1.0 / delta) + epsilon)) / epsilon
+
+
+def sdp_amplification_sigma_code(epsilon: float, delta: float, releases: int, horizon: int, agents: int) -> float:
+    """The public code's shuffle-model (amplification) noise, a standard deviation for L = 1.
+
+    ``sigma_0 = sqrt(N ln(1/delta) ln(1 + N/(T delta)) ln(M N/delta)) / (epsilon sqrt(M))`` with
+    ``N = floor(log2 K) + 1``, K = ``releases``, T = ``horizon``, M = ``agents``:
+    ``Agents.py:135-136`` of ``Alphasxd/DPLCB`` (``self.n`` is T, ``Fed_Lin_Bandit.py:54``).
+    Against Theorem 5.3's O(.) with constant 1 (:func:`sdp_amplification_sigma_heuristic`) it has
+    no factor 2, N for kappa, and ln(1 + N/(T delta)) for ln(kappa/(delta T)); e.g. 5,528 against
+    6,283 at epsilon = 1e-3, delta = 1e-4, T = 10,000, B = 25, M = 100.  No theorem is attached:
+    the caller accounts for it.  Every log factor is positive (M N >= 1 > delta), unlike the paper's.
+    """
+    epsilon = check_float("epsilon", epsilon, low=0.0, low_open=True)
+    delta = check_float("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+    releases = check_int("releases", releases, low=1)
+    horizon = check_int("horizon", horizon, low=1)
+    agents = check_int("agents", agents, low=1)
+    nodes = max_nodes_per_datum(releases)
+    product = math.log(1.0 / delta) * math.log1p(nodes / (horizon * delta)) * math.log(agents * nodes / delta)
+    return math.sqrt(nodes * product) / (epsilon * math.sqrt(agents))
 
 
 # ---------------------------------------------------------------------------------------

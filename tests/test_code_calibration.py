@@ -1,0 +1,156 @@
+"""calibration = "code": the noise constants of Zhou & Chowdhury's public code (Alphasxd/DPLCB,
+Agents.py:190 and :135-136), with the guarantee computed by our accountant, never assumed."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from scipy import stats
+
+from fedbandits import ConfigError, config_from_dict
+from fedbandits.algorithms.feducb import FEDUCB_CALIBRATIONS
+from fedbandits.experiments import get_experiment
+from fedbandits.privacy import accounting as acc
+from fedbandits.privacy.calibration import CALIBRATIONS, PrivacySpec, calibrate
+
+# Figure 2a: eps = 1e-3, delta = 1e-4, T = 10,000, B = 25 (K = 400 releases, N = 9 nodes), M = 100
+EPS, DELTA, HORIZON, BATCH, AGENTS, RELEASES, NODES = 1e-3, 1e-4, 10_000, 25, 100, 400, 9
+
+
+def _ldp_code(eps: float, delta: float, nodes: int) -> float:
+    """Agents.py:190, typed from the code: L * sqrt(N (ln(1/delta) + eps)) / eps with L = 1."""
+    return math.sqrt(nodes * (math.log(1 / delta) + eps)) / eps
+
+
+def _sdp_code(eps: float, delta: float, nodes: int, horizon: int, agents: int) -> float:
+    """Agents.py:135-136: sqrt(N ln(1/delta) ln(1 + N/(n delta)) ln(M N/delta)) / (eps sqrt(M)), n = T."""
+    inner = nodes * math.log(1 / delta) * math.log(1 + nodes / (horizon * delta)) * math.log(agents * nodes / delta)
+    return math.sqrt(inner) / (eps * math.sqrt(agents))
+
+
+def _gaussian_delta(eps: float, mu: float) -> float:
+    """Balle & Wang (2018), Thm 8: the privacy profile of a mu-GDP mechanism, typed independently."""
+    return float(stats.norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * stats.norm.cdf(-eps / mu - mu / 2))
+
+
+def test_the_known_values_to_four_digits() -> None:
+    ldp, sdp = _ldp_code(EPS, DELTA, NODES), _sdp_code(EPS, DELTA, NODES, HORIZON, AGENTS)
+    assert (f"{ldp:.4g}", f"{sdp:.4g}") == ("9105", "5528")
+    assert acc.ldp_sigma_code(EPS, DELTA, RELEASES) == pytest.approx(ldp, rel=1e-12)
+    assert acc.sdp_amplification_sigma_code(EPS, DELTA, RELEASES, HORIZON, AGENTS) == pytest.approx(sdp, rel=1e-12)
+    # ten times both at eps = 1e-4 (helper report: 91,046 and 55,284)
+    assert f"{acc.ldp_sigma_code(1e-4, DELTA, RELEASES):.5g}" == "91046"
+    assert f"{acc.sdp_amplification_sigma_code(1e-4, DELTA, RELEASES, HORIZON, AGENTS):.5g}" == "55284"
+
+
+@pytest.mark.parametrize(
+    ("eps", "delta", "releases", "nodes", "horizon", "agents"),
+    [
+        (1.0, 0.1, 1000, 10, 25_000, 10),  # Figure 2c: K = 1000 has 10 nodes
+        (0.2, 0.1, 1, 1, 25, 3),  # one release, one node
+        (5.0, 1e-3, 1023, 10, 1023, 7),
+        (5.0, 1e-3, 1024, 11, 1024, 7),  # a power of two adds a node
+    ],
+)
+def test_the_formulas_count_floor_log2_k_plus_one_nodes(eps, delta, releases, nodes, horizon, agents) -> None:
+    assert math.floor(math.log2(releases)) + 1 == nodes
+    assert acc.ldp_sigma_code(eps, delta, releases) == pytest.approx(_ldp_code(eps, delta, nodes), rel=1e-12)
+    got = acc.sdp_amplification_sigma_code(eps, delta, releases, horizon, agents)
+    assert got == pytest.approx(_sdp_code(eps, delta, nodes, horizon, agents), rel=1e-12)
+
+
+def _replace_mu(sigma_cov: float, sigma_bias: float, feature_bound: float, reward_bound: float, nodes: int) -> float:
+    """mu of N p-sums per stream under replace-one adjacency: Delta_cov = sqrt(2) L^2, Delta_bias = 2 L B."""
+    cov = math.sqrt(2) * feature_bound**2 / sigma_cov
+    bias = 2 * feature_bound * reward_bound / sigma_bias
+    return math.sqrt(nodes * (cov**2 + bias**2))
+
+
+@pytest.mark.parametrize("protocol", ["ldp", "ldp-prefix", "sdp-amplification"])
+def test_code_noise_is_scaled_by_the_bounds_and_its_epsilon_is_computed(protocol: str) -> None:
+    bound, reward = 2.0, 0.5
+    spec = PrivacySpec(protocol, EPS, DELTA, calibration="code", feature_bound=bound, reward_bound=reward)
+    cal = calibrate(spec, agents=AGENTS, horizon=HORIZON, batch=BATCH)
+    if protocol == "sdp-amplification":
+        sigma0 = _sdp_code(EPS, DELTA, NODES, HORIZON, AGENTS)
+    else:
+        sigma0 = _ldp_code(EPS, DELTA, NODES)
+    assert cal.calibration == "code" and cal.nodes == NODES
+    assert cal.sigma_cov == pytest.approx(sigma0 * bound**2, rel=1e-12)
+    assert cal.sigma_bias == pytest.approx(sigma0 * bound * reward, rel=1e-12)
+    assert cal.details["sigma0_code"] == pytest.approx(sigma0, rel=1e-12)
+    # the reported epsilon is where the exact privacy profile of the noise actually added meets delta
+    mu = _replace_mu(cal.sigma_cov, cal.sigma_bias, bound, reward, NODES)
+    assert _gaussian_delta(cal.epsilon_spent, mu) == pytest.approx(DELTA, rel=1e-4)
+    assert cal.guarantee == ("formal" if cal.epsilon_spent <= EPS else "no formal guarantee")
+
+
+def test_the_code_ldp_noise_is_certified_at_figure_2a() -> None:
+    cal = calibrate(PrivacySpec("ldp", EPS, DELTA, calibration="code"), agents=AGENTS, horizon=HORIZON, batch=BATCH)
+    # mu = sqrt(9 * 6) / 9105.06 = 8.071e-4: delta(1e-3) < 1e-4, so the target holds (spent 6.319e-4)
+    mu = math.sqrt(NODES * 6) / _ldp_code(EPS, DELTA, NODES)
+    assert _gaussian_delta(EPS, mu) < DELTA
+    assert f"{cal.epsilon_spent:.4g}" == "0.0006319"
+    assert cal.guarantee == "formal" and "exact Gaussian composition over 9 tree nodes" in cal.guarantee_reason
+
+
+def test_too_little_noise_is_reported_not_certified() -> None:
+    """The code's SDP noise at Figure 2a (5,528 per silo; shuffling credits nothing at M = 100) is
+    (1e-3, 1e-4)-DP for no theorem here: mu = sqrt(9 * 6) / 5528.4 = 1.329e-3 and delta(1e-3) > 1e-4."""
+    spec = PrivacySpec("sdp-amplification", EPS, DELTA, calibration="code")
+    cal = calibrate(spec, agents=AGENTS, horizon=HORIZON, batch=BATCH)
+    mu = math.sqrt(NODES * 6) / _sdp_code(EPS, DELTA, NODES, HORIZON, AGENTS)
+    assert _gaussian_delta(EPS, mu) > DELTA
+    assert f"{cal.epsilon_spent:.3g}" == "0.0014"
+    assert cal.epsilon_spent > EPS and cal.guarantee == "no formal guarantee"
+    assert "0.0014" in cal.guarantee_reason and "> target 0.001" in cal.guarantee_reason
+    # and the code's LDP noise at Figure 2c's eps = 1, delta = 0.1 (K = 1000) spends 1.954 > 1
+    ldp = calibrate(PrivacySpec("ldp", 1.0, 0.1, calibration="code"), agents=10, horizon=25_000, batch=25)
+    assert f"{ldp.epsilon_spent:.4g}" == "1.954" and ldp.guarantee == "no formal guarantee"
+    assert _gaussian_delta(1.0, _replace_mu(ldp.sigma_cov, ldp.sigma_bias, 1.0, 1.0, 10)) > 0.1
+
+
+NOT_FOR_CODE = (
+    "calibration must be one of 'paper', 'tight' for protocol {!r} ('code' applies to protocols 'ldp', "
+    "'ldp-prefix', 'sdp-amplification' only), got 'code'"
+)
+
+
+@pytest.mark.parametrize("protocol", ["sdp-vector-sum", "distributed-dp"])
+def test_protocols_without_the_code_constants_refuse_it_in_one_line(protocol: str) -> None:
+    with pytest.raises(ValueError) as info:
+        PrivacySpec(protocol, 1.0, 0.1, calibration="code")
+    assert str(info.value) == NOT_FOR_CODE.format(protocol)
+    alg = {"name": "fedlinucb", "batch": 5, "protocol": protocol, "epsilon": 1.0, "delta": 0.1, "calibration": "code"}
+    config = {
+        "experiment": {"horizon": 100},
+        "environment": {"name": "gaussian-sphere", "agents": 4},
+        "algorithms": [alg],
+    }
+    with pytest.raises(ConfigError) as refused:
+        config_from_dict(config)
+    message = str(refused.value)
+    assert message.endswith(NOT_FOR_CODE.format(protocol)) and "\n" not in message
+
+
+def test_code_is_accepted_by_the_gaussian_protocols_and_no_other_algorithm_changes() -> None:
+    assert CALIBRATIONS == ("paper", "tight", "code")
+    assert FEDUCB_CALIBRATIONS == ("paper", "tight")
+    for protocol in ("ldp", "ldp-prefix", "sdp-amplification"):
+        alg = {"name": "fedlinucb", "protocol": protocol, "epsilon": 1.0, "delta": 1e-4, "calibration": "code"}
+        env = {"name": "gaussian-sphere", "agents": 20}
+        config = config_from_dict({"experiment": {"horizon": 100}, "environment": env, "algorithms": [alg]})
+        assert config.algorithms[0].params.calibration == "code"
+    with pytest.raises(ValueError, match=r"mechanism 'factorized' needs .* calibration 'tight'"):
+        PrivacySpec("ldp", 1.0, 1e-4, calibration="code", mechanism="factorized")
+
+
+def test_the_code_cause_is_registered_where_every_panel_can_take_it() -> None:
+    with_code = {
+        name
+        for name in ("zhou-fig2a", "zhou-fig2b", "zhou-fig2c", "zhou-fig3a", "zhou-fig3b", "zhou-fig3c", "zhou-fig3d")
+        if "code-calibration" in {c.name for c in get_experiment(name, "tiny").causes}
+    }
+    # Figure 2b runs sdp-vector-sum, which has no 'code' calibration
+    assert with_code == {"zhou-fig2a", "zhou-fig2c", "zhou-fig3a", "zhou-fig3b", "zhou-fig3c", "zhou-fig3d"}
