@@ -428,3 +428,31 @@ def test_vector_sum_epsilon_spent_is_computed_by_advanced_composition() -> None:
     assert report["privacy_epsilon0"] == pytest.approx(eps0, rel=1e-12)
     assert report["epsilon_spent"] == pytest.approx(0.5 + 12 * eps0 * math.expm1(eps0), rel=1e-12)
     assert report["guarantee"] == "formal" and "0.510" in str(report["guarantee_reason"])
+
+
+def test_message_counts_beyond_int64_are_kept_and_saved(tmp_path):
+    """At small eps0 the vector sum's b (one-bit messages per coordinate) is astronomical: Figure 2b
+    at paper scale sends ~1e20 bits, beyond int64, which used to end the run in an OverflowError.
+    Here: M = 12, d = 10 (65 packed entries), B = 25, K = 4, eps = 0.005, delta = 0.1 -> eps0 = 4.2e-4
+    and b ~ 4e15: the first release alone is 12 * 25 * 65 * b ~ 8e19 > 2^63 bits, while the sampler's
+    own bound (n b <= 2^62 binomial trials per call) still holds."""
+    from fedbandits import run
+    from fedbandits.privacy import accounting
+    from fedbandits.sim.results import Results
+
+    config = {
+        "experiment": {"seed": 3, "runs": 1, "horizon": 100},
+        "environment": {"name": "gaussian-sphere", "agents": 12, "arms": 5, "dim": 10},
+        "algorithms": [
+            {"name": "fedlinucb", "batch": 25, "protocol": "sdp-vector-sum", "epsilon": 0.005, "delta": 0.1}
+        ],
+    }
+    eps0, delta0 = accounting.vector_sum_round_budget(0.005, 0.1, 3)
+    g, b, _ = accounting.vector_sum_parameters(eps0, delta0, 12 * 25, 65)
+    assert 12 * 25 * 65 * (g + b) > 2**63 and 12 * 25 * b <= 2**62
+    results = run(config, out=tmp_path / "out")
+    (res,) = results.algorithms.values()
+    assert res.messages[0] > 2**63 and math.isfinite(res.messages[0])
+    loaded = Results.load(tmp_path / "out")
+    (back,) = loaded.algorithms.values()
+    assert back.messages.tolist() == res.messages.tolist() and back.bytes_sent.tolist() == res.bytes_sent.tolist()

@@ -85,8 +85,9 @@ class Policy(ABC):
         self.horizon = horizon
         self.t = 0  # rounds completed
         self.sync_rounds = np.zeros(n_runs, dtype=np.int64)
-        self.messages = np.zeros(n_runs, dtype=np.int64)
-        self.bytes_sent = np.zeros(n_runs, dtype=np.int64)
+        # float64, as the protocols' counters: exact below 2^53, and a vector sum can exceed int64
+        self.messages = np.zeros(n_runs, dtype=np.float64)
+        self.bytes_sent = np.zeros(n_runs, dtype=np.float64)
 
     def select(self, features: np.ndarray) -> np.ndarray:
         """Chosen arm per (run, agent), shape ``(R, M)``, for ``features (R, M, K, d)``."""

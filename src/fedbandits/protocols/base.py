@@ -34,9 +34,10 @@ class Protocol(ABC):
         self.n_agents = n_agents
         self.dim = dim
         self.syncs = 0
-        #: messages and payload bytes, counted per run; uplink (silo -> server) and downlink
-        self.messages = np.zeros(n_runs, dtype=np.int64)
-        self.bytes_sent = np.zeros(n_runs, dtype=np.int64)
+        #: messages and payload bytes, counted per run; uplink (silo -> server) and downlink.  float64:
+        #: exact below 2^53, and the vector sum at paper scale sends ~1e20 one-bit messages (> int64)
+        self.messages = np.zeros(n_runs, dtype=np.float64)
+        self.bytes_sent = np.zeros(n_runs, dtype=np.float64)
 
     @abstractmethod
     def sync(self, cov: np.ndarray, bias: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -239,10 +239,10 @@ class Results:
             agents.setdefault(row["algorithm"], {}).setdefault(int(row["run"]), []).append(
                 float(row["cumulative_regret"])
             )
-        comm: dict[str, list[tuple[int, int, int]]] = {}
+        comm: dict[str, list[tuple[int, float, float]]] = {}
         for row in _csv_rows(folder, "runs.csv", damaged):
             comm.setdefault(row["algorithm"], []).append(
-                (int(row["sync_rounds"]), int(row["messages"]), int(row["bytes_sent"]))
+                (int(row["sync_rounds"]), float(int(row["messages"])), float(int(row["bytes_sent"])))
             )
 
         algorithms = {}
@@ -254,7 +254,6 @@ class Results:
                     raise damaged(name, f"no rows for algorithm {lab!r}")
             runs = curves[lab]
             grid = np.array([t for t, _ in runs[min(runs)]])
-            c = np.array(comm[lab])
             entry = dict(by_label.get(lab, {}))
             try:
                 curve_array = np.array([[v for _, v in runs[r]] for r in sorted(runs)], dtype=np.float64)
@@ -266,9 +265,9 @@ class Results:
                 label=lab,
                 curves=curve_array,
                 per_agent=agent_array,
-                sync_rounds=c[:, 0],
-                messages=c[:, 1],
-                bytes_sent=c[:, 2],
+                sync_rounds=np.array([s for s, _, _ in comm[lab]], dtype=np.int64),
+                messages=np.array([m for _, m, _ in comm[lab]], dtype=np.float64),
+                bytes_sent=np.array([b for _, _, b in comm[lab]], dtype=np.float64),
                 seconds=float(entry.get("wall_seconds", math.nan)),
                 report={k: v for k, v in entry.items() if k not in _SUMMARY_KEYS},
             )
