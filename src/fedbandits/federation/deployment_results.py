@@ -87,8 +87,8 @@ def deployment_results(spec: DeploySpec, coord: Coordinator, wall: float) -> Res
         curves=curves,
         per_agent=per_agent,
         sync_rounds=np.array([s.completed]),
-        messages=np.array([s.uplink_messages + s.downlink_messages]),
-        bytes_sent=np.array([s.uplink_bytes + s.downlink_bytes]),
+        messages=np.array([s.uplink_messages + s.downlink_messages], dtype=np.float64),  # as the simulator's
+        bytes_sent=np.array([s.uplink_bytes + s.downlink_bytes], dtype=np.float64),
         seconds=wall,
         report=report,
     )
