@@ -298,6 +298,19 @@ def ldp_sigma_paper(epsilon: float, delta: float, releases: int) -> float:
     return math.sqrt(8.0 * kappa * (math.log(2.0 / delta) + epsilon) / epsilon**2)
 
 
+def _check_shuffle_args(
+    epsilon: float, delta: float, releases: int, horizon: int, agents: int
+) -> tuple[float, float, int, int, int]:
+    """The validated (epsilon, delta, releases, horizon, agents) of a shuffle-model noise formula."""
+    return (
+        check_float("epsilon", epsilon, low=0.0, low_open=True),
+        check_float("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True),
+        check_int("releases", releases, low=1),
+        check_int("horizon", horizon, low=1),
+        check_int("agents", agents, low=1),
+    )
+
+
 def sdp_amplification_sigma_heuristic(epsilon: float, delta: float, releases: int, horizon: int, agents: int) -> float:
     """Theorem 5.3's displayed O(.) noise level with constant 1 -- *no formal guarantee*.
 
@@ -308,11 +321,7 @@ def sdp_amplification_sigma_heuristic(epsilon: float, delta: float, releases: in
     :func:`~fedbandits.privacy.shuffle_amplification.amplification_noise_multiplier`).  Raises
     ``ValueError`` if a log factor is <= 0.
     """
-    epsilon = check_float("epsilon", epsilon, low=0.0, low_open=True)
-    delta = check_float("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
-    releases = check_int("releases", releases, low=1)
-    horizon = check_int("horizon", horizon, low=1)
-    agents = check_int("agents", agents, low=1)
+    epsilon, delta, releases, horizon, agents = _check_shuffle_args(epsilon, delta, releases, horizon, agents)
     kappa = _kappa(releases)
     factors = {
         "log(1/delta)": math.log(1.0 / delta),
@@ -357,11 +366,7 @@ def sdp_amplification_sigma_code(epsilon: float, delta: float, releases: int, ho
     6,283 at epsilon = 1e-3, delta = 1e-4, T = 10,000, B = 25, M = 100.  No theorem is attached:
     the caller accounts for it.  Every log factor is positive (M N >= 1 > delta), unlike the paper's.
     """
-    epsilon = check_float("epsilon", epsilon, low=0.0, low_open=True)
-    delta = check_float("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
-    releases = check_int("releases", releases, low=1)
-    horizon = check_int("horizon", horizon, low=1)
-    agents = check_int("agents", agents, low=1)
+    epsilon, delta, releases, horizon, agents = _check_shuffle_args(epsilon, delta, releases, horizon, agents)
     nodes = max_nodes_per_datum(releases)
     product = math.log(1.0 / delta) * math.log1p(nodes / (horizon * delta)) * math.log(agents * nodes / delta)
     return math.sqrt(nodes * product) / (epsilon * math.sqrt(agents))
