@@ -4,7 +4,7 @@ A config has three parts::
 
     [experiment]          # seed, runs, horizon, and optional noise_seed, runs_per_task, grid_points, name
     [environment]         # name = "gaussian-sphere" | "gap-instance" | ...  plus its parameters
-    [[algorithms]]        # one table per algorithm: name, optional label, its parameters
+    [[algorithms]]        # one table per algorithm: name, optional label and noise_stream, its parameters
 
 Unknown tables or keys are errors.  Every error is a :class:`ConfigError` whose message names
 the offending field (e.g. ``algorithms[2].batch``) and its valid range.  The same object drives
@@ -55,17 +55,26 @@ class ExperimentConfig:
 
 @dataclass(frozen=True)
 class ComponentConfig:
-    """An environment or algorithm: its registry name, a label and validated parameters."""
+    """An environment or algorithm: its registry name, a label and validated parameters.
+
+    ``noise_stream`` (algorithms only): the index ``a`` of the privacy-noise stream
+    ``SeedSequence(noise_seed, spawn_key=(r, 1, a))`` the entry draws from; None (not stated) is
+    the entry's 0-based position in ``[[algorithms]]`` (see :meth:`Config.noise_stream`).  Fixing
+    it lets a config that drops other entries replay this entry's noise exactly.
+    """
 
     name: str
     label: str
     params: Any
+    noise_stream: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         # None is "resolved automatically" (TOML has no null): leaving the key out reads back the same
+        stream = {} if self.noise_stream is None else {"noise_stream": self.noise_stream}
         return {
             "name": self.name,
             "label": self.label,
+            **stream,
             **{k: v for k, v in asdict(self.params).items() if v is not None},
         }
 
@@ -82,6 +91,11 @@ class Config:
             return replace(self, experiment=replace(self.experiment, **changes))
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"experiment: {exc}") from None
+
+    def noise_stream(self, index: int) -> int:
+        """The privacy-noise stream of algorithm entry ``index``: its ``noise_stream``, else ``index``."""
+        stated = self.algorithms[index].noise_stream
+        return index if stated is None else stated
 
     def runs_per_task(self) -> int:
         if self.experiment.runs_per_task is not None:
@@ -146,7 +160,22 @@ def config_from_dict(data: dict[str, Any]) -> Config:
     duplicates = sorted({lab for lab in labels if labels.count(lab) > 1})
     if duplicates:
         raise ConfigError(f"algorithms: labels must be unique, repeated: {duplicates} (set `label` to tell them apart)")
+    _check_noise_streams(algorithms)
     return Config(experiment, environment, algorithms)
+
+
+def _check_noise_streams(algorithms: tuple[ComponentConfig, ...]) -> None:
+    """Two entries drawing the same privacy noise would be silently correlated: refuse it."""
+    owner: dict[int, int] = {}
+    for i, alg in enumerate(algorithms):
+        stream = i if alg.noise_stream is None else alg.noise_stream
+        if stream in owner:
+            raise ConfigError(
+                f"algorithms[{i + 1}].noise_stream must be an integer >= 0 used by no other entry, got {stream}: "
+                f"the stream of algorithms[{owner[stream] + 1}] (an entry without noise_stream uses its 0-based "
+                "position); entries sharing a stream would draw the same privacy noise"
+            )
+        owner[stream] = i
 
 
 def _table(data: dict[str, Any], key: str, *, required: bool) -> dict[str, Any]:
@@ -173,8 +202,14 @@ def _build_component(
     label = table.pop("label", name) if allow_label else name
     if not isinstance(label, str) or not label:
         raise ConfigError(f"{where}.label must be a non-empty string, got {label!r}")
+    stream = table.pop("noise_stream", None) if allow_label else None
+    if stream is not None:
+        try:
+            stream = check_int(f"{where}.noise_stream", stream, low=0)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
     params = _build_dataclass(f"{where} ({name})", registry[name].params, table)
-    return ComponentConfig(name, label, params)
+    return ComponentConfig(name, label, params, stream)
 
 
 def _build_dataclass(where: str, cls: type, table: dict[str, Any]) -> Any:

@@ -68,6 +68,10 @@ def _is_private(alg: ComponentConfig) -> bool:
     return hasattr(params, "epsilon") and bool(getattr(params, "private", True))
 
 
+def _without_stream(entry: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in entry.items() if k != "noise_stream"}
+
+
 def _label(base: str, epsilon: float) -> str:
     return f"{base} @ eps={epsilon:g}"
 
@@ -94,13 +98,14 @@ def frontier_plan(config: Config, epsilons: tuple[float, ...] = DEFAULT_EPSILONS
     variants: dict[str, tuple[str, float]] = {}
     for alg in private:
         for eps in epsilons:
-            entry = {**alg.to_dict(), "epsilon": eps, "label": _label(alg.label, eps)}
+            # the variants are new entries: each draws the noise of its own position, not the original's stream
+            entry = {**_without_stream(alg.to_dict()), "epsilon": eps, "label": _label(alg.label, eps)}
             entries.append(entry)
             variants[entry["label"]] = (alg.label, eps)
     federated = next((a for a in config.algorithms if a.name == "fedlinucb"), None)
     reference = {"name": "fedlinucb"}
     if federated is not None:
-        reference = {k: v for k, v in federated.to_dict().items() if k not in _PRIVATE_ONLY + _TUNING}
+        reference = {k: v for k, v in _without_stream(federated.to_dict()).items() if k not in _PRIVATE_ONLY + _TUNING}
     entries.append({**reference, "protocol": "none", "label": NON_PRIVATE})
     entries.append({"name": "linucb-independent", "label": INDEPENDENT})
     data = config.to_dict()

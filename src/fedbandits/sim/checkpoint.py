@@ -41,11 +41,11 @@ def key_fields(config: Config, record_transcript: bool = False) -> dict[str, Any
     """Everything a task's result depends on besides its run indices.
 
     In: seed, the effective noise seed, horizon, grid_points (the recorded curve points), the
-    environment and every algorithm (name, label, parameters, order -- the order picks each
-    algorithm's noise stream), whether transcripts are recorded, the fedbandits version and the
-    checkpoint format.  Out: ``name`` and ``runs`` (run r's numbers do not depend on how many
-    runs there are) and ``runs_per_task`` (the grouping is part of each file's run range instead:
-    a differently grouped task is simply recomputed).
+    environment and every algorithm (name, label, ``noise_stream`` if stated, parameters, order --
+    the order picks the noise stream of an entry that states none), whether transcripts are
+    recorded, the fedbandits version and the checkpoint format.  Out: ``name`` and ``runs`` (run
+    r's numbers do not depend on how many runs there are) and ``runs_per_task`` (the grouping is
+    part of each file's run range instead: a differently grouped task is simply recomputed).
     """
     exp = config.experiment
     data = config.to_dict()

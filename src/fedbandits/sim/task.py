@@ -81,7 +81,7 @@ def simulate_runs(
             env.n_arms,
             env.dim,
             exp.horizon,
-            noise_rngs(noise_seed, runs, a),
+            noise_rngs(noise_seed, runs, config.noise_stream(a)),
             record_transcript=record_transcript,
             env=env,
         )
