@@ -7,6 +7,14 @@ or a field of its algorithms (e.g. ``calibration = "paper"`` -> ``"tight"``, ``r
 Everything else -- seed, runs, horizon, labels -- is the base run's, so a cause run plays the same
 contexts and reward noise (common random numbers) and the same claims are checked on it.
 
+A cause run plays only the curves its claims compare: :func:`cause_config` with ``labels`` keeps
+the algorithm entries of those labels (every panel of a multi-panel experiment restricted to its
+own claimed labels, a panel with none left out) and states each kept entry's ``noise_stream``
+as its position in the base config, so every kept curve is bit for bit the one the full cause
+run would give (the environment's draws never depend on the algorithms, and each entry's privacy
+noise depends only on its stream).  ``reproduce`` runs the causes on the labels of the claims
+:func:`cause_claims` selects and checks under a cause only those claims.
+
 When they run (``reproduce(..., causes=...)``, ``--causes`` on the command line):
 
 * ``"unsettled"`` (default): the causes of every experiment with a claim that is not reproduced
@@ -22,14 +30,17 @@ When they run (``reproduce(..., causes=...)``, ``--causes`` on the command line)
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Any
 
 from fedbandits.experiments.claims import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, ClaimResult
-from fedbandits.experiments.figures.common import Cause, Experiment
+from fedbandits.experiments.figures.common import Cause, Claim, Experiment
+from fedbandits.experiments.panels import panel_key
 
 CAUSE_MODES = ("unsettled", "all", "none")
 SECTIONS = ("environment", "algorithms")
+#: the statuses of a claim that is not settled: its experiment's cause runs are for it
+UNSETTLED = (NOT_REPRODUCED, INCONCLUSIVE)
 
 
 def _parse(cause: Cause) -> tuple[str, str, Any]:
@@ -43,11 +54,43 @@ def _parse(cause: Cause) -> tuple[str, str, Any]:
     return section, name, value
 
 
-def cause_config(base: Mapping[str, Any], cause: Cause) -> dict[str, Any]:
+def entry_label(entry: Mapping[str, Any]) -> str:
+    """An algorithm entry's label as the config reads it (its ``name`` when it states none)."""
+    return str(entry.get("label", entry["name"]))
+
+
+def restrict(config: Mapping[str, Any], labels: Collection[str]) -> dict[str, Any]:
+    """A deep copy of ``config`` with only the algorithm entries labelled in ``labels``, in their order,
+    each with ``noise_stream`` = its 0-based position in ``config`` unless it states one already
+    (so it draws the privacy noise it drew in ``config``); a one-line ValueError for a label that
+    names no entry."""
+    entries = list(config["algorithms"])
+    have = [entry_label(e) for e in entries]
+    missing = sorted(set(labels) - set(have))
+    if missing:
+        raise ValueError(f"labels {missing} name no algorithm entry of {config['experiment']['name']!r}; have {have}")
+    restricted = copy.deepcopy(dict(config))
+    restricted["algorithms"] = [
+        {**copy.deepcopy(dict(e)), "noise_stream": i if e.get("noise_stream") is None else e["noise_stream"]}
+        for i, e in enumerate(entries)
+        if entry_label(e) in labels
+    ]
+    return restricted
+
+
+def cause_config(base: Mapping[str, Any], cause: Cause, labels: Collection[str] | None = None) -> dict[str, Any]:
     """A deep copy of ``base`` with the one field of ``cause`` changed; a one-line ValueError otherwise.
 
     Refused: a cause naming no field or several, a field the base does not state (in the
     environment, or in any algorithm entry), and a change that leaves the config as it was.
+
+    ``labels``: play only the algorithm entries with these labels (:func:`restrict`: each kept entry
+    keeps its base noise stream).  Whether the field is stated, and whether the cause changes
+    something, is judged on the *whole* base, not on the kept entries: the restricted run is then
+    exactly the full cause run with the other entries dropped -- valid exactly when the full one is,
+    whichever claims turn out unsettled (so ``reproduce`` can refuse a bad cause before any run) --
+    and if the field is stated only by dropped entries, the kept curves are the base run's, which is
+    what the full cause run gives for them too.
     """
     section, name, value = _parse(cause)
     config = copy.deepcopy(dict(base))
@@ -62,12 +105,40 @@ def cause_config(base: Mapping[str, Any], cause: Cause) -> dict[str, Any]:
         raise ValueError(f"cause {cause.name!r}: {section}.{name} is {value!r} already; the cause changes nothing")
     for entry in stated:
         entry[name] = copy.deepcopy(value)
-    return config
+    return config if labels is None else restrict(config, labels)
 
 
-def cause_configs(experiment: Experiment, cause: Cause) -> list[tuple[str, dict[str, Any]]]:
-    """(panel, config) of every environment of ``experiment`` with ``cause`` applied."""
-    return [(panel, cause_config(raw, cause)) for panel, raw in experiment.configs()]
+def claim_keys(claims: Iterable[Claim]) -> set[str]:
+    """The table keys (labels, or ``"<panel> / <label>"``) that ``claims`` compare."""
+    return {key for claim in claims for key in claim.args}
+
+
+def panel_labels(experiment: Experiment, panel: str, config: Mapping[str, Any], keys: Collection[str]) -> set[str]:
+    """The labels of ``panel``'s entries among ``keys`` (``"<panel> / <label>"`` keys for a multi-panel experiment)."""
+    have = {entry_label(e) for e in config["algorithms"]}
+    return {lab for lab in have if (panel_key(panel, lab) if experiment.panels else lab) in keys}
+
+
+def cause_configs(
+    experiment: Experiment, cause: Cause, keys: Collection[str] | None = None
+) -> list[tuple[str, dict[str, Any]]]:
+    """(panel, config) of every environment of ``experiment`` with ``cause`` applied.
+
+    ``keys`` (claim table keys, see :func:`claim_keys`): restrict each panel to the entries they
+    name and leave out a panel they name none of (its config is still built, so a bad cause is
+    refused whatever the keys); a key naming no entry (a claim not applicable to the experiment)
+    is ignored.  None: every entry of every panel.
+    """
+    configs = []
+    for panel, raw in experiment.configs():
+        full = cause_config(raw, cause)
+        if keys is None:
+            configs.append((panel, full))
+            continue
+        labels = panel_labels(experiment, panel, raw, keys)
+        if labels:
+            configs.append((panel, cause_config(raw, cause, labels)))
+    return configs
 
 
 def config_diff(a: Any, b: Any, path: str = "") -> Iterator[str]:
@@ -92,7 +163,17 @@ def wants_causes(mode: str, experiment: Experiment, claims: list[ClaimResult]) -
         raise ValueError(f"causes must be one of {', '.join(map(repr, CAUSE_MODES))}, got {mode!r}")
     if mode == "none" or not experiment.causes:
         return False
-    return mode == "all" or any(c.status in (NOT_REPRODUCED, INCONCLUSIVE) for c in claims)
+    return mode == "all" or any(c.status in UNSETTLED for c in claims)
+
+
+def cause_claims(mode: str, claims: list[ClaimResult]) -> list[int]:
+    """The indices of the claims the cause runs are for: every claim (``"all"``), the unsettled ones
+    (``"unsettled"``: not reproduced or inconclusive in the base run) or none (``"none"``)."""
+    if mode not in CAUSE_MODES:
+        raise ValueError(f"causes must be one of {', '.join(map(repr, CAUSE_MODES))}, got {mode!r}")
+    if mode == "none":
+        return []
+    return [i for i, c in enumerate(claims) if mode == "all" or c.status in UNSETTLED]
 
 
 def describe(base: ClaimResult, cause: Cause, result: ClaimResult) -> str:

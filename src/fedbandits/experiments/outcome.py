@@ -12,12 +12,21 @@ from fedbandits.sim.results import Results
 
 @dataclass
 class CauseOutcome:
-    """A one-change cause run: its claims' results (in the experiment's claim order)."""
+    """A one-change cause run: its claims' results, in the experiment's claim order.
+
+    ``claims[i]`` is None for a claim the cause run does not check: a claim settled in the base
+    run (with ``causes = "unsettled"``), or one whose algorithms the run does not play -- a cause
+    run plays only the curves of the claims it is for (:mod:`fedbandits.experiments.causes`).
+    """
 
     cause: Cause
-    claims: list[ClaimResult]
+    claims: list[ClaimResult | None]
     folder: Path
     wall_seconds: float
+
+    def checked(self) -> list[int]:
+        """The indices of the claims this cause run checks."""
+        return [i for i, r in enumerate(self.claims) if r is not None]
 
 
 @dataclass

@@ -4,8 +4,8 @@
 then writes the page (:func:`write_page`): the scale it was generated at and the command, the
 verdict counts, and per figure a small PNG (``docs/reproduction/<name>.png``, 90 dpi), the claims
 table, a power statement for every inconclusive claim, the cause analysis (what each one-change
-run does to each claim), the notes -- among them what matches the paper's instance, what differs
-and where the paper is silent -- and the command and wall time of that figure alone.
+run does to each claim it checks), the notes -- among them what matches the paper's instance,
+what differs and where the paper is silent -- and the command and wall time of that figure alone.
 
 Regenerating from the same results gives the same text except the wall times (and the same
 PNGs): nothing else on the page depends on the clock or the machine.
@@ -67,9 +67,19 @@ def figure_section(outcome: Outcome, scale: str, image: str) -> list[str]:
         lines += ["", "**Power** (inconclusive claims):", "", *powers_text]
     if outcome.causes:
         lines += ["", "**Causes** (each run changes one field of the setting; same seed and runs):", ""]
+        unchecked = 0
         for i, (c, r) in enumerate(zip(e.claims, outcome.claims, strict=True)):
+            verdicts = [describe(r, cause.cause, v) for cause in outcome.causes if (v := cause.claims[i]) is not None]
+            if not verdicts:
+                unchecked += 1
+                continue
             lines.append(f"* {c.text} (**{r.status}**):")
-            lines += [f"  * {describe(r, cause.cause, cause.claims[i])}." for cause in outcome.causes]
+            lines += [f"  * {v}." for v in verdicts]
+        if unchecked:
+            lines.append(
+                f"* {unchecked} claim(s) without a line here: not checked under the causes (a cause run plays only "
+                "the algorithms of the claims it is for; by default those not settled in the base run)."
+            )
     elif e.causes:
         lines += ["", "Causes: not run (every claim is settled)."]
     if e.notes:
@@ -97,7 +107,7 @@ def page_text(outcomes: list[Outcome], scale: str, wall_seconds: float, command:
         f"otherwise inconclusive.  An inconclusive claim gets a power statement (power {POWER:g}: the runs a "
         f"test would need at the observed effect; affordable if they fit in {AFFORDABLE_SECONDS / 3600:g} h "
         "here).  A claim that is not settled gets one-change cause runs: the same setting with exactly one field "
-        "changed.",
+        "changed, playing only the algorithms that the unsettled claims compare (with the same noise).",
         "",
         summary + ".",
         "",

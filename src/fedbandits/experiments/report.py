@@ -2,7 +2,8 @@
 
 Per claim: its status and measured numbers; for an inconclusive claim the power statement
 (:mod:`fedbandits.experiments.power`); for every cause run (:mod:`fedbandits.experiments.causes`)
-what the one change does to the claim.  :func:`report` writes ``DIR/report.md``;
+that checks the claim, what the one change does to it (a cause run checks only the claims it is
+for: with ``causes = "unsettled"`` a settled claim has no cause line).  :func:`report` writes ``DIR/report.md``;
 :mod:`fedbandits.experiments.page` builds the docs page from the same pieces.
 """
 
@@ -50,7 +51,8 @@ def _privacy_rows(results: Results) -> list[str]:
 
 
 def claim_lines(outcome: Outcome) -> list[str]:
-    """One bullet per claim: status, numbers, the power statement if inconclusive, each cause run's verdict."""
+    """One bullet per claim: status, numbers, the power statement if inconclusive, the verdict of each
+    cause run that checks it."""
     e = outcome.experiment
     lines = []
     for i, (c, r) in enumerate(zip(e.claims, outcome.claims, strict=True)):
@@ -59,7 +61,9 @@ def claim_lines(outcome: Outcome) -> list[str]:
         if statement is not None:
             lines.append(f"  * Power: {statement.text(e.name, e.scale)}.")
         for cause in outcome.causes:
-            lines.append(f"  * Cause `{cause.cause.name}`: {describe(r, cause.cause, cause.claims[i])}.")
+            result = cause.claims[i]
+            if result is not None:
+                lines.append(f"  * Cause `{cause.cause.name}`: {describe(r, cause.cause, result)}.")
     return lines
 
 
@@ -67,10 +71,16 @@ def cause_summary(outcome: Outcome) -> list[str]:
     """The cause runs of an experiment: what each changed and its wall time (empty if none ran)."""
     if not outcome.causes:
         return []
-    lines = ["", "Cause runs (each changes one field of the base config; same seed and runs):", ""]
+    lines = [
+        "",
+        "Cause runs (each changes one field of the base config; same seed and runs; each plays only the "
+        "algorithms of the claims it checks, with their noise streams of the base run):",
+        "",
+    ]
     for c in outcome.causes:
         change = ", ".join(f"`{k} = {v!r}`" for k, v in c.cause.change.items())
-        lines.append(f"* `{c.cause.name}`: {change} -- {c.cause.text}; wall time {c.wall_seconds:.1f} s.")
+        checks = f"checks {len(c.checked())} of {len(c.claims)} claim(s)"
+        lines.append(f"* `{c.cause.name}`: {change} -- {c.cause.text}; {checks}; wall time {c.wall_seconds:.1f} s.")
     return lines
 
 

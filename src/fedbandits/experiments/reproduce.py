@@ -15,9 +15,11 @@ local processes, with the same results bit for bit.
 
 ``causes`` (``--causes``; :mod:`fedbandits.experiments.causes`) chooses when an experiment's
 one-change cause runs run: ``"unsettled"`` (default: when a claim is not reproduced or
-inconclusive), ``"all"`` or ``"none"``; each writes ``DIR/<name>/causes/<cause>/``.  The report
+inconclusive), ``"all"`` or ``"none"``; each writes ``DIR/<name>/causes/<cause>/``.  A cause run
+plays only the algorithms of the claims it is for (the unsettled ones; every claim with
+``"all"``), with the noise streams of the base config, and checks only those claims.  The report
 (:mod:`fedbandits.experiments.report`) gives every inconclusive claim a power statement
-(:mod:`fedbandits.experiments.power`) and every cause run's verdict on every claim.
+(:mod:`fedbandits.experiments.power`) and every cause run's verdict on the claims it checks.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from fedbandits.config import config_from_dict
-from fedbandits.experiments.causes import CAUSE_MODES, cause_configs, wants_causes
+from fedbandits.experiments.causes import CAUSE_MODES, cause_claims, cause_configs, claim_keys, wants_causes
 from fedbandits.experiments.claims import ClaimResult, check
 from fedbandits.experiments.figures import EXPERIMENTS, Experiment, get_experiment
 from fedbandits.experiments.outcome import CauseOutcome, Outcome
@@ -106,7 +108,8 @@ def draw_figure(panels: dict[str, Results], experiment: Experiment, path: str | 
 def _run_panels(
     configs: list[tuple[str, dict[str, Any]]], folder: Path, experiment: Experiment, plots: bool, **options: Any
 ) -> dict[str, Results]:
-    """Run every (panel, config), save each in its folder (with its plots if ``plots``) and draw the figure."""
+    """Run every (panel, config), save each in its folder (with its plots if ``plots``) and draw the figure
+    (a cause run's figure has only the curves it plays)."""
     panels: dict[str, Results] = {}
     for panel, raw in configs:
         results = run_experiment(config_from_dict(raw), **options)
@@ -122,6 +125,15 @@ def _run_panels(
 def _claims(experiment: Experiment, panels: dict[str, Results]) -> list[ClaimResult]:
     tables = claim_tables(panels)
     return [check(c.kind, tables[c.metric], c.args) for c in experiment.claims]
+
+
+def _cause_claims(experiment: Experiment, panels: dict[str, Results], wanted: list[int]) -> list[ClaimResult | None]:
+    """The claims ``wanted`` whose every curve the cause run played, checked; None for the others."""
+    tables = claim_tables(panels)
+    return [
+        check(c.kind, tables[c.metric], c.args) if i in wanted and all(a in tables[c.metric] for a in c.args) else None
+        for i, c in enumerate(experiment.claims)
+    ]
 
 
 def run_one(
@@ -158,11 +170,17 @@ def run_one(
     claims = _claims(experiment, panels)
     outcome = Outcome(experiment, next(iter(panels.values())), claims, folder, panels)
     if wants_causes(causes, experiment, claims):
+        # a cause run plays only the curves of the claims it is for, each with its base noise stream
+        wanted = cause_claims(causes, claims)
+        keys = claim_keys(experiment.claims[i] for i in wanted)
         for cause in experiment.causes:
+            configs = cause_configs(experiment, cause, keys)
+            if not configs:  # the claims name no algorithm of the experiment (each is not applicable)
+                continue
             sub = folder / "causes" / cause.name
-            cause_panels = _run_panels(cause_configs(experiment, cause), sub, experiment, False, **options)
+            cause_panels = _run_panels(configs, sub, experiment, False, **options)
             seconds = sum(r.wall_seconds for r in cause_panels.values())
-            outcome.causes.append(CauseOutcome(cause, _claims(experiment, cause_panels), sub, seconds))
+            outcome.causes.append(CauseOutcome(cause, _cause_claims(experiment, cause_panels, wanted), sub, seconds))
     return outcome
 
 
@@ -199,7 +217,9 @@ def reproduce(
     if out.exists() and not out.is_dir():
         raise ValueError(f"out {out} exists and is not a folder")
     for e in experiments:  # validate every config and check its memory before running anything
-        for _, raw in [*e.configs(), *(c for cause in e.causes for c in cause_configs(e, cause))]:
+        # (a cause run plays at most the algorithms of every claim: its memory is at most this one's)
+        every = claim_keys(e.claims)
+        for _, raw in [*e.configs(), *(c for cause in e.causes for c in cause_configs(e, cause, every))]:
             check_run_memory(config_from_dict(raw), workers, backend, max_memory)
     started = time.perf_counter()
     opened = open_backend(backend, workers, address, max_retries) if isinstance(backend, str) else None
