@@ -201,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=CAUSE_MODES,
         default="unsettled",
         help="when to run a figure's one-change cause runs: when a claim is not reproduced or inconclusive "
-        "(default), always, or never",
+        "(default: they play only those claims' algorithms), always (every claim's algorithms), or never",
     )
     p_rep.add_argument(
         "--page",
