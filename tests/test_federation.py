@@ -244,6 +244,105 @@ def test_a_silo_back_within_the_deadline_is_asked_again(monkeypatch: pytest.Monk
     assert time.time() - start < 1.5  # the round ends when node 2 answered (or was given up), not at its deadline
 
 
+@pytest.mark.parametrize("nudge", [True, False])
+def test_a_reply_held_back_by_the_silos_node_is_released_by_asking_once_more(
+    monkeypatch: pytest.MonkeyPatch, nudge: bool
+) -> None:
+    """Node 2's SuperNode holds every reply until it pulls its next request (what a Flower 1.42
+    SuperNode does after a run stopped while it was pulling a request: the chaos test's failure).
+    With the nudge the server asks node 2 once more after ``nudge_after`` s of silence: the held
+    reply arrives and the round ends at once with both silos, each counted once.  Without it node 2
+    is missing when the deadline passes.  Node 1 answers both of its requests, in one pull: the
+    second answer is dropped."""
+    pytest.importorskip("flwr")
+    from types import SimpleNamespace
+
+    from fedbandits.federation import app
+
+    start = time.time()
+    pushed: list[int] = []
+
+    class Grid:
+        def get_node_ids(self) -> list[int]:
+            return [1, 2]
+
+        def push_messages(self, messages: list[SimpleNamespace]) -> list[str]:
+            pushed.extend(m.dst_node_id for m in messages)
+            return [f"m{len(pushed) - len(messages) + j}" for j in range(len(messages))]
+
+        def pull_messages(self, ids: set[str]) -> list[object]:
+            def ready(j: int) -> bool:  # node 2: only once a later request to it was pushed
+                return pushed[j] == 1 or 2 in pushed[j + 1 :]
+
+            return [
+                SimpleNamespace(metadata=SimpleNamespace(reply_to_message_id=i, src_node_id=pushed[int(i[1:])]))
+                for i in sorted(ids)
+                if ready(int(i[1:]))
+            ]
+
+    monkeypatch.setattr(app, "Message", lambda content, **kw: SimpleNamespace(content=content, **kw))
+    monkeypatch.setattr(app, "_no_answer", lambda msg: False)
+    monkeypatch.setattr(app, "_incoming", lambda msg: Incoming(msg.metadata.src_node_id, {}, {}))
+    monkeypatch.setattr(app, "FINAL_PULL_MARGIN", 0.05)
+    state = SimpleNamespace(prefix=None, downlink_messages=0, downlink_bytes=0, uplink_messages=0, uplink_bytes=0)
+    after = 0.2 if nudge else 10.0
+    out = app._exchange(  # type: ignore[arg-type]
+        Grid(), SimpleNamespace(state=state), None, "train", {"round": 1}, 1, 1.5, 0.05, reask=True, nudge_after=after
+    )
+    if nudge:
+        assert sorted(inc.node_id for inc in out) == [1, 2] and pushed == [1, 2, 2]
+        assert state.uplink_messages == 2 and state.downlink_messages == 3
+        assert time.time() - start < 1.0  # ended when node 2's held reply came, not at the deadline
+    else:
+        assert [inc.node_id for inc in out] == [1] and pushed == [1, 2]
+
+
+@pytest.mark.parametrize("answered_first", [2, 1])
+def test_a_silo_answering_its_request_and_the_repeat_is_counted_once(
+    monkeypatch: pytest.MonkeyPatch, answered_first: int
+) -> None:
+    """A slow but healthy silo asked once more answers both requests; the server takes the first
+    reply and drops the other, even when both come in the same pull (no rejection, one upload).
+    Node 3 is slow; nodes 1 and 2 answer at once, or only node 1 of them does while node 2 is as
+    slow as node 3: then fewer than half of the silos have answered when node 3's silence exceeds
+    ``nudge_after``, and nobody is asked twice (a slow start of the whole federation is no reason
+    to launch a second ClientApp on every silo)."""
+    pytest.importorskip("flwr")
+    from types import SimpleNamespace
+
+    from fedbandits.federation import app
+
+    start = time.time()
+    pushed: list[int] = []
+    fast = {1, 2} if answered_first == 2 else {1}
+
+    class Grid:
+        def get_node_ids(self) -> list[int]:
+            return [1, 2, 3]
+
+        def push_messages(self, messages: list[SimpleNamespace]) -> list[str]:
+            pushed.extend(m.dst_node_id for m in messages)
+            return [f"m{len(pushed) - len(messages) + j}" for j in range(len(messages))]
+
+        def pull_messages(self, ids: set[str]) -> list[object]:
+            late = time.time() >= start + 0.4  # the slow nodes' replies (all of them) appear after 0.4 s
+            return [
+                SimpleNamespace(metadata=SimpleNamespace(reply_to_message_id=i, src_node_id=pushed[int(i[1:])]))
+                for i in sorted(ids)
+                if late or pushed[int(i[1:])] in fast
+            ]
+
+    monkeypatch.setattr(app, "Message", lambda content, **kw: SimpleNamespace(content=content, **kw))
+    monkeypatch.setattr(app, "_no_answer", lambda msg: False)
+    monkeypatch.setattr(app, "_incoming", lambda msg: Incoming(msg.metadata.src_node_id, {}, {}))
+    state = SimpleNamespace(prefix=None, downlink_messages=0, downlink_bytes=0, uplink_messages=0, uplink_bytes=0)
+    out = app._exchange(  # type: ignore[arg-type]
+        Grid(), SimpleNamespace(state=state), None, "train", {"round": 1}, 1, 2.0, 0.05, reask=True, nudge_after=0.1
+    )
+    assert sorted(inc.node_id for inc in out) == [1, 2, 3] and state.uplink_messages == 3
+    assert pushed == ([1, 2, 3, 3] if answered_first == 2 else [1, 2, 3])
+
+
 def test_deployment_report_names_the_secret_sampler_and_withdraws_non_lazy_guarantees() -> None:
     lazy = _spec("ldp").privacy_report()
     assert lazy["guarantee"] == "formal" and "discrete Gaussian" in str(lazy["secret_noise_sampler"])

@@ -59,6 +59,10 @@ log = logging.getLogger("fedbandits.federation")
 
 #: seconds after a round's requests expire before the server's last pull of their replies
 FINAL_PULL_MARGIN = 1.0
+#: with ``reask``, a silo still silent this fraction of the round's deadline (and at least
+#: NUDGE_FLOOR s) after its request, while its node is online and half of the silos have answered,
+#: is asked once more (see :func:`_exchange`)
+NUDGE_FRACTION, NUDGE_FLOOR = 1 / 6, 10.0
 
 server_app = ServerApp()
 client_app = ClientApp()
@@ -390,6 +394,7 @@ def _exchange(
     poll: float,
     per_node: dict[int, dict[str, Any]] | None = None,
     reask: bool = False,
+    nudge_after: float | None = None,
 ) -> list[Incoming]:
     """Send one request to every connected silo (``per_node``: extra meta for some nodes); collect
     replies until all arrive or the deadline.
@@ -399,11 +404,27 @@ def _exchange(
     as soon as it is back: a restarted silo answers a request it had already served with the
     message it stored before replying, byte for byte (:class:`~fedbandits.federation.silo.Silo`),
     so asking twice is never a second release.  The cost: a round in which a silo dies for good
-    waits until its deadline."""
+    waits until its deadline.
+
+    Also with ``reask``, a silo whose node is online but silent ``nudge_after`` seconds after its
+    request (default: :data:`NUDGE_FRACTION` of the deadline, at least :data:`NUDGE_FLOOR` s), when
+    at least half of the silos asked have answered, is asked once more.  A Flower 1.42
+    SuperNode sends a reply only after its *next* pull of a request, and one that was pulling a
+    request when the server crashed keeps a dead task whose reply takes that turn: from then on
+    every reply waits for the following request (seen in the chaos test: the silo missed every
+    round after the server's restart).  The second request releases the held reply; its own reply
+    is the one held next, to a request nobody pulls.  Whichever reply of a silo arrives first is
+    taken; the silo's other requests are dropped from the round."""
     prefix = coord.state.prefix
     deadline = time.time() + timeout  # reset after the first push (requests created before it)
     dest: dict[str, int] = {}
     ids: set[str] = set()
+    pushed_at: dict[int, float] = {}
+    if nudge_after is None:
+        nudge_after = max(timeout * NUDGE_FRACTION, NUDGE_FLOOR)
+    nudge = nudge_after if reask else float("inf")
+    nudged: set[int] = set()
+    answered: set[int] = set()
 
     def content(node: int) -> RecordDict:
         out = RecordDict({"meta": ConfigRecord({**meta, **(per_node or {}).get(node, {})})})
@@ -422,7 +443,9 @@ def _exchange(
         pushed = list(grid.push_messages(messages))
         coord.state.downlink_messages += len(messages)
         coord.state.downlink_bytes += sum(wire_bytes(c) for c in contents)
+        now = time.time()
         for mid, n in zip(pushed, nodes, strict=True):
+            pushed_at[n] = now
             if mid is not None:
                 dest[mid] = n
                 ids.add(mid)
@@ -449,6 +472,12 @@ def _exchange(
                     continue
                 log.warning("round %d: %s did not answer (%s)", round_, who(node), reason)
                 continue
+            node = dest.get(msg.metadata.reply_to_message_id)
+            if node is not None:
+                if node in answered:  # a silo answered both its request and the repeat: one is enough
+                    continue
+                answered.add(node)
+                ids.difference_update([m for m in ids if dest[m] == node])
             inc = _incoming(msg)
             coord.state.uplink_messages += 1
             coord.state.uplink_bytes += inc.wire_bytes
@@ -465,6 +494,20 @@ def _exchange(
                 gone.difference_update(back)
                 log.info("round %d: %s back; asked again", round_, ", ".join(map(who, back)))
                 push(back, left)
+        now = time.time()
+        silent = {dest[m] for m in ids} - nudged - gone
+        late = sorted(n for n in silent if now - pushed_at[n] >= nudge)
+        if late and 2 * len(answered) >= len(pushed_at) and deadline - now > 1.0:
+            late = [n for n in late if n in set(_targets(grid, registry))]
+            nudged.update(late)
+            if late:
+                log.info(
+                    "round %d: %s silent for %.0f s while online; asked once more",
+                    round_,
+                    ", ".join(map(who, late)),
+                    nudge,
+                )
+                push(late, deadline - now)
         if ids or gone:
             time.sleep(poll)
     if ids:
@@ -475,7 +518,8 @@ def _exchange(
         time.sleep(FINAL_PULL_MARGIN)
         pull()
     if ids or gone:
-        log.warning("round %d: %d silo(s) did not answer within %.0f s", round_, len(ids) + len(gone), timeout)
+        missing = {dest[m] for m in ids} | gone
+        log.warning("round %d: %d silo(s) did not answer within %.0f s", round_, len(missing), timeout)
     return out
 
 
