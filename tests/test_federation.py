@@ -58,6 +58,9 @@ def _spec(protocol: str = "ldp", **kw):  # type: ignore[no-untyped-def]
         ("sdp-amplification", 13, 'regularizer = "theory"'),
         # below that the paper's heuristic noise still runs (labelled "no formal guarantee")
         ("sdp-amplification", 3, 'calibration = "paper"'),
+        # an entry with its own noise stream: silos, shuffler and reference draw from that stream
+        ("ldp", 3, "noise_stream = 4"),
+        ("sdp-amplification", 3, 'calibration = "paper"\nnoise_stream = 2'),
     ],
 )
 def test_loopback_parity_with_simulator(tmp_path: Path, protocol: str, agents: int, extra: str) -> None:

@@ -44,7 +44,7 @@ def reference_run(spec: DeploySpec) -> Reference:
         env.n_arms,
         env.dim,
         spec.horizon,
-        noise_rngs(spec.noise_seed, [spec.run], spec.algorithm_index),
+        noise_rngs(spec.noise_seed, [spec.run], spec.noise_stream),
         env=env,
     )
     policy = ALGORITHMS[alg.name].factory(alg.params, ctx)

@@ -95,7 +95,7 @@ class ShufflerError(RuntimeError):
 def derived_shuffle_rng(spec: DeploySpec) -> np.random.Generator:
     """The shuffle stream the simulator's shuffler uses in this run (see
     :class:`~fedbandits.protocols.gaussian_tree.GaussianTreeProtocol`)."""
-    run_rng = noise_rngs(spec.noise_seed, [spec.run], spec.algorithm_index)[0]
+    run_rng = noise_rngs(spec.noise_seed, [spec.run], spec.noise_stream)[0]
     return protocol_streams(run_rng)[1]
 
 

@@ -286,7 +286,7 @@ class Silo:
     def _noise_stream(self) -> np.random.Generator:
         """``derived`` noise: the stream the simulator gives silo i (parity trials only)."""
         spec = self.spec
-        run_rng = noise_rngs(spec.noise_seed, [spec.run], spec.algorithm_index)[0]
+        run_rng = noise_rngs(spec.noise_seed, [spec.run], spec.noise_stream)[0]
         protocol_rng = protocol_streams(run_rng)[0]  # GaussianTreeProtocol's noise stream of the run
         return silo_noise_rng(protocol_rng, spec.silos, self.silo_id)
 

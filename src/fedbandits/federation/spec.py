@@ -68,6 +68,12 @@ class DeploySpec:
         return self.config.algorithms[self.algorithm_index].params  # type: ignore[no-any-return]
 
     @property
+    def noise_stream(self) -> int:
+        """The index of the deployed entry's privacy-noise stream (its ``noise_stream``, else its
+        position), the simulator's for the same entry: :func:`fedbandits.sim.seeding.noise_rngs`."""
+        return self.config.noise_stream(self.algorithm_index)
+
+    @property
     def silos(self) -> int:
         return int(self.config.environment.params.agents)
 
