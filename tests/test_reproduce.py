@@ -14,6 +14,7 @@ import pytest
 from fedbandits.cli import main
 from fedbandits.config import config_from_dict
 from fedbandits.experiments import EXPERIMENTS, get_experiment, reproduce
+from fedbandits.experiments.causes import config_diff
 from fedbandits.experiments.claims import (
     INCONCLUSIVE,
     NOT_APPLICABLE,
@@ -71,7 +72,7 @@ def test_decreasing() -> None:
 
 # -- registry -------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", list(EXPERIMENTS))
-@pytest.mark.parametrize("scale", ["quick", "paper", "tiny"])
+@pytest.mark.parametrize("scale", ["quick", "paper", "tiny", "published"])
 def test_registry_configs_are_valid(name: str, scale: str) -> None:
     exp = get_experiment(name, scale)
     config = config_from_dict(exp.config)
@@ -82,25 +83,38 @@ def test_registry_configs_are_valid(name: str, scale: str) -> None:
     for claim in exp.claims:
         assert set(claim.args) <= keys
         assert claim.metric in ("regret", "messages")
-    assert bool(exp.shrunk) == (scale != "paper")
+    # shrunk unless published; Dubey & Pentland's paper scale is the largest this machine runs
+    assert bool(exp.shrunk) == (scale not in ("paper", "published") or (scale == "paper" and name.startswith("dubey")))
+    if scale == "published" and not name.startswith("dubey"):  # one machine holds these: paper == published
+        assert exp.config == get_experiment(name, "paper").config and exp.panels == get_experiment(name, "paper").panels
     if exp.figure_kind == "final-vs-x":
         assert all(a.label in exp.x_values for _, raw in exp.configs() for a in config_from_dict(raw).algorithms)
     if name.startswith("dubey"):
         assert exp.figure.startswith(("Figure 1", "Appendix Figure 2")) and exp.paper.startswith("Dubey & Pentland")
-        if scale == "paper":  # the published setting (section 4.4): T = 10^7, 100 runs, d = 10 unless varied
+        assert config.environment.name == "gap-instance"
+        if scale == "published":  # the published setting (section 4.4): T = 10^7, 100 runs, d = 10 unless varied
             assert (config.experiment.runs, config.experiment.horizon) == (100, 10_000_000)
-            assert config.environment.name == "gap-instance"
+        if scale == "paper":  # the largest honest scale: the reason and the command for the published one
+            assert (config.experiment.runs, config.experiment.horizon) == (4, 100_000)
+            assert "days per figure" in exp.shrunk and f"reproduce {name} --scale published --backend ray" in exp.shrunk
+            published = get_experiment(name, "published")
+            for (_, small), (_, full) in zip(exp.configs(), published.configs(), strict=True):
+                # only T and the runs shrink: M, d, K, the gaps and every algorithm are the published ones,
+                # but for Figure 1B's O(M^1.5) sync threshold D, which is a function of T (Proposition 1)
+                diff = set(config_diff(small, full)) - {"experiment.horizon", "experiment.runs"}
+                assert all(re.fullmatch(r"algorithms\[\d+\]\.threshold", d) for d in diff), diff
+                assert not diff or name == "dubey-fig1b"
         return
     if name.startswith("liu"):
         assert exp.paper.startswith("Liu et al.")
-        if scale == "paper":  # section 5: T = 5e5, ten seeds, n = 100 users over L = 5 servers
+        if scale in ("paper", "published"):  # section 5: T = 5e5, ten seeds, n = 100 users over L = 5 servers
             assert (config.experiment.runs, config.experiment.horizon) == (10, 500_000)
             assert config.environment.params.agents == 5
         return
     assert exp.figure.startswith(("Figure 2", "Figure 3")) and exp.paper.startswith("Zhou & Chowdhury")
     mslr = name in ("zhou-fig2c", "zhou-fig3c", "zhou-fig3d")
     assert config.environment.name == ("learning-to-rank" if mslr else "gaussian-sphere")
-    if scale == "paper":
+    if scale in ("paper", "published"):
         assert config.experiment.runs == 25
         assert config.experiment.horizon == (25_000 if mslr else 10_000)
         assert config.environment.params.agents == (10 if mslr else 100)

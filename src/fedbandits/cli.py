@@ -7,7 +7,7 @@
     fedbandits frontier CONFIG.toml [--epsilons E1,E2,...] [--out DIR] [--workers N] [--runs N] ...
                                           regret against epsilon, with the crossing point
     fedbandits list                       every environment, algorithm and protocol name
-    fedbandits reproduce NAME|all [--scale quick|paper] [--runs N] [--out DIR] [--workers N]
+    fedbandits reproduce NAME|all [--scale quick|paper|published] [--runs N] [--out DIR] [--workers N]
                    [--causes unsettled|all|none] [--page docs/reproduction.md]
                    [--backend local|ray] [--address HOST:PORT] [--resume] [--max-memory SIZE]
     fedbandits audit privacy [--quick] [--trials N] [--seed S] [--json F]
@@ -192,7 +192,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p_rep.add_argument("name", metavar="NAME|all", help=f"one of {', '.join(EXPERIMENTS)}, or `all`")
     p_rep.add_argument(
-        "--scale", default="quick", help="quick (shrunk, about a minute), paper (published settings) or tiny"
+        "--scale",
+        default="quick",
+        help="quick (shrunk, about a minute), paper (published settings where one machine holds them, else the "
+        "largest scale the report states), published (published settings everywhere: Dubey & Pentland's T = 10^7 "
+        "needs a cluster, --backend ray) or tiny",
     )
     p_rep.add_argument("--runs", type=_positive_int, help="override the number of runs")
     p_rep.add_argument("--out", type=Path, default=Path("results/reproduce"), help="output folder")

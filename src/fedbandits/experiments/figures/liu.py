@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fedbandits.experiments.figures.common import SEED, Cause, Claim, Experiment, check_scale
+from fedbandits.experiments.figures.common import SEED, Cause, Claim, Experiment, check_scale, sized
 
 LIU = "Liu et al. (2022), Federated online clustering of bandits"
 LIU_PRIVACY_NOTE = (
@@ -70,12 +70,17 @@ def _liu_claims() -> tuple[Claim, ...]:
 def liu_fig2a(scale: str = "quick", runs: int | None = None) -> Experiment:
     """Figure 2a: the synthetic instance (n = 100, m = 4, L = 5, d = 10, K = 10), all algorithms."""
     check_scale(scale, runs)
-    horizon, n_runs, users = {"paper": (500_000, 10, 100), "quick": (50_000, 4, 100), "tiny": (300, 2, 20)}[scale]
-    shrunk = {
-        "paper": "",
-        "quick": "T = 50,000 instead of 5e5 and 4 runs instead of 10",
-        "tiny": "smoke test: T = 300, 2 runs, n = 20",
-    }[scale]
+    horizon, n_runs, users = sized(
+        {"paper": (500_000, 10, 100), "quick": (50_000, 4, 100), "tiny": (300, 2, 20)}, scale
+    )
+    shrunk = sized(
+        {
+            "paper": "",
+            "quick": "T = 50,000 instead of 5e5 and 4 runs instead of 10",
+            "tiny": "smoke test: T = 300, 2 runs, n = 20",
+        },
+        scale,
+    )
     config = {
         "experiment": {
             "name": "liu-fig2a",
@@ -118,12 +123,15 @@ def liu_fig2a(scale: str = "quick", runs: int | None = None) -> Experiment:
 def liu_fig2b(scale: str = "quick", runs: int | None = None) -> Experiment:
     """Figure 2b: MovieLens users in clusters over local servers, one arrival per round."""
     check_scale(scale, runs)
-    horizon, n_runs = {"paper": (500_000, 10), "quick": (50_000, 4), "tiny": (300, 2)}[scale]
-    shrunk = {
-        "paper": "",
-        "quick": "T = 50,000 instead of 5e5 and 4 runs instead of 10",
-        "tiny": "smoke test: T = 300, 2 runs",
-    }[scale]
+    horizon, n_runs = sized({"paper": (500_000, 10), "quick": (50_000, 4), "tiny": (300, 2)}, scale)
+    shrunk = sized(
+        {
+            "paper": "",
+            "quick": "T = 50,000 instead of 5e5 and 4 runs instead of 10",
+            "tiny": "smoke test: T = 300, 2 runs",
+        },
+        scale,
+    )
     config = {
         "experiment": {
             "name": "liu-fig2b",

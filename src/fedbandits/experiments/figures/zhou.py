@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fedbandits.experiments.figures.common import ALPHA, SEED, Cause, Claim, Experiment, check_scale
+from fedbandits.experiments.figures.common import ALPHA, SEED, Cause, Claim, Experiment, check_scale, sized
 
 PAPER = "Zhou & Chowdhury (2023), Differentially private federated linear contextual bandits"
 BATCH = 25
@@ -126,12 +126,15 @@ def _corrected(label: str, protocol: str, epsilon: float, delta: float) -> dict[
 def _synthetic(name: str, scale: str, runs: int | None, algorithms: list[dict[str, Any]]) -> tuple[dict[str, Any], str]:
     # tiny: M = 12, the fewest silos for which the tight sdp-amplification cause run exists (M > 11.09)
     sizes = {"paper": (10_000, 25, 100), "quick": (1_000, 8, 100), "tiny": (100, 2, 12)}
-    horizon, n_runs, agents = sizes[scale]
-    shrunk = {
-        "paper": "",
-        "quick": "T = 1,000 instead of 10,000 and 8 runs instead of 25 (M = 100, K = 100, d = 10 kept)",
-        "tiny": "smoke test: T = 100, 2 runs, M = 12",
-    }[scale]
+    horizon, n_runs, agents = sized(sizes, scale)
+    shrunk = sized(
+        {
+            "paper": "",
+            "quick": "T = 1,000 instead of 10,000 and 8 runs instead of 25 (M = 100, K = 100, d = 10 kept)",
+            "tiny": "smoke test: T = 100, 2 runs, M = 12",
+        },
+        scale,
+    )
     config = {
         "experiment": {"name": name, "seed": SEED, "runs": runs or n_runs, "horizon": horizon},
         "environment": {"name": "gaussian-sphere", "agents": agents, "arms": 100, "dim": 10, "noise_sd": 0.5},
@@ -275,12 +278,15 @@ def _ldp_grid(labels_values: list[tuple[str, float, float]], protocol: str = "ld
 
 def _mslr(name: str, scale: str, runs: int | None, columns: str, algs: list[dict[str, Any]]) -> tuple[dict, str]:
     sizes = {"paper": (25_000, 25, 10), "quick": (5_000, 8, 10), "tiny": (100, 2, 3)}
-    horizon, n_runs, agents = sizes[scale]
-    shrunk = {
-        "paper": "",
-        "quick": "T = 5,000 instead of 25,000 and 8 runs instead of 25 (M = 10 kept)",
-        "tiny": "smoke test: T = 100, 2 runs, M = 3",
-    }[scale]
+    horizon, n_runs, agents = sized(sizes, scale)
+    shrunk = sized(
+        {
+            "paper": "",
+            "quick": "T = 5,000 instead of 25,000 and 8 runs instead of 25 (M = 10 kept)",
+            "tiny": "smoke test: T = 100, 2 runs, M = 3",
+        },
+        scale,
+    )
     config = {
         "experiment": {"name": name, "seed": SEED, "runs": runs or n_runs, "horizon": horizon},
         "environment": {
