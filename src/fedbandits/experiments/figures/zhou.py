@@ -125,16 +125,17 @@ def _corrected(label: str, protocol: str, epsilon: float, delta: float) -> dict[
 
 def _synthetic(name: str, scale: str, runs: int | None, algorithms: list[dict[str, Any]]) -> tuple[dict[str, Any], str]:
     # tiny: M = 12, the fewest silos for which the tight sdp-amplification cause run exists (M > 11.09)
-    sizes = {"paper": (10_000, 25, 100), "quick": (1_000, 8, 100), "tiny": (100, 2, 12)}
-    horizon, n_runs, agents = sized(sizes, scale)
-    shrunk = sized(
-        {
-            "paper": "",
-            "quick": "T = 1,000 instead of 10,000 and 8 runs instead of 25 (M = 100, K = 100, d = 10 kept)",
-            "tiny": "smoke test: T = 100, 2 runs, M = 12",
-        },
-        scale,
-    )
+    sizes = {  # T, runs, M, what is shrunk
+        "paper": (10_000, 25, 100, ""),
+        "quick": (
+            1_000,
+            8,
+            100,
+            "T = 1,000 instead of 10,000 and 8 runs instead of 25 (M = 100, K = 100, d = 10 kept)",
+        ),
+        "tiny": (100, 2, 12, "smoke test: T = 100, 2 runs, M = 12"),
+    }
+    horizon, n_runs, agents, shrunk = sized(sizes, scale)
     config = {
         "experiment": {"name": name, "seed": SEED, "runs": runs or n_runs, "horizon": horizon},
         "environment": {"name": "gaussian-sphere", "agents": agents, "arms": 100, "dim": 10, "noise_sd": 0.5},
@@ -277,16 +278,12 @@ def _ldp_grid(labels_values: list[tuple[str, float, float]], protocol: str = "ld
 
 
 def _mslr(name: str, scale: str, runs: int | None, columns: str, algs: list[dict[str, Any]]) -> tuple[dict, str]:
-    sizes = {"paper": (25_000, 25, 10), "quick": (5_000, 8, 10), "tiny": (100, 2, 3)}
-    horizon, n_runs, agents = sized(sizes, scale)
-    shrunk = sized(
-        {
-            "paper": "",
-            "quick": "T = 5,000 instead of 25,000 and 8 runs instead of 25 (M = 10 kept)",
-            "tiny": "smoke test: T = 100, 2 runs, M = 3",
-        },
-        scale,
-    )
+    sizes = {  # T, runs, M, what is shrunk
+        "paper": (25_000, 25, 10, ""),
+        "quick": (5_000, 8, 10, "T = 5,000 instead of 25,000 and 8 runs instead of 25 (M = 10 kept)"),
+        "tiny": (100, 2, 3, "smoke test: T = 100, 2 runs, M = 3"),
+    }
+    horizon, n_runs, agents, shrunk = sized(sizes, scale)
     config = {
         "experiment": {"name": name, "seed": SEED, "runs": runs or n_runs, "horizon": horizon},
         "environment": {
