@@ -263,7 +263,16 @@ def test_cli_causes_and_page(tmp_path: Path) -> None:
     code, out, err = _invoke([*argv, "--causes", "none", "--page", str(page)])
     assert code == 0, err
     assert f"page: {page}" in out and (tmp_path / "docs" / "reproduction" / "zhou-fig3d.png").is_file()
-    assert "--causes none --page" in page.read_text(encoding="utf-8")
+    text = page.read_text(encoding="utf-8")
+    assert "--causes none --page" in text
+    # without cause runs the page says so; "every claim is settled" only where it is true
+    (outcome,) = reproduce("zhou-fig3d", "tiny", out=tmp_path / "r", causes="none", resume=True, workers=1)
+    unsettled = sum(r.status in (NOT_REPRODUCED, INCONCLUSIVE) for r in outcome.claims)
+    assert ("made without them (`--causes none`)" in text) and (
+        (f"not run for this page (`--causes none`); {unsettled} claim(s) not settled" in text)
+        == (unsettled > 0)
+        != ("every claim is settled" in text)
+    )
     assert not (tmp_path / "r" / "zhou-fig3d" / "causes").exists()
     code, _, err = _invoke([*argv, "--causes", "some"])
     assert code == 2 and "--causes" in err

@@ -17,7 +17,7 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from fedbandits.experiments.causes import describe
+from fedbandits.experiments.causes import UNSETTLED, describe
 from fedbandits.experiments.claims import INCONCLUSIVE, NOT_APPLICABLE, NOT_REPRODUCED, REPRODUCED
 from fedbandits.experiments.outcome import Outcome
 from fedbandits.experiments.power import AFFORDABLE_SECONDS, POWER, power_statement
@@ -81,7 +81,11 @@ def figure_section(outcome: Outcome, scale: str, image: str) -> list[str]:
                 "the algorithms of the claims it is for; by default those not settled in the base run)."
             )
     elif e.causes:
-        lines += ["", "Causes: not run (every claim is settled)."]
+        unsettled = sum(r.status in UNSETTLED for r in outcome.claims)
+        if unsettled:  # only when the page was made with --causes none
+            lines += ["", f"Causes: not run for this page (`--causes none`); {unsettled} claim(s) not settled."]
+        else:
+            lines += ["", "Causes: not run (every claim is settled)."]
     if e.notes:
         lines += ["", "**Notes** (the instance against the paper, and our choices where it is silent):", ""]
         lines += [f"* {n}" for n in e.notes]
@@ -107,7 +111,8 @@ def page_text(outcomes: list[Outcome], scale: str, wall_seconds: float, command:
         f"otherwise inconclusive.  An inconclusive claim gets a power statement (power {POWER:g}: the runs a "
         f"test would need at the observed effect; affordable if they fit in {AFFORDABLE_SECONDS / 3600:g} h "
         "here).  A claim that is not settled gets one-change cause runs: the same setting with exactly one field "
-        "changed, playing only the algorithms that the unsettled claims compare (with the same noise).",
+        "changed, playing only the algorithms that the unsettled claims compare (with the same noise)"
+        + (" -- except on this page, made without them (`--causes none`)." if " --causes none" in command else "."),
         "",
         summary + ".",
         "",
