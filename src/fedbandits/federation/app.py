@@ -34,10 +34,12 @@ serialises and ships (before TLS framing).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +50,7 @@ from flwr.common.constant import SUPERLINK_NODE_ID, ErrorCode
 from flwr.serverapp import Grid, ServerApp
 
 from fedbandits.federation.deployment_results import deployment_results
+from fedbandits.federation.processes import serving_lock
 from fedbandits.federation.secure_aggregation import KEY_BYTES, Roster, SecAggServer
 from fedbandits.federation.server import WITHHELD, Coordinator, Incoming, validate_release
 from fedbandits.federation.shuffler import ShufflerClient
@@ -60,8 +63,8 @@ log = logging.getLogger("fedbandits.federation")
 #: seconds after a round's requests expire before the server's last pull of their replies
 FINAL_PULL_MARGIN = 1.0
 #: with ``reask``, a silo still silent this fraction of the round's deadline (and at least
-#: NUDGE_FLOOR s) after its request, while its node is online and half of the silos have answered,
-#: is asked once more (see :func:`_exchange`)
+#: NUDGE_FLOOR s) after its request, while its node is online and half of the silos have answered
+#: (else half the deadline), is asked once more (see :func:`_exchange`)
 NUDGE_FRACTION, NUDGE_FLOOR = 1 / 6, 10.0
 
 server_app = ServerApp()
@@ -407,8 +410,10 @@ def _exchange(
     waits until its deadline.
 
     Also with ``reask``, a silo whose node is online but silent ``nudge_after`` seconds after its
-    request (default: :data:`NUDGE_FRACTION` of the deadline, at least :data:`NUDGE_FLOOR` s), when
-    at least half of the silos asked have answered, is asked once more.  A Flower 1.42
+    request (default: :data:`NUDGE_FRACTION` of the deadline, at least :data:`NUDGE_FLOOR` s) is
+    asked once more when at least half of the silos asked have answered -- or, if fewer have, once
+    half the deadline has passed (a whole federation slow to start is no reason for a second
+    ClientApp on every silo, but several silos held back at once, or a single silo, must be asked).  A Flower 1.42
     SuperNode sends a reply only after its *next* pull of a request, and one that was pulling a
     request when the server crashed keeps a dead task whose reply takes that turn: from then on
     every reply waits for the following request (seen in the chaos test: the silo missed every
@@ -464,6 +469,8 @@ def _exchange(
                 # node offline): the silo is missing this round, it sent nothing to reject
                 node = dest.get(msg.metadata.reply_to_message_id)
                 reason = str(msg.error.reason or "").split(" - ")[0]
+                if node in answered:  # the notice of a silo's other request: its answer is in
+                    continue
                 if reask and node is not None and msg.error.code == ErrorCode.NODE_UNAVAILABLE:
                     gone.add(node)
                     log.warning(
@@ -477,6 +484,7 @@ def _exchange(
                 if node in answered:  # a silo answered both its request and the repeat: one is enough
                     continue
                 answered.add(node)
+                gone.discard(node)  # (its other request's offline notice may have come first)
                 ids.difference_update([m for m in ids if dest[m] == node])
             inc = _incoming(msg)
             coord.state.uplink_messages += 1
@@ -496,9 +504,12 @@ def _exchange(
                 push(back, left)
         now = time.time()
         silent = {dest[m] for m in ids} - nudged - gone
-        late = sorted(n for n in silent if now - pushed_at[n] >= nudge)
-        if late and 2 * len(answered) >= len(pushed_at) and deadline - now > 1.0:
-            late = [n for n in late if n in set(_targets(grid, registry))]
+        # silent past the nudge delay while half of the silos answered, or past half the deadline anyway
+        overtaken = 2 * len(answered) >= len(pushed_at)
+        late = sorted(n for n in silent if now - pushed_at[n] >= (nudge if overtaken else max(nudge, timeout / 2)))
+        if late and deadline - now > 1.0:
+            online = set(_targets(grid, registry))
+            late = [n for n in late if n in online]
             nudged.update(late)
             if late:
                 log.info(
@@ -534,6 +545,20 @@ def _no_answer(msg: Message) -> bool:
 
 
 # ================================================================ silo =====================
+Handler = Callable[[Message, Context], Message]
+
+
+def _one_at_a_time(handler: Handler) -> Handler:
+    """Serve ``handler`` under the silo's :func:`~fedbandits.federation.processes.serving_lock`."""
+
+    @functools.wraps(handler)
+    def serve(msg: Message, context: Context) -> Message:
+        with serving_lock(Path(str(context.node_config["state-dir"]))):
+            return handler(msg, context)
+
+    return serve
+
+
 def _silo(context: Context, meta: dict[str, Any]) -> Silo:
     node = context.node_config
     state_dir = Path(str(node["state-dir"]))
@@ -580,6 +605,7 @@ def _reply(msg: Message, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
 
 
 @client_app.train()
+@_one_at_a_time
 def silo_sync(msg: Message, context: Context) -> Message:
     meta = dict(msg.content["meta"])
     silo = _silo(context, meta)
@@ -626,6 +652,7 @@ def _masked(silo: Silo, meta: dict[str, Any], k: int) -> np.ndarray:
 
 
 @client_app.query()
+@_one_at_a_time
 def silo_secure_aggregation(msg: Message, context: Context) -> Message:
     """Key set-up ("keys", "shares") and recovery ("unmask") of secure aggregation (distributed-dp)."""
     meta: dict[str, Any] = dict(msg.content["meta"])
@@ -669,6 +696,7 @@ def silo_secure_aggregation(msg: Message, context: Context) -> Message:
 
 
 @client_app.evaluate()
+@_one_at_a_time
 def silo_finish(msg: Message, context: Context) -> Message:
     meta = dict(msg.content["meta"])
     silo = _silo(context, meta)

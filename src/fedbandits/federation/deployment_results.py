@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import numpy as np
 
@@ -92,10 +93,9 @@ def deployment_results(spec: DeploySpec, coord: Coordinator, wall: float) -> Res
         seconds=wall,
         report=report,
     )
-    one = config.with_experiment(runs=1)
-    from dataclasses import replace
-
-    one = replace(one, algorithms=(alg,))
+    # the one entry as deployed, with the noise stream it drew from (position 0 is stream 0 by default)
+    stream = None if spec.noise_stream == 0 else spec.noise_stream
+    one = replace(config.with_experiment(runs=1), algorithms=(replace(alg, noise_stream=stream),))
     return Results(
         config=one,
         grid=grid,

@@ -248,6 +248,21 @@ def hold_lock(folder: Path, what: str) -> Iterator[None]:
         os.close(fd)
 
 
+@contextlib.contextmanager
+def serving_lock(folder: Path) -> Iterator[None]:
+    """An exclusive lock on ``folder/.serving.lock``, *waiting* for it: one request of a silo is
+    served at a time, even when Flower runs two ClientApps of the silo at once (a request and the
+    server's repeat of it, :func:`fedbandits.federation.app._exchange`), so the second loads the
+    state the first stored and answers with the same message (never a second draw)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / ".serving.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def start_process(name: str, cmd: list[str], log: Path, env: dict[str, str]) -> Proc:
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as fh:
