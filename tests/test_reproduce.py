@@ -217,7 +217,7 @@ TIMING = re.compile(r"\d+(\.\d+)? (s|min|h)\b")
 def _page(tmp: Path, resume: bool = False) -> tuple[str, list]:
     outcomes = reproduce("zhou-fig3d", "tiny", out=tmp / "results", causes="all", workers=1, resume=resume)
     command = "fedbandits reproduce zhou-fig3d --scale tiny --causes all"
-    write_page(outcomes, "tiny", command, tmp / "docs" / "reproduction.md")
+    write_page(outcomes, "tiny", command, tmp / "docs" / "reproduction.md", "all")
     return (tmp / "docs" / "reproduction.md").read_text(encoding="utf-8"), outcomes
 
 
@@ -233,6 +233,8 @@ def test_page_has_every_section_and_regenerates(tmp_path: Path) -> None:
     assert png.read_bytes().startswith(PNG_MAGIC) and png.stat().st_size < 60_000
     assert "Scale: **tiny**" in page and "`fedbandits reproduce zhou-fig3d --scale tiny --causes all`" in page
     assert "](reproduction/zhou-fig3d.png)" in page and "| claim | verdict | measured |" in page
+    assert "Every claim gets one-change cause runs (`--causes all`)" in page
+    assert "`fedbandits reproduce zhou-fig3d --scale tiny --causes all`; wall time" in page
     assert "**Power** (inconclusive claims)" in page and "**Causes**" in page and "**Notes**" in page
     for claim in experiment.claims:
         assert claim.text in page
@@ -268,7 +270,9 @@ def test_cli_causes_and_page(tmp_path: Path) -> None:
     # without cause runs the page says so; "every claim is settled" only where it is true
     (outcome,) = reproduce("zhou-fig3d", "tiny", out=tmp_path / "r", causes="none", resume=True, workers=1)
     unsettled = sum(r.status in (NOT_REPRODUCED, INCONCLUSIVE) for r in outcome.claims)
-    assert ("made without them (`--causes none`)" in text) and (
+    assert "made without the one-change cause runs (`--causes none`)" in text
+    assert "`fedbandits reproduce zhou-fig3d --scale tiny --causes none`" in text  # the figure's own command
+    assert (
         (f"not run for this page (`--causes none`); {unsettled} claim(s) not settled" in text)
         == (unsettled > 0)
         != ("every claim is settled" in text)

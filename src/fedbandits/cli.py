@@ -454,7 +454,7 @@ def _reproduce(args: argparse.Namespace) -> int:
         command = " ".join(["fedbandits reproduce", args.name, "--scale", args.scale, "--causes", args.causes])
         options = (("--runs", args.runs), ("--page", args.page))
         command += "".join(f" {flag} {value}" for flag, value in options if value)
-        print(f"page: {write_page(outcomes, args.scale, command, args.page)}")
+        print(f"page: {write_page(outcomes, args.scale, command, args.page, args.causes)}")
     return 0
 
 

@@ -36,8 +36,9 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
 
 
-def figure_section(outcome: Outcome, scale: str, image: str) -> list[str]:
-    """The page's section of one figure (``image``: the PNG's path relative to the page)."""
+def figure_section(outcome: Outcome, scale: str, image: str, causes: str = "unsettled") -> list[str]:
+    """The page's section of one figure (``image``: the PNG's path relative to the page; ``causes``:
+    the mode the page was made with)."""
     e, exp = outcome.experiment, outcome.results.config.experiment
     lines = [
         f"## {e.figure}: {e.title} (`{e.name}`)",
@@ -48,7 +49,9 @@ def figure_section(outcome: Outcome, scale: str, image: str) -> list[str]:
     if e.shrunk:
         lines.append(f"Shrunk from the paper: {e.shrunk}.  ")
     lines += [
-        f"Command: `fedbandits reproduce {e.name} --scale {scale}`; wall time {_duration(outcome.wall_seconds)}"
+        f"Command: `fedbandits reproduce {e.name} --scale {scale}"
+        + ("" if causes == "unsettled" else f" --causes {causes}")
+        + f"`; wall time {_duration(outcome.wall_seconds)}"
         + (f" (cause runs: {_duration(outcome.total_seconds - outcome.wall_seconds)})" if outcome.causes else "")
         + ".",
         "",
@@ -82,7 +85,7 @@ def figure_section(outcome: Outcome, scale: str, image: str) -> list[str]:
             )
     elif e.causes:
         unsettled = sum(r.status in UNSETTLED for r in outcome.claims)
-        if unsettled:  # only when the page was made with --causes none
+        if unsettled:  # only when the page was made with --causes none (see page_text)
             lines += ["", f"Causes: not run for this page (`--causes none`); {unsettled} claim(s) not settled."]
         else:
             lines += ["", "Causes: not run (every claim is settled)."]
@@ -92,8 +95,28 @@ def figure_section(outcome: Outcome, scale: str, image: str) -> list[str]:
     return lines
 
 
-def page_text(outcomes: list[Outcome], scale: str, wall_seconds: float, command: str, images: list[str]) -> str:
-    """The whole page; ``images[i]`` is the PNG of ``outcomes[i]`` relative to the page."""
+CAUSE_SENTENCES = {
+    "unsettled": "A claim that is not settled gets one-change cause runs: the same setting with exactly one field "
+    "changed, playing only the algorithms that the unsettled claims compare (with the same noise).",
+    "all": "Every claim gets one-change cause runs (`--causes all`): the same setting with exactly one field "
+    "changed, playing the algorithms the claims compare (with the same noise).",
+    "none": "This page was made without the one-change cause runs (`--causes none`): a claim that is not "
+    "settled has no cause analysis here.",
+}
+
+
+def page_text(
+    outcomes: list[Outcome],
+    scale: str,
+    wall_seconds: float,
+    command: str,
+    images: list[str],
+    causes: str = "unsettled",
+) -> str:
+    """The whole page; ``images[i]`` is the PNG of ``outcomes[i]`` relative to the page; ``causes``:
+    the mode of the cause runs (:data:`fedbandits.experiments.causes.CAUSE_MODES`)."""
+    if causes not in CAUSE_SENTENCES:
+        raise ValueError(f"causes must be one of {', '.join(map(repr, CAUSE_SENTENCES))}, got {causes!r}")
     counts = Counter(r.status for o in outcomes for r in o.claims)
     claims = sum(counts.values())
     summary = f"Verdicts over {claims} claim{'' if claims == 1 else 's'}: " + ", ".join(
@@ -110,9 +133,7 @@ def page_text(outcomes: list[Outcome], scale: str, wall_seconds: float, command:
         "and reward noise) at level 0.05: reproduced if t >= threshold, not reproduced if t <= -threshold, "
         f"otherwise inconclusive.  An inconclusive claim gets a power statement (power {POWER:g}: the runs a "
         f"test would need at the observed effect; affordable if they fit in {AFFORDABLE_SECONDS / 3600:g} h "
-        "here).  A claim that is not settled gets one-change cause runs: the same setting with exactly one field "
-        "changed, playing only the algorithms that the unsettled claims compare (with the same noise)"
-        + (" -- except on this page, made without them (`--causes none`)." if " --causes none" in command else "."),
+        "here).  " + CAUSE_SENTENCES[causes],
         "",
         summary + ".",
         "",
@@ -124,11 +145,11 @@ def page_text(outcomes: list[Outcome], scale: str, wall_seconds: float, command:
         text = ", ".join(f"{per_figure[s]} {s}" for s in STATUSES if per_figure[s])
         lines.append(f"| {o.experiment.figure} (`{o.experiment.name}`) | {len(o.claims)} | {text} |")
     for o, image in zip(outcomes, images, strict=True):
-        lines += ["", *figure_section(o, scale, image)]
+        lines += ["", *figure_section(o, scale, image, causes)]
     return "\n".join(lines) + "\n"
 
 
-def write_page(outcomes: list[Outcome], scale: str, command: str, path: str | Path) -> Path:
+def write_page(outcomes: list[Outcome], scale: str, command: str, path: str | Path, causes: str = "unsettled") -> Path:
     """Write the page to ``path`` and each figure's PNG (``PAGE_DPI``) to ``<path stem>/<name>.png``."""
     path = Path(path)
     images_dir = path.with_suffix("")
@@ -139,5 +160,5 @@ def write_page(outcomes: list[Outcome], scale: str, command: str, path: str | Pa
         draw_figure(o.panels or {"": o.results}, o.experiment, png, PAGE_DPI)
         images.append(Path(os.path.relpath(png, path.parent)).as_posix())
     wall_seconds = sum(o.total_seconds for o in outcomes)
-    path.write_text(page_text(outcomes, scale, wall_seconds, command, images), encoding="utf-8")
+    path.write_text(page_text(outcomes, scale, wall_seconds, command, images, causes), encoding="utf-8")
     return path
