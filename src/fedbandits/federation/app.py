@@ -413,11 +413,11 @@ def _exchange(
     request (default: :data:`NUDGE_FRACTION` of the deadline, at least :data:`NUDGE_FLOOR` s) is
     asked once more when at least half of the silos asked have answered -- or, if fewer have, once
     half the deadline has passed (a whole federation slow to start is no reason for a second
-    ClientApp on every silo, but several silos held back at once, or a single silo, must be asked).  A Flower 1.42
-    SuperNode sends a reply only after its *next* pull of a request, and one that was pulling a
-    request when the server crashed keeps a dead task whose reply takes that turn: from then on
-    every reply waits for the following request (seen in the chaos test: the silo missed every
-    round after the server's restart).  The second request releases the held reply; its own reply
+    ClientApp on every silo, but several silos held back at once, or a single silo, must be asked).
+    A Flower 1.42 SuperNode sends a reply only after its *next* pull of a request, and one that
+    was pulling a request when the server crashed keeps a dead task whose reply takes that turn:
+    from then on every reply waits for the following request (seen in the chaos test: the silo
+    missed every round after the server's restart).  The second request releases the held reply; its own reply
     is the one held next, to a request nobody pulls.  Whichever reply of a silo arrives first is
     taken; the silo's other requests are dropped from the round."""
     prefix = coord.state.prefix
@@ -505,8 +505,8 @@ def _exchange(
         now = time.time()
         silent = {dest[m] for m in ids} - nudged - gone
         # silent past the nudge delay while half of the silos answered, or past half the deadline anyway
-        overtaken = 2 * len(answered) >= len(pushed_at)
-        late = sorted(n for n in silent if now - pushed_at[n] >= (nudge if overtaken else max(nudge, timeout / 2)))
+        wait = nudge if 2 * len(answered) >= len(pushed_at) else max(nudge, timeout / 2)
+        late = sorted(n for n in silent if now - pushed_at[n] >= wait)
         if late and deadline - now > 1.0:
             online = set(_targets(grid, registry))
             late = [n for n in late if n in online]
@@ -516,7 +516,7 @@ def _exchange(
                     "round %d: %s silent for %.0f s while online; asked once more",
                     round_,
                     ", ".join(map(who, late)),
-                    nudge,
+                    wait,
                 )
                 push(late, deadline - now)
         if ids or gone:
