@@ -160,15 +160,16 @@ def config_from_dict(data: dict[str, Any]) -> Config:
     duplicates = sorted({lab for lab in labels if labels.count(lab) > 1})
     if duplicates:
         raise ConfigError(f"algorithms: labels must be unique, repeated: {duplicates} (set `label` to tell them apart)")
-    _check_noise_streams(algorithms)
-    return Config(experiment, environment, algorithms)
+    config = Config(experiment, environment, algorithms)
+    _check_noise_streams(config)
+    return config
 
 
-def _check_noise_streams(algorithms: tuple[ComponentConfig, ...]) -> None:
+def _check_noise_streams(config: Config) -> None:
     """Two entries drawing the same privacy noise would be silently correlated: refuse it."""
     owner: dict[int, int] = {}
-    for i, alg in enumerate(algorithms):
-        stream = i if alg.noise_stream is None else alg.noise_stream
+    for i in range(len(config.algorithms)):
+        stream = config.noise_stream(i)
         if stream in owner:
             raise ConfigError(
                 f"algorithms[{i + 1}].noise_stream must be an integer >= 0 used by no other entry, got {stream}: "

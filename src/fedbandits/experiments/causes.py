@@ -137,7 +137,7 @@ def cause_configs(
             continue
         labels = panel_labels(experiment, panel, raw, keys)
         if labels:
-            configs.append((panel, cause_config(raw, cause, labels)))
+            configs.append((panel, restrict(full, labels)))
     return configs
 
 
@@ -159,11 +159,7 @@ def config_diff(a: Any, b: Any, path: str = "") -> Iterator[str]:
 
 def wants_causes(mode: str, experiment: Experiment, claims: list[ClaimResult]) -> bool:
     """Should ``experiment``'s cause runs run, given its claims' results and the mode?"""
-    if mode not in CAUSE_MODES:
-        raise ValueError(f"causes must be one of {', '.join(map(repr, CAUSE_MODES))}, got {mode!r}")
-    if mode == "none" or not experiment.causes:
-        return False
-    return mode == "all" or any(c.status in UNSETTLED for c in claims)
+    return bool(cause_claims(mode, claims)) and bool(experiment.causes)
 
 
 def cause_claims(mode: str, claims: list[ClaimResult]) -> list[int]:

@@ -70,17 +70,12 @@ def _liu_claims() -> tuple[Claim, ...]:
 def liu_fig2a(scale: str = "quick", runs: int | None = None) -> Experiment:
     """Figure 2a: the synthetic instance (n = 100, m = 4, L = 5, d = 10, K = 10), all algorithms."""
     check_scale(scale, runs)
-    horizon, n_runs, users = sized(
-        {"paper": (500_000, 10, 100), "quick": (50_000, 4, 100), "tiny": (300, 2, 20)}, scale
-    )
-    shrunk = sized(
-        {
-            "paper": "",
-            "quick": "T = 50,000 instead of 5e5 and 4 runs instead of 10",
-            "tiny": "smoke test: T = 300, 2 runs, n = 20",
-        },
-        scale,
-    )
+    sizes = {  # T, runs, n, what is shrunk
+        "paper": (500_000, 10, 100, ""),
+        "quick": (50_000, 4, 100, "T = 50,000 instead of 5e5 and 4 runs instead of 10"),
+        "tiny": (300, 2, 20, "smoke test: T = 300, 2 runs, n = 20"),
+    }
+    horizon, n_runs, users, shrunk = sized(sizes, scale)
     config = {
         "experiment": {
             "name": "liu-fig2a",
@@ -123,15 +118,12 @@ def liu_fig2a(scale: str = "quick", runs: int | None = None) -> Experiment:
 def liu_fig2b(scale: str = "quick", runs: int | None = None) -> Experiment:
     """Figure 2b: MovieLens users in clusters over local servers, one arrival per round."""
     check_scale(scale, runs)
-    horizon, n_runs = sized({"paper": (500_000, 10), "quick": (50_000, 4), "tiny": (300, 2)}, scale)
-    shrunk = sized(
-        {
-            "paper": "",
-            "quick": "T = 50,000 instead of 5e5 and 4 runs instead of 10",
-            "tiny": "smoke test: T = 300, 2 runs",
-        },
-        scale,
-    )
+    sizes = {  # T, runs, what is shrunk
+        "paper": (500_000, 10, ""),
+        "quick": (50_000, 4, "T = 50,000 instead of 5e5 and 4 runs instead of 10"),
+        "tiny": (300, 2, "smoke test: T = 300, 2 runs"),
+    }
+    horizon, n_runs, shrunk = sized(sizes, scale)
     config = {
         "experiment": {
             "name": "liu-fig2b",
