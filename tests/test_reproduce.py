@@ -212,6 +212,11 @@ def test_cli_runs(tmp_path: Path) -> None:
 
 # -- power statements, cause runs and the docs page --------------------------------------------
 TIMING = re.compile(r"\d+(\.\d+)? (s|min|h)\b")
+#: what a page made with --resume adds: how much of the compute was loaded from checkpoints
+LOADED = re.compile(
+    r" \(<time> of it loaded from checkpoints\)|, of which <time> \(\d+ of \d+ tasks\) were loaded from the "
+    r"checkpoints of an earlier run of the same command \(`--resume`\) and are not in the wall time"
+)
 
 
 def _page(tmp: Path, resume: bool = False) -> tuple[str, list]:
@@ -234,7 +239,7 @@ def test_page_has_every_section_and_regenerates(tmp_path: Path) -> None:
     assert "Scale: **tiny**" in page and "`fedbandits reproduce zhou-fig3d --scale tiny --causes all`" in page
     assert "](reproduction/zhou-fig3d.png)" in page and "| claim | verdict | measured |" in page
     assert "Every claim gets one-change cause runs (`--causes all`)" in page
-    assert "`fedbandits reproduce zhou-fig3d --scale tiny --causes all`; wall time" in page
+    assert "`fedbandits reproduce zhou-fig3d --scale tiny --causes all`; base run: wall time" in page
     assert "**Power** (inconclusive claims)" in page and "**Causes**" in page and "**Notes**" in page
     for claim in experiment.claims:
         assert claim.text in page
@@ -247,7 +252,8 @@ def test_page_has_every_section_and_regenerates(tmp_path: Path) -> None:
     assert "Cause `constant-radius`" in report and "Cause runs (each changes one field" in report
     # regenerated from the checkpointed runs (the runs' own determinism is tested elsewhere): only timings move
     again, _ = _page(tmp_path, resume=True)
-    assert TIMING.sub("<time>", again) == TIMING.sub("<time>", page)
+    assert "loaded from checkpoints" in again and "loaded from checkpoints" not in page
+    assert LOADED.sub("", TIMING.sub("<time>", again)) == TIMING.sub("<time>", page)
     assert again != page.replace("tiny", "quick")  # the comparison can fail
 
 
@@ -266,7 +272,7 @@ def test_cli_causes_and_page(tmp_path: Path) -> None:
     assert code == 0, err
     assert f"page: {page}" in out and (tmp_path / "docs" / "reproduction" / "zhou-fig3d.png").is_file()
     text = page.read_text(encoding="utf-8")
-    assert "--causes none --page" in text
+    assert "--causes none --powered none --page" in text  # the mode the scale defaults to, stated
     # without cause runs the page says so; "every claim is settled" only where it is true
     (outcome,) = reproduce("zhou-fig3d", "tiny", out=tmp_path / "r", causes="none", resume=True, workers=1)
     unsettled = sum(r.status in (NOT_REPRODUCED, INCONCLUSIVE) for r in outcome.claims)
@@ -280,6 +286,8 @@ def test_cli_causes_and_page(tmp_path: Path) -> None:
     assert not (tmp_path / "r" / "zhou-fig3d" / "causes").exists()
     code, _, err = _invoke([*argv, "--causes", "some"])
     assert code == 2 and "--causes" in err
+    code, _, err = _invoke([*argv, "--powered", "some"])
+    assert code == 2 and "--powered" in err
 
 
 @pytest.mark.slow

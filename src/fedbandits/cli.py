@@ -8,7 +8,7 @@
                                           regret against epsilon, with the crossing point
     fedbandits list                       every environment, algorithm and protocol name
     fedbandits reproduce NAME|all [--scale quick|paper|published] [--runs N] [--out DIR] [--workers N]
-                   [--causes unsettled|all|none] [--page docs/reproduction.md]
+                   [--causes unsettled|all|none] [--powered affordable|none] [--page docs/reproduction.md]
                    [--backend local|ray] [--address HOST:PORT] [--resume] [--max-memory SIZE]
     fedbandits audit privacy [--quick] [--trials N] [--seed S] [--json F]
     fedbandits audit schedule [--algorithm feducb|cdp-fclub-dc] [--trials N] [--agents M] [--epsilon E]
@@ -49,6 +49,7 @@ from fedbandits.experiments.frontier import (
     write_frontier,
 )
 from fedbandits.experiments.page import write_page
+from fedbandits.experiments.powered import POWERED_MODES, powered_mode
 from fedbandits.experiments.reproduce import reproduce, resolve
 from fedbandits.federation.cli import add_deploy_parser, run_deploy
 from fedbandits.plots import plot_results
@@ -206,6 +207,13 @@ def build_parser() -> argparse.ArgumentParser:
         default="unsettled",
         help="when to run a figure's one-change cause runs: when a claim is not reproduced or inconclusive "
         "(default: they play only those claims' algorithms), always (every claim's algorithms), or never",
+    )
+    p_rep.add_argument(
+        "--powered",
+        choices=POWERED_MODES,
+        help="rerun an inconclusive claim with the runs its power statement asks for when that is affordable "
+        "(its curves alone, at most an hour of compute each) or never; default: affordable at the paper and "
+        "published scales, none at quick and tiny",
     )
     p_rep.add_argument(
         "--page",
@@ -444,6 +452,7 @@ def _reproduce(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         max_memory=_max_memory(args),
         causes=args.causes,
+        powered=args.powered,
         **backend,
     )
     for o in outcomes:
@@ -451,10 +460,11 @@ def _reproduce(args: argparse.Namespace) -> int:
         print(f"{o.experiment.name} ({o.experiment.figure}): {o.wall_seconds:.1f} s; claims: {statuses}")
     print(f"report: {args.out / 'report.md'}")
     if args.page is not None:
+        powered = powered_mode(args.powered, args.scale)
         command = " ".join(["fedbandits reproduce", args.name, "--scale", args.scale, "--causes", args.causes])
-        options = (("--runs", args.runs), ("--page", args.page))
+        options = (("--powered", powered), ("--runs", args.runs), ("--page", args.page))
         command += "".join(f" {flag} {value}" for flag, value in options if value)
-        print(f"page: {write_page(outcomes, args.scale, command, args.page, args.causes)}")
+        print(f"page: {write_page(outcomes, args.scale, command, args.page, args.causes, powered)}")
     return 0
 
 

@@ -1,13 +1,39 @@
-"""What a reproduction returns per experiment: :class:`Outcome` (the base run) and :class:`CauseOutcome`."""
+"""What a reproduction returns per experiment: :class:`Outcome` (the base run), :class:`CauseOutcome`
+(a one-change cause run) and :class:`PoweredOutcome` (an inconclusive claim rerun with the runs its
+power statement asks for)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import astuple, dataclass, field
 from pathlib import Path
 
 from fedbandits.experiments.claims import ClaimResult
 from fedbandits.experiments.figures import Cause, Experiment
+from fedbandits.experiments.panels import panel_key
 from fedbandits.sim.results import Results
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What runs cost: wall time, compute time summed over tasks (one core), and the part of the compute
+    (and the tasks) loaded from checkpoints of an earlier run (``--resume``) rather than run now."""
+
+    wall: float = 0.0
+    compute: float = 0.0
+    resumed_compute: float = 0.0
+    tasks: int = 0
+    resumed_tasks: int = 0
+
+    @classmethod
+    def of(cls, results: Iterable[Results]) -> Cost:
+        return sum(
+            (cls(r.wall_seconds, r.compute_seconds, r.resumed_seconds, r.tasks, r.resumed_tasks) for r in results),
+            cls(),
+        )
+
+    def __add__(self, other: Cost) -> Cost:
+        return Cost(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
 
 
 @dataclass
@@ -22,11 +48,26 @@ class CauseOutcome:
     cause: Cause
     claims: list[ClaimResult | None]
     folder: Path
-    wall_seconds: float
+    cost: Cost
+
+    @property
+    def wall_seconds(self) -> float:
+        return self.cost.wall
 
     def checked(self) -> list[int]:
         """The indices of the claims this cause run checks."""
         return [i for i, r in enumerate(self.claims) if r is not None]
+
+
+@dataclass
+class PoweredOutcome:
+    """Claim ``claim`` (its index) checked again on a run of its curves alone with ``runs`` runs."""
+
+    claim: int
+    runs: int
+    result: ClaimResult
+    folder: Path
+    cost: Cost
 
 
 @dataclass
@@ -38,12 +79,47 @@ class Outcome:
     #: every panel's results, in order ({"": results} for a single-environment experiment)
     panels: dict[str, Results] = field(default_factory=dict)
     causes: list[CauseOutcome] = field(default_factory=list)
+    powered: list[PoweredOutcome] = field(default_factory=list)
+
+    def _panels(self) -> dict[str, Results]:
+        return self.panels or {"": self.results}
+
+    @property
+    def base_cost(self) -> Cost:
+        """What the base run cost (cause and powered runs not included: see ``cost``)."""
+        return Cost.of(self._panels().values())
+
+    @property
+    def cost(self) -> Cost:
+        """What the base, cause and powered runs cost together."""
+        return sum((c.cost for c in self.causes), self.base_cost) + sum((p.cost for p in self.powered), Cost())
 
     @property
     def wall_seconds(self) -> float:
-        """The base run's wall time (cause runs not included: see ``total_seconds``)."""
-        return sum(r.wall_seconds for r in self.panels.values()) if self.panels else self.results.wall_seconds
+        """The base run's wall time."""
+        return self.base_cost.wall
 
     @property
     def total_seconds(self) -> float:
-        return self.wall_seconds + sum(c.wall_seconds for c in self.causes)
+        """Wall time of the base, cause and powered runs."""
+        return self.cost.wall
+
+    def claim_compute_seconds(self, index: int) -> float:
+        """What the curves of claim ``index`` cost in the base run: per panel holding some of them, its
+        environment plus those algorithms, summed over tasks (one core; the same when resumed)."""
+        keys = self.experiment.claims[index].args
+        total = 0.0
+        for panel, results in self._panels().items():
+            mine = [r for lab, r in results.algorithms.items() if (panel_key(panel, lab) if panel else lab) in keys]
+            if mine:
+                total += results.env_seconds + sum(r.seconds for r in mine)
+        return total
+
+    def powered_result(self, index: int) -> PoweredOutcome | None:
+        """The powered rerun of claim ``index``, if one ran."""
+        return next((p for p in self.powered if p.claim == index), None)
+
+    def verdict(self, index: int) -> ClaimResult:
+        """Claim ``index``'s result with the most runs: its powered rerun's if one ran, else the base run's."""
+        rerun = self.powered_result(index)
+        return self.claims[index] if rerun is None else rerun.result

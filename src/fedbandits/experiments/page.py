@@ -3,12 +3,14 @@
 ``fedbandits reproduce all --scale paper --page docs/reproduction.md`` runs every figure and
 then writes the page (:func:`write_page`): the scale it was generated at and the command, the
 verdict counts, and per figure a small PNG (``docs/reproduction/<name>.png``, 90 dpi), the claims
-table, a power statement for every inconclusive claim, the cause analysis (what each one-change
+table, a power statement for every inconclusive claim and the verdict of its powered rerun
+when that was affordable (:mod:`fedbandits.experiments.powered`), the cause analysis (what each one-change
 run does to each claim it checks), the notes -- among them what matches the paper's instance,
 what differs and where the paper is silent -- and the command and wall time of that figure alone.
 
-Regenerating from the same results gives the same text except the wall times (and the same
-PNGs): nothing else on the page depends on the clock or the machine.
+Regenerating from the same results gives the same text except the wall and compute times (and
+the same PNGs): nothing else on the page depends on the clock or the machine.  A page made with
+``--resume`` from checkpoints of an earlier run says how much of its compute was loaded.
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ from pathlib import Path
 
 from fedbandits.experiments.causes import UNSETTLED, describe
 from fedbandits.experiments.claims import INCONCLUSIVE, NOT_APPLICABLE, NOT_REPRODUCED, REPRODUCED
-from fedbandits.experiments.outcome import Outcome
+from fedbandits.experiments.outcome import Cost, Outcome
 from fedbandits.experiments.power import AFFORDABLE_SECONDS, POWER, power_statement
+from fedbandits.experiments.powered import powered_mode
+from fedbandits.experiments.report import powered_line, verdict_cell
 from fedbandits.experiments.reproduce import draw_figure
 
 #: PNG resolution on the page (figures are 5.5 x 4.2 in: about 500 x 380 pixels)
@@ -36,9 +40,26 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
 
 
-def figure_section(outcome: Outcome, scale: str, image: str, causes: str = "unsettled") -> list[str]:
-    """The page's section of one figure (``image``: the PNG's path relative to the page; ``causes``:
-    the mode the page was made with)."""
+def _cost(cost: Cost) -> str:
+    text = f"wall time {_duration(cost.wall)}, compute {_duration(cost.compute)}"
+    if cost.resumed_tasks:
+        text += f" ({_duration(cost.resumed_compute)} of it loaded from checkpoints)"
+    return text
+
+
+def modes_flags(scale: str, causes: str, powered: str | None) -> str:
+    """The command-line flags of the modes that are not the default at ``scale`` (``" --causes none"``, ...)."""
+    powered = powered_mode(powered, scale)
+    return ("" if causes == "unsettled" else f" --causes {causes}") + (
+        "" if powered == powered_mode(None, scale) else f" --powered {powered}"
+    )
+
+
+def figure_section(
+    outcome: Outcome, scale: str, image: str, causes: str = "unsettled", powered: str | None = None
+) -> list[str]:
+    """The page's section of one figure (``image``: the PNG's path relative to the page; ``causes``,
+    ``powered``: the modes the page was made with, None: the scale's default)."""
     e, exp = outcome.experiment, outcome.results.config.experiment
     lines = [
         f"## {e.figure}: {e.title} (`{e.name}`)",
@@ -48,11 +69,15 @@ def figure_section(outcome: Outcome, scale: str, image: str, causes: str = "unse
     ]
     if e.shrunk:
         lines.append(f"Shrunk from the paper: {e.shrunk}.  ")
+    extra = [
+        f"cause runs: {_cost(sum((c.cost for c in outcome.causes), Cost()))}" if outcome.causes else "",
+        f"powered reruns: {_cost(sum((p.cost for p in outcome.powered), Cost()))}" if outcome.powered else "",
+    ]
+    extra_text = "; ".join(x for x in extra if x)
     lines += [
-        f"Command: `fedbandits reproduce {e.name} --scale {scale}"
-        + ("" if causes == "unsettled" else f" --causes {causes}")
-        + f"`; wall time {_duration(outcome.wall_seconds)}"
-        + (f" (cause runs: {_duration(outcome.total_seconds - outcome.wall_seconds)})" if outcome.causes else "")
+        f"Command: `fedbandits reproduce {e.name} --scale {scale}{modes_flags(scale, causes, powered)}`; "
+        + f"base run: {_cost(outcome.base_cost)}"
+        + (f"; {extra_text}" if extra_text else "")
         + ".",
         "",
         f"![{e.figure}]({image})",
@@ -61,11 +86,20 @@ def figure_section(outcome: Outcome, scale: str, image: str, causes: str = "unse
         "|---|---|---|",
     ]
     lines += [
-        f"| {_cell(c.text)} | **{r.status}** | {_cell(r.explanation)} |"
-        for c, r in zip(e.claims, outcome.claims, strict=True)
+        f"| {_cell(c.text)} | {verdict_cell(outcome, i)} | {_cell(r.explanation)} |"
+        for i, (c, r) in enumerate(zip(e.claims, outcome.claims, strict=True))
     ]
-    powers = [(c, power_statement(r, outcome.wall_seconds)) for c, r in zip(e.claims, outcome.claims, strict=True)]
-    powers_text = [f"* {c.text}: {p.text(e.name, scale)}." for c, p in powers if p is not None]
+    powers_text = []
+    for i, (c, r) in enumerate(zip(e.claims, outcome.claims, strict=True)):
+        statement = power_statement(r, outcome.claim_compute_seconds(i))
+        if statement is None:
+            continue
+        powers_text.append(f"* {c.text}: {statement.text()}.")
+        rerun = outcome.powered_result(i)
+        if rerun is not None:
+            powers_text.append(f"  * {powered_line(rerun)}.")
+        elif statement.affordable:  # only without powered reruns
+            powers_text.append("  * Not rerun for this page (made with `--powered none`).")
     if powers_text:
         lines += ["", "**Power** (inconclusive claims):", "", *powers_text]
     if outcome.causes:
@@ -105,35 +139,60 @@ CAUSE_SENTENCES = {
 }
 
 
+POWERED_SENTENCES = {
+    "affordable": "An affordable one is rerun with those runs (the claim's curves alone, the same noise for the "
+    "runs they share) and its verdict with them is given beside the base verdict.  ",
+    "none": "This page was made without the powered reruns (`--powered none`).  ",
+}
+
+
+def _counts(statuses: list[str]) -> str:
+    counts = Counter(statuses)
+    return ", ".join(f"{counts[s]} {s}" for s in STATUSES if counts[s])
+
+
 def page_text(
     outcomes: list[Outcome],
     scale: str,
-    wall_seconds: float,
     command: str,
     images: list[str],
     causes: str = "unsettled",
+    powered: str | None = None,
 ) -> str:
-    """The whole page; ``images[i]`` is the PNG of ``outcomes[i]`` relative to the page; ``causes``:
-    the mode of the cause runs (:data:`fedbandits.experiments.causes.CAUSE_MODES`)."""
+    """The whole page; ``images[i]`` is the PNG of ``outcomes[i]`` relative to the page; ``causes``,
+    ``powered``: the modes of the cause runs and powered reruns
+    (:data:`fedbandits.experiments.causes.CAUSE_MODES`, :data:`fedbandits.experiments.powered.POWERED_MODES`;
+    None: the scale's default)."""
     if causes not in CAUSE_SENTENCES:
         raise ValueError(f"causes must be one of {', '.join(map(repr, CAUSE_SENTENCES))}, got {causes!r}")
-    counts = Counter(r.status for o in outcomes for r in o.claims)
-    claims = sum(counts.values())
-    summary = f"Verdicts over {claims} claim{'' if claims == 1 else 's'}: " + ", ".join(
-        f"{counts[s]} {s}" for s in STATUSES if counts[s]
-    )
+    powered = powered_mode(powered, scale)
+    base = [r.status for o in outcomes for r in o.claims]
+    final = [o.verdict(i).status for o in outcomes for i in range(len(o.claims))]
+    claims = len(base)
+    summary = f"Verdicts over {claims} claim{'' if claims == 1 else 's'}: {_counts(base)}"
+    if any(o.powered for o in outcomes):
+        reruns = sum(len(o.powered) for o in outcomes)
+        summary += f"; with the {reruns} powered rerun{'' if reruns == 1 else 's'}: {_counts(final)}"
+    cost = sum((o.cost for o in outcomes), Cost())
+    compute = f"Compute, summed over tasks (one core): {_duration(cost.compute)}"
+    if cost.resumed_tasks:
+        compute += (
+            f", of which {_duration(cost.resumed_compute)} ({cost.resumed_tasks} of {cost.tasks} tasks) were loaded "
+            "from the checkpoints of an earlier run of the same command (`--resume`) and are not in the wall time"
+        )
     lines = [
         "# Reproduction of the papers' figures",
         "",
         "Generated by the tool; do not edit by hand.  ",
         f"Scale: **{scale}**.  Command: `{command}`.  ",
-        f"Total wall time: {_duration(wall_seconds)} (simulation, cause runs included).",
+        f"Wall time: {_duration(cost.wall)} (simulation: base, cause and powered runs).  ",
+        compute + ".",
         "",
         "Each claim is tested by a one-sided paired t test over runs (every algorithm plays the same contexts "
         "and reward noise) at level 0.05: reproduced if t >= threshold, not reproduced if t <= -threshold, "
         f"otherwise inconclusive.  An inconclusive claim gets a power statement (power {POWER:g}: the runs a "
-        f"test would need at the observed effect; affordable if they fit in {AFFORDABLE_SECONDS / 3600:g} h "
-        "here).  " + CAUSE_SENTENCES[causes],
+        f"test would need at the observed effect; affordable if the claim's curves with those runs need at most "
+        f"{AFFORDABLE_SECONDS / 3600:g} h of compute here).  " + POWERED_SENTENCES[powered] + CAUSE_SENTENCES[causes],
         "",
         summary + ".",
         "",
@@ -141,15 +200,21 @@ def page_text(
         "|---|---|---|",
     ]
     for o in outcomes:
-        per_figure = Counter(r.status for r in o.claims)
-        text = ", ".join(f"{per_figure[s]} {s}" for s in STATUSES if per_figure[s])
+        text = _counts([o.verdict(i).status for i in range(len(o.claims))])
         lines.append(f"| {o.experiment.figure} (`{o.experiment.name}`) | {len(o.claims)} | {text} |")
     for o, image in zip(outcomes, images, strict=True):
-        lines += ["", *figure_section(o, scale, image, causes)]
+        lines += ["", *figure_section(o, scale, image, causes, powered)]
     return "\n".join(lines) + "\n"
 
 
-def write_page(outcomes: list[Outcome], scale: str, command: str, path: str | Path, causes: str = "unsettled") -> Path:
+def write_page(
+    outcomes: list[Outcome],
+    scale: str,
+    command: str,
+    path: str | Path,
+    causes: str = "unsettled",
+    powered: str | None = None,
+) -> Path:
     """Write the page to ``path`` and each figure's PNG (``PAGE_DPI``) to ``<path stem>/<name>.png``."""
     path = Path(path)
     images_dir = path.with_suffix("")
@@ -159,6 +224,5 @@ def write_page(outcomes: list[Outcome], scale: str, command: str, path: str | Pa
         png = images_dir / f"{o.experiment.name}.png"
         draw_figure(o.panels or {"": o.results}, o.experiment, png, PAGE_DPI)
         images.append(Path(os.path.relpath(png, path.parent)).as_posix())
-    wall_seconds = sum(o.total_seconds for o in outcomes)
-    path.write_text(page_text(outcomes, scale, wall_seconds, command, images, causes), encoding="utf-8")
+    path.write_text(page_text(outcomes, scale, command, images, causes, powered), encoding="utf-8")
     return path

@@ -12,9 +12,13 @@ The power grows with n, so the search doubles n and then bisects.  The direction
 one: a negative ``mean`` (the opposite of the claim) gives the runs a test needs to find the
 opposite significant, i.e. to turn "inconclusive" into "not reproduced".
 
-A run count is *affordable* when the same experiment with that many runs would take at most
-``AFFORDABLE_SECONDS`` (one hour) on the machine that measured it, wall time taken linear in runs:
-``wall_seconds * n / runs``.
+A run count is *affordable* when a run of the claim's curves alone with that many runs would
+take at most ``AFFORDABLE_SECONDS`` (one hour) of compute on one core of the machine that measured
+it, taken linear in runs: ``compute_seconds * n / runs``, where ``compute_seconds`` is what the
+base run spent on the environment and the claim's algorithms, summed over its tasks
+(:meth:`fedbandits.experiments.outcome.Outcome.claim_compute_seconds`: the same whether the base
+run was resumed from checkpoints or not, and whatever its workers).  ``reproduce`` runs the
+affordable ones (:mod:`fedbandits.experiments.powered`): with W workers they take about 1/W of it.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ from scipy import stats
 from fedbandits.experiments.claims import INCONCLUSIVE, LEVEL, ClaimResult
 
 POWER = 0.8
-#: a run count is affordable if the experiment with that many runs takes at most this long here
+#: a run count is affordable if the claim's curves with that many runs take at most this much compute
+#: (one core) here
 AFFORDABLE_SECONDS = 3600.0
 #: beyond this many runs the search stops (the answer is then "more than MAX_RUNS")
 MAX_RUNS = 10**9
@@ -79,14 +84,14 @@ class PowerStatement:
     runs_needed: int | None
     effect: float  # observed mean / sd of the differences, signed: > 0 in the claim's direction
     runs: int  # runs of the experiment that measured it
-    seconds_needed: float | None  # wall_seconds * runs_needed / runs
+    seconds_needed: float | None  # compute_seconds * runs_needed / runs: one core's time for the claim's curves
     what: str  # "" for a two-algorithm claim, else which step of a chain decides
 
     @property
     def affordable(self) -> bool:
         return self.seconds_needed is not None and self.seconds_needed <= AFFORDABLE_SECONDS
 
-    def text(self, name: str = "", scale: str = "") -> str:
+    def text(self) -> str:
         """ "a paired test would need about N runs at the observed effect (d = ...)", with its cost."""
         step = f" ({self.what})" if self.what else ""
         if self.runs_needed is None:
@@ -99,11 +104,10 @@ class PowerStatement:
             f"(d = {self.effect:.3g}; level {LEVEL:g}, power {POWER:g}; it would then say {outcome})"
         )
         assert self.seconds_needed is not None
-        cost = f"about {_duration(self.seconds_needed)} here, budget {AFFORDABLE_SECONDS / 3600:g} h"
+        cost = f"about {_duration(self.seconds_needed)} of compute here, budget {AFFORDABLE_SECONDS / 3600:g} h"
         if not self.affordable:
             return f"{out}; not affordable ({cost})"
-        command = f": `fedbandits reproduce {name} --scale {scale} --runs {self.runs_needed}`" if name else ""
-        return f"{out}; affordable ({cost}){command}"
+        return f"{out}; affordable ({cost})"
 
 
 def _duration(seconds: float) -> str:
@@ -124,8 +128,9 @@ def _effects(result: ClaimResult) -> list[tuple[str, float, float]]:
     return []
 
 
-def power_statement(result: ClaimResult, wall_seconds: float) -> PowerStatement | None:
-    """The power statement of an inconclusive claim (None for any other status or a single run).
+def power_statement(result: ClaimResult, compute_seconds: float) -> PowerStatement | None:
+    """The power statement of an inconclusive claim (None for any other status or a single run);
+    ``compute_seconds``: what the claim's curves cost in the run that measured it (one core).
 
     A chain (``decreasing``) is settled when every step is: if a step goes against the claim, the
     first step a test would find significantly opposite decides (fewest runs); otherwise the step
@@ -146,7 +151,7 @@ def power_statement(result: ClaimResult, wall_seconds: float) -> PowerStatement 
 
     name, needed, effect = min(against, key=key) if against else max(steps, key=key)
     runs = int(result.numbers["runs"])
-    seconds = None if needed is None else wall_seconds * needed / runs
+    seconds = None if needed is None else compute_seconds * needed / runs
     return PowerStatement(needed, effect, runs, seconds, name if len(steps) > 1 else "")
 
 

@@ -1,7 +1,8 @@
 """The markdown report of a reproduction: an overview of every claim, then one section per figure.
 
 Per claim: its status and measured numbers; for an inconclusive claim the power statement
-(:mod:`fedbandits.experiments.power`); for every cause run (:mod:`fedbandits.experiments.causes`)
+(:mod:`fedbandits.experiments.power`) and, if it was affordable, the verdict of its powered rerun
+(:mod:`fedbandits.experiments.powered`); for every cause run (:mod:`fedbandits.experiments.causes`)
 that checks the claim, what the one change does to it (a cause run checks only the claims it is
 for: with ``causes = "unsettled"`` a settled claim has no cause line).  :func:`report` writes ``DIR/report.md``;
 :mod:`fedbandits.experiments.page` builds the docs page from the same pieces.
@@ -12,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from fedbandits.experiments.causes import describe
-from fedbandits.experiments.outcome import Outcome
+from fedbandits.experiments.outcome import Cost, Outcome, PoweredOutcome
 from fedbandits.experiments.power import power_statement
 from fedbandits.sim.results import Results
 
@@ -57,14 +58,44 @@ def claim_lines(outcome: Outcome) -> list[str]:
     lines = []
     for i, (c, r) in enumerate(zip(e.claims, outcome.claims, strict=True)):
         lines.append(f"* {c.text}: **{r.status}**. {r.explanation}.")
-        statement = power_statement(r, outcome.wall_seconds)
+        statement = power_statement(r, outcome.claim_compute_seconds(i))
         if statement is not None:
-            lines.append(f"  * Power: {statement.text(e.name, e.scale)}.")
+            lines.append(f"  * Power: {statement.text()}.")
+        rerun = outcome.powered_result(i)
+        if rerun is not None:
+            lines.append(f"  * {powered_line(rerun)}.")
         for cause in outcome.causes:
             result = cause.claims[i]
             if result is not None:
                 lines.append(f"  * Cause `{cause.cause.name}`: {describe(r, cause.cause, result)}.")
     return lines
+
+
+def cost_sentence(cost: Cost) -> str:
+    """ "Compute: X s summed over tasks (one core)", and the part loaded from checkpoints, if any."""
+    text = f"Compute time, summed over tasks (one core): {cost.compute:.0f} s"
+    if cost.resumed_tasks:
+        text += (
+            f"; {cost.resumed_tasks} of {cost.tasks} tasks ({cost.resumed_compute:.0f} s of that compute) were "
+            "loaded from the checkpoints of an earlier run (`--resume`), so the wall time above leaves them out"
+        )
+    return text + "."
+
+
+def verdict_cell(outcome: Outcome, index: int) -> str:
+    """ "**status**", or "**inconclusive**, with N runs: **status**" when the claim was rerun."""
+    base = f"**{outcome.claims[index].status}**"
+    rerun = outcome.powered_result(index)
+    return base if rerun is None else f"{base}, with {rerun.runs} runs: **{rerun.result.status}**"
+
+
+def powered_line(rerun: PoweredOutcome) -> str:
+    """ "With N runs (the claim's curves alone; wall ..., compute ...): **status**; numbers"."""
+    return (
+        f"With {rerun.runs} runs (the claim's curves alone, `{rerun.folder.parent.parent.name}/powered/"
+        f"{rerun.folder.name}/`; wall time {rerun.cost.wall:.0f} s, compute {rerun.cost.compute:.0f} s): "
+        f"**{rerun.result.status}**; {rerun.result.explanation}"
+    )
 
 
 def cause_summary(outcome: Outcome) -> list[str]:
@@ -89,7 +120,8 @@ def report(outcomes: list[Outcome], scale: str, wall_seconds: float) -> str:
     lines = [
         "# Reproduction report",
         "",
-        f"Scale `{scale}`; {len(outcomes)} experiment(s); total wall time {wall_seconds:.1f} s.",
+        f"Scale `{scale}`; {len(outcomes)} experiment(s); total wall time {wall_seconds:.1f} s.  ",
+        cost_sentence(sum((o.cost for o in outcomes), Cost())),
         "Claims are tested by a one-sided paired t test over runs (common random numbers) at level 0.05: "
         "reproduced if t >= threshold, not reproduced if t <= -threshold, otherwise inconclusive.",
         "",
@@ -97,8 +129,8 @@ def report(outcomes: list[Outcome], scale: str, wall_seconds: float) -> str:
         "|---|---|---|---|",
     ]
     for o in outcomes:
-        for c, r in zip(o.experiment.claims, o.claims, strict=True):
-            lines.append(f"| {o.experiment.name} | {o.experiment.figure} | {c.text} | **{r.status}** |")
+        for i, c in enumerate(o.experiment.claims):
+            lines.append(f"| {o.experiment.name} | {o.experiment.figure} | {c.text} | {verdict_cell(o, i)} |")
     for o in outcomes:
         e, exp, env = o.experiment, o.results.config.experiment, o.results.config.environment
         panels = o.panels or {"": o.results}

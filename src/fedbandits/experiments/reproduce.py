@@ -20,6 +20,12 @@ plays only the algorithms of the claims it is for (the unsettled ones; every cla
 ``"all"``), with the noise streams of the base config, and checks only those claims.  The report
 (:mod:`fedbandits.experiments.report`) gives every inconclusive claim a power statement
 (:mod:`fedbandits.experiments.power`) and every cause run's verdict on the claims it checks.
+
+``powered`` (``--powered``; :mod:`fedbandits.experiments.powered`): ``"affordable"`` reruns every
+inconclusive claim whose power statement is affordable with the runs it asks for (its curves
+alone), writing ``DIR/<name>/powered/claim-<i>/``, and reports the verdict with those runs;
+``"none"`` does not; None (default): ``"affordable"`` at the paper and published scales, else
+``"none"``.
 """
 
 from __future__ import annotations
@@ -33,8 +39,10 @@ from fedbandits.config import config_from_dict
 from fedbandits.experiments.causes import CAUSE_MODES, cause_claims, cause_configs, claim_keys, wants_causes
 from fedbandits.experiments.claims import ClaimResult, check
 from fedbandits.experiments.figures import EXPERIMENTS, Experiment, get_experiment
-from fedbandits.experiments.outcome import CauseOutcome, Outcome
+from fedbandits.experiments.outcome import CauseOutcome, Cost, Outcome, PoweredOutcome
 from fedbandits.experiments.panels import panel_key, plot_panels
+from fedbandits.experiments.power import power_statement
+from fedbandits.experiments.powered import powered_configs, powered_mode
 from fedbandits.experiments.report import report
 from fedbandits.plots import _pyplot, plot_results, save_figure
 from fedbandits.sim.backends import open_backend
@@ -150,8 +158,9 @@ def run_one(
     log: Callable[[str], None] | None = None,
     max_memory: int | None = None,
     causes: str = "unsettled",
+    powered: str | None = None,
 ) -> Outcome:
-    """Run one experiment and, as ``causes`` says, its cause runs (see
+    """Run one experiment and, as ``causes`` and ``powered`` say, its cause runs and powered reruns (see
     :func:`fedbandits.sim.runner.run_experiment` for the backend options and ``max_memory``)."""
 
     options = {
@@ -179,8 +188,18 @@ def run_one(
                 continue
             sub = folder / "causes" / cause.name
             cause_panels = _run_panels(configs, sub, experiment, False, **options)
-            seconds = sum(r.wall_seconds for r in cause_panels.values())
-            outcome.causes.append(CauseOutcome(cause, _cause_claims(experiment, cause_panels, wanted), sub, seconds))
+            cost = Cost.of(cause_panels.values())
+            outcome.causes.append(CauseOutcome(cause, _cause_claims(experiment, cause_panels, wanted), sub, cost))
+    if powered_mode(powered, experiment.scale) == "affordable":
+        for i, (claim, result) in enumerate(zip(experiment.claims, claims, strict=True)):
+            statement = power_statement(result, outcome.claim_compute_seconds(i))
+            if statement is None or not statement.affordable or statement.runs_needed is None:
+                continue
+            sub = folder / "powered" / f"claim-{i + 1}"
+            configs = powered_configs(experiment, i, statement.runs_needed)
+            rerun = _run_panels(configs, sub, experiment, False, **options)
+            checked = check(claim.kind, claim_tables(rerun)[claim.metric], claim.args)
+            outcome.powered.append(PoweredOutcome(i, statement.runs_needed, checked, sub, Cost.of(rerun.values())))
     return outcome
 
 
@@ -199,19 +218,23 @@ def reproduce(
     log: Callable[[str], None] | None = None,
     max_memory: int | None = None,
     causes: str = "unsettled",
+    powered: str | None = None,
 ) -> list[Outcome]:
     """Run ``name`` (or ``"all"``), save everything under ``out`` and write ``out/report.md``.
 
-    ``backend``, ``workers``, ``address`` and ``max_retries`` choose where tasks run (one Ray
-    connection serves every experiment); finished tasks go to ``out/checkpoint/`` and
-    ``resume=True`` skips those already there.  ``causes``: when to run the cause runs (``"unsettled"``,
-    ``"all"`` or ``"none"``, see :mod:`fedbandits.experiments.causes`).  Every figure's configs are
-    validated, and their memory estimated against ``max_memory`` bytes (default: the available
-    memory), before anything runs (:func:`fedbandits.sim.runner.check_run_memory`).
+        ``backend``, ``workers``, ``address`` and ``max_retries`` choose where tasks run (one Ray
+        connection serves every experiment); finished tasks go to ``out/checkpoint/`` and
+        ``resume=True`` skips those already there.  ``causes``: when to run the cause runs (``"unsettled"``,
+        ``"all"`` or ``"none"``, see :mod:`fedbandits.experiments.causes`); ``powered``: whether to rerun
+    affordable inconclusive claims (``"affordable"`` or ``"none"``, see
+    :mod:`fedbandits.experiments.powered`).  Every figure's configs are
+        validated, and their memory estimated against ``max_memory`` bytes (default: the available
+        memory), before anything runs (:func:`fedbandits.sim.runner.check_run_memory`).
     """
 
     if causes not in CAUSE_MODES:
         raise ValueError(f"causes must be one of {', '.join(map(repr, CAUSE_MODES))}, got {causes!r}")
+    powered = powered_mode(powered, scale)
     experiments = resolve(name, scale, runs)
     out = Path(out)
     if out.exists() and not out.is_dir():
@@ -235,6 +258,7 @@ def reproduce(
                 resume=resume,
                 log=log,
                 causes=causes,
+                powered=powered,
                 max_memory=max_memory,
             )
             for e in experiments

@@ -86,6 +86,17 @@ class Results:
     wall_seconds: float = math.nan
     env_seconds: float = math.nan
     workers_cpu: int = 1
+    #: tasks of this run; how many were loaded from a checkpoint (``--resume``) instead of run, and the
+    #: compute time those had taken when they ran (one core)
+    tasks: int = 0
+    resumed_tasks: int = 0
+    resumed_seconds: float = 0.0
+
+    @property
+    def compute_seconds(self) -> float:
+        """Time spent simulating, summed over tasks (environment + every algorithm), loaded ones included:
+        what the run costs on one core, whatever the workers and whether it was resumed."""
+        return self.env_seconds + sum(a.seconds for a in self.algorithms.values())
 
     def summary(self) -> dict[str, Any]:
         exp = self.config.experiment
@@ -97,6 +108,9 @@ class Results:
             "agents": self.config.environment.params.agents,
             "wall_seconds": self.wall_seconds,
             "environment_seconds": self.env_seconds,
+            "tasks": self.tasks,
+            "resumed_tasks": self.resumed_tasks,
+            "resumed_seconds": self.resumed_seconds,
             "algorithms": [a.summary() for a in self.algorithms.values()],
         }
 
@@ -276,6 +290,10 @@ class Results:
             grid=grid,
             algorithms=algorithms,
             wall_seconds=float(summary.get("wall_seconds", math.nan)),
+            env_seconds=float(summary.get("environment_seconds", math.nan)),
+            tasks=int(summary.get("tasks", 0)),
+            resumed_tasks=int(summary.get("resumed_tasks", 0)),
+            resumed_seconds=float(summary.get("resumed_seconds", 0.0)),
         )
 
 

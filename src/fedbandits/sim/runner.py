@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -126,6 +126,7 @@ def _execute(
                     f"resume: {done} of {len(todo)} task(s) already finished in {store.folder}, {len(remaining)} to run"
                 )
             todo = remaining
+    resumed = sorted(set(range(len(chunks))) - {index for index, _ in todo})
     bar = _progress_bar(progress and bool(todo), total=config.experiment.horizon * len(todo))
     steps = Progress(bar, config.experiment.horizon) if bar is not None else None
     try:
@@ -139,7 +140,7 @@ def _execute(
     finally:
         if bar is not None:
             bar.close()
-    return merger.results(time.perf_counter() - started)
+    return merger.results(time.perf_counter() - started, resumed)
 
 
 def _progress_bar(enabled: bool, total: int):  # type: ignore[no-untyped-def]
@@ -189,7 +190,8 @@ class _Merger:
         self.seconds[index] = chunk.seconds
         self.env_seconds[index] = chunk.env_seconds
 
-    def results(self, wall: float) -> Results:
+    def results(self, wall: float, resumed: Sequence[int] = ()) -> Results:
+        """The merged results; ``resumed``: the indices of the tasks loaded from a checkpoint."""
         if not self.filled.all():
             missing = np.flatnonzero(~self.filled)
             raise RuntimeError(f"{missing.size} run(s) have no result, first {int(missing[0])}")
@@ -223,6 +225,9 @@ class _Merger:
             wall_seconds=wall,
             env_seconds=float(sum(self.env_seconds[i] for i in order)),
             workers_cpu=os.cpu_count() or 1,
+            tasks=len(self.chunks),
+            resumed_tasks=len(resumed),
+            resumed_seconds=float(sum(self.env_seconds[i] + sum(self.seconds[i].values()) for i in resumed)),
         )
 
 

@@ -1,0 +1,128 @@
+"""Powered reruns: an inconclusive claim checked again with the runs its power statement asks for;
+and what a resumed run says it loaded."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from fedbandits.config import config_from_dict
+from fedbandits.experiments import get_experiment
+from fedbandits.experiments.causes import config_diff
+from fedbandits.experiments.claims import INCONCLUSIVE, check
+from fedbandits.experiments.figures import Claim, Experiment
+from fedbandits.experiments.page import page_text
+from fedbandits.experiments.power import power_statement
+from fedbandits.experiments.powered import powered_configs, powered_mode
+from fedbandits.experiments.report import report
+from fedbandits.experiments.reproduce import claim_tables, reproduce, run_one
+from fedbandits.sim.results import Results
+from fedbandits.sim.runner import run_experiment
+
+PRIVATE: dict[str, Any] = {
+    "experiment": {"name": "powered", "seed": 5, "runs": 4, "horizon": 60, "runs_per_task": 2},
+    "environment": {"name": "gaussian-sphere", "agents": 3, "arms": 5, "dim": 3, "noise_sd": 0.5},
+    "algorithms": [
+        {"name": "fedlinucb", "label": "ldp-a", "protocol": "ldp", "batch": 5, "epsilon": 1.0},
+        {"name": "linucb-independent", "label": "alone"},
+        {"name": "fedlinucb", "label": "ldp-b", "protocol": "ldp", "batch": 5, "epsilon": 1.2},
+    ],
+}
+#: two private curves that differ only a little (epsilon 1 vs 1.2): inconclusive with 4 runs at seed 5
+CLAIM = Claim("ldp-b lower than ldp-a", "lower_than", ("ldp-b", "ldp-a"))
+
+
+def _experiment() -> Experiment:
+    return Experiment("powered", "t", "p", "Figure 0", "tiny", copy.deepcopy(PRIVATE), (CLAIM,))
+
+
+def test_powered_configs_change_only_the_runs_and_the_curves() -> None:
+    experiment = _experiment()
+    ((panel, config),) = powered_configs(experiment, 0, 40)
+    assert panel == "" and config["experiment"]["runs"] == 40
+    assert [e["label"] for e in config["algorithms"]] == ["ldp-a", "ldp-b"]
+    assert [e["noise_stream"] for e in config["algorithms"]] == [0, 2]  # their base positions
+    base = copy.deepcopy(PRIVATE)
+    base["algorithms"] = [{**base["algorithms"][0], "noise_stream": 0}, {**base["algorithms"][2], "noise_stream": 2}]
+    assert list(config_diff(base, config)) == ["experiment.runs"]
+    assert PRIVATE["experiment"]["runs"] == 4  # the base is not touched
+    for index, runs in ((1, 40), (-1, 40), (0, 1), (0, 2.5), (0, True)):
+        with pytest.raises(ValueError, match=r"claim index|runs must be"):
+            powered_configs(experiment, index, runs)  # type: ignore[arg-type]
+
+
+def test_powered_configs_of_a_multi_panel_figure_keep_only_the_panels_of_the_claim() -> None:
+    experiment = get_experiment("dubey-fig1b", "tiny")
+    for i, claim in enumerate(experiment.claims):
+        configs = powered_configs(experiment, i, 9)
+        assert configs and all(c["experiment"]["runs"] == 9 for _, c in configs)
+        played = {(p, e.get("label", e["name"])) for p, c in configs for e in c["algorithms"]}
+        assert {(f"{p} / {lab}" if p else lab) for p, lab in played} == set(claim.args)
+
+
+def test_an_affordable_inconclusive_claim_is_rerun_with_the_runs_it_needs(tmp_path: Path) -> None:
+    experiment = _experiment()
+    outcome = run_one(experiment, tmp_path, workers=1, causes="none", powered="affordable")
+    (base,) = outcome.claims
+    assert base.status == INCONCLUSIVE  # the setting above is chosen so (fixed seed)
+    statement = power_statement(base, outcome.claim_compute_seconds(0))
+    assert statement is not None and statement.affordable and statement.runs_needed is not None
+    (rerun,) = outcome.powered
+    assert rerun.claim == 0 and rerun.runs == statement.runs_needed > 4
+    assert rerun.folder == tmp_path / "powered" / "powered" / "claim-1"
+    saved = Results.load(rerun.folder)
+    assert list(saved.algorithms) == ["ldp-a", "ldp-b"] and saved.config.experiment.runs == rerun.runs
+    # its first runs are the base run's runs of those curves, bit for bit (same streams, same draws)
+    for lab in ("ldp-a", "ldp-b"):
+        assert np.array_equal(saved.algorithms[lab].curves[:4], outcome.results.algorithms[lab].curves)
+    again = check(CLAIM.kind, claim_tables({"": saved})["regret"], CLAIM.args)
+    assert (again.status, again.explanation) == (rerun.result.status, rerun.result.explanation)
+    assert outcome.verdict(0) is rerun.result and rerun.cost.compute > 0 and rerun.cost.resumed_tasks == 0
+    text = report([outcome], "tiny", 1.0)
+    assert f"**{INCONCLUSIVE}**, with {rerun.runs} runs: **{rerun.result.status}**" in text
+    assert f"With {rerun.runs} runs (the claim's curves alone, `powered/powered/claim-1/`" in text
+    page = page_text([outcome], "tiny", "cmd", ["x.png"], "none", "affordable")
+    assert f"with {rerun.runs} runs: **{rerun.result.status}**" in page
+    assert "with the 1 powered rerun: 1 " + rerun.result.status in page
+    assert "--powered affordable" in page  # not the tiny scale's default: the figure's command says so
+
+
+def test_no_rerun_when_not_affordable_or_not_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    experiment = _experiment()
+    assert run_one(experiment, tmp_path / "none", workers=1, causes="none", powered="none").powered == []
+    assert run_one(experiment, tmp_path / "default", workers=1, causes="none").powered == []  # tiny: none
+    monkeypatch.setattr("fedbandits.experiments.power.AFFORDABLE_SECONDS", 0.0)
+    outcome = run_one(experiment, tmp_path / "poor", workers=1, causes="none", powered="affordable")
+    assert outcome.powered == [] and not (tmp_path / "poor" / "powered" / "powered").exists()
+    text = page_text([outcome], "tiny", "cmd", ["x.png"], "none", "none")
+    assert "made without the powered reruns (`--powered none`)" in text
+
+
+def test_powered_modes() -> None:
+    assert powered_mode(None, "paper") == powered_mode(None, "published") == "affordable"
+    assert powered_mode(None, "quick") == powered_mode(None, "tiny") == "none"
+    assert powered_mode("none", "paper") == "none"
+    with pytest.raises(ValueError, match="powered must be one of 'affordable', 'none', got 'some'"):
+        powered_mode("some", "paper")
+    with pytest.raises(ValueError, match="powered must be one of"):
+        reproduce("zhou-fig3d", "tiny", powered="some")
+
+
+def test_a_resumed_run_says_what_it_loaded(tmp_path: Path) -> None:
+    # catches a resumed page claiming the short wall time of loading as the cost of its runs
+    config = config_from_dict(copy.deepcopy(PRIVATE))
+    first = run_experiment(config, workers=1, checkpoint=tmp_path / "ck")
+    assert (first.tasks, first.resumed_tasks, first.resumed_seconds) == (2, 0, 0.0)
+    again = run_experiment(config, workers=1, checkpoint=tmp_path / "ck", resume=True)
+    assert (again.tasks, again.resumed_tasks) == (2, 2)
+    assert again.resumed_seconds == pytest.approx(first.compute_seconds) and again.resumed_seconds > 0
+    assert again.compute_seconds == pytest.approx(first.compute_seconds)
+    again.save(tmp_path / "saved")
+    loaded = Results.load(tmp_path / "saved")
+    assert (loaded.tasks, loaded.resumed_tasks) == (2, 2)
+    assert loaded.resumed_seconds == pytest.approx(again.resumed_seconds)
+    assert loaded.compute_seconds == pytest.approx(again.compute_seconds)
