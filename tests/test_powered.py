@@ -4,6 +4,8 @@ and what a resumed run says it loaded."""
 from __future__ import annotations
 
 import copy
+import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -12,15 +14,17 @@ import pytest
 
 from fedbandits.config import config_from_dict
 from fedbandits.experiments import get_experiment
-from fedbandits.experiments.causes import config_diff
-from fedbandits.experiments.claims import INCONCLUSIVE, check
-from fedbandits.experiments.figures import Claim, Experiment
+from fedbandits.experiments.causes import config_diff, describe
+from fedbandits.experiments.claims import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, ClaimResult, check, lower_than
+from fedbandits.experiments.figures import Cause, Claim, Experiment
+from fedbandits.experiments.outcome import Outcome
 from fedbandits.experiments.page import page_text
+from fedbandits.experiments.panels import panel_key
 from fedbandits.experiments.power import power_statement
-from fedbandits.experiments.powered import powered_configs, powered_mode
+from fedbandits.experiments.powered import fresh_table, powered_configs, powered_mode
 from fedbandits.experiments.report import report
 from fedbandits.experiments.reproduce import claim_tables, reproduce, run_one
-from fedbandits.sim.results import Results
+from fedbandits.sim.results import AlgorithmResult, Results
 from fedbandits.sim.runner import run_experiment
 
 PRIVATE: dict[str, Any] = {
@@ -55,13 +59,56 @@ def test_powered_configs_change_only_the_runs_and_the_curves() -> None:
             powered_configs(experiment, index, runs)  # type: ignore[arg-type]
 
 
-def test_powered_configs_of_a_multi_panel_figure_keep_only_the_panels_of_the_claim() -> None:
-    experiment = get_experiment("dubey-fig1b", "tiny")
+@pytest.mark.parametrize("name", ["dubey-fig1a", "dubey-fig1c", "dubey-fig1b"])
+def test_powered_configs_of_a_multi_panel_figure_keep_only_the_panels_of_the_claim(name: str) -> None:
+    experiment = get_experiment(name, "tiny")
+    assert bool(experiment.panels) == (name != "dubey-fig1b")
     for i, claim in enumerate(experiment.claims):
         configs = powered_configs(experiment, i, 9)
         assert configs and all(c["experiment"]["runs"] == 9 for _, c in configs)
         played = {(p, e.get("label", e["name"])) for p, c in configs for e in c["algorithms"]}
-        assert {(f"{p} / {lab}" if p else lab) for p, lab in played} == set(claim.args)
+        assert {(panel_key(p, lab) if p else lab) for p, lab in played} == set(claim.args)
+    if name == "dubey-fig1a":  # its first claim compares the curves of one panel: only that panel is rerun
+        assert [p for p, _ in powered_configs(experiment, 0, 9)] == ["M=4"]
+
+
+def _fake(labels: list[str], env: float, each: float) -> Results:
+    config = config_from_dict(
+        {
+            "experiment": {"name": "f", "runs": 2, "horizon": 10},
+            "environment": {"name": "gaussian-sphere", "agents": 2},
+            "algorithms": [{"name": "linucb-independent", "label": lab} for lab in labels],
+        }
+    )
+    algorithms = {
+        lab: AlgorithmResult("linucb-independent", lab, *(np.zeros((2, 1)),) * 2, *(np.zeros(2),) * 3, each)
+        for lab in labels
+    }
+    return Results(config, np.array([10]), algorithms, wall_seconds=1.0, env_seconds=env)
+
+
+def test_claim_compute_seconds_counts_the_claims_panels_and_curves() -> None:
+    # catches counting the whole experiment (every curve, every panel) or keys built unlike the claim tables
+    experiment = get_experiment("dubey-fig1a", "tiny")
+    panels = {
+        p: _fake([e.get("label", e["name"]) for e in raw["algorithms"]], 10.0, 1.0) for p, raw in experiment.configs()
+    }
+    outcome = Outcome(experiment, next(iter(panels.values())), [], Path("."), panels)
+    for i, claim in enumerate(experiment.claims):
+        touched = {key.split(" / ")[0] for key in claim.args}
+        assert outcome.claim_compute_seconds(i) == pytest.approx(10.0 * len(touched) + 1.0 * len(claim.args))
+    total = sum(10.0 + len(r.algorithms) for r in panels.values())
+    assert outcome.base_cost.compute == pytest.approx(total)
+    untimed = _fake(["ldp-a", "ldp-b"], float("nan"), 1.0)  # no environment time recorded: the cost is unknown
+    assert math.isnan(Outcome(_experiment(), untimed, [], Path("."), {"": untimed}).claim_compute_seconds(0))
+
+
+def test_an_unknown_cost_is_not_affordable() -> None:
+    result = lower_than({"a": np.array([1.0, 2.0, 3.0]), "b": np.array([1.1, 2.5, 2.9])}, "a", "b")
+    assert result.status == INCONCLUSIVE
+    statement = power_statement(result, float("nan"))
+    assert statement is not None and statement.seconds_needed is None and not statement.affordable
+    assert "its cost is unknown" in statement.text()
 
 
 def test_an_affordable_inconclusive_claim_is_rerun_with_the_runs_it_needs(tmp_path: Path) -> None:
@@ -75,18 +122,22 @@ def test_an_affordable_inconclusive_claim_is_rerun_with_the_runs_it_needs(tmp_pa
     assert rerun.claim == 0 and rerun.runs == statement.runs_needed > 4
     assert rerun.folder == tmp_path / "powered" / "powered" / "claim-1"
     saved = Results.load(rerun.folder)
-    assert list(saved.algorithms) == ["ldp-a", "ldp-b"] and saved.config.experiment.runs == rerun.runs
+    assert list(saved.algorithms) == ["ldp-a", "ldp-b"] and saved.config.experiment.runs == 4 + rerun.runs
     # its first runs are the base run's runs of those curves, bit for bit (same streams, same draws)
     for lab in ("ldp-a", "ldp-b"):
         assert np.array_equal(saved.algorithms[lab].curves[:4], outcome.results.algorithms[lab].curves)
-    again = check(CLAIM.kind, claim_tables({"": saved})["regret"], CLAIM.args)
-    assert (again.status, again.explanation) == (rerun.result.status, rerun.result.explanation)
+    # the verdict reads the fresh runs only: not the replayed base runs, not all of them
+    fresh = check(CLAIM.kind, fresh_table(claim_tables({"": saved})["regret"], 4), CLAIM.args)
+    assert (fresh.status, fresh.explanation) == (rerun.result.status, rerun.result.explanation)
+    assert f"(mean over {rerun.runs} runs)" in rerun.result.explanation
+    assert fresh_table({"x": np.arange(6.0)}, 4)["x"].tolist() == [4.0, 5.0]
     assert outcome.verdict(0) is rerun.result and rerun.cost.compute > 0 and rerun.cost.resumed_tasks == 0
     text = report([outcome], "tiny", 1.0)
-    assert f"**{INCONCLUSIVE}**, with {rerun.runs} runs: **{rerun.result.status}**" in text
-    assert f"With {rerun.runs} runs (the claim's curves alone, `powered/powered/claim-1/`" in text
+    assert f"**{INCONCLUSIVE}**, with {rerun.runs} fresh runs: **{rerun.result.status}**" in text
+    assert f"With {rerun.runs} fresh runs (the claim's curves alone, after the base runs replayed" in text
     page = page_text([outcome], "tiny", "cmd", ["x.png"], "none", "affordable")
-    assert f"with {rerun.runs} runs: **{rerun.result.status}**" in page
+    assert f"with {rerun.runs} fresh runs: **{rerun.result.status}**" in page
+    assert "(made with `--powered none`)" not in page and "verdicts (after the powered reruns)" in page
     assert "with the 1 powered rerun: 1 " + rerun.result.status in page
     assert "--powered affordable" in page  # not the tiny scale's default: the figure's command says so
 
@@ -100,6 +151,32 @@ def test_no_rerun_when_not_affordable_or_not_asked(tmp_path: Path, monkeypatch: 
     assert outcome.powered == [] and not (tmp_path / "poor" / "powered" / "powered").exists()
     text = page_text([outcome], "tiny", "cmd", ["x.png"], "none", "none")
     assert "made without the powered reruns (`--powered none`)" in text
+    assert "Not rerun for this page" not in text  # not affordable here: nothing was left out
+    monkeypatch.undo()
+    text = page_text([outcome], "tiny", "cmd", ["x.png"], "none", "none")
+    assert "  * Not rerun for this page (made with `--powered none`)." in text  # affordable, left out
+
+
+def test_results_saved_before_the_task_counts_load(tmp_path: Path) -> None:
+    results = run_experiment(config_from_dict(copy.deepcopy(PRIVATE)), workers=1)
+    results.save(tmp_path)
+    summary = json.loads((tmp_path / "summary.json").read_text(encoding="utf-8"))
+    for key in ("tasks", "resumed_tasks", "resumed_seconds"):
+        del summary[key]
+    (tmp_path / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    old = Results.load(tmp_path)
+    assert (old.tasks, old.resumed_tasks, old.resumed_seconds) == (0, 0, 0.0)
+    assert old.compute_seconds == pytest.approx(results.compute_seconds)
+
+
+def test_a_cause_line_is_not_only_when_more_runs_reproduce_the_claim() -> None:
+    base = ClaimResult(INCONCLUSIVE, "t = 1")
+    under = ClaimResult(REPRODUCED, "t = 3")
+    cause = Cause("c", {"algorithms.radius": "constant"}, "the radius is constant")
+    assert "appears only when the radius is constant" in describe(base, cause, under)
+    settled = describe(base, cause, under, ClaimResult(REPRODUCED, "t = 2"))
+    assert "only" not in settled and "with more runs it is without the change too" in settled
+    assert "appears only when" in describe(base, cause, under, ClaimResult(NOT_REPRODUCED, "t = -2"))
 
 
 def test_powered_modes() -> None:

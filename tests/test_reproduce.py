@@ -215,7 +215,7 @@ TIMING = re.compile(r"\d+(\.\d+)? (s|min|h)\b")
 #: what a page made with --resume adds: how much of the compute was loaded from checkpoints
 LOADED = re.compile(
     r" \(<time> of it loaded from checkpoints\)|, of which <time> \(\d+ of \d+ tasks\) were loaded from the "
-    r"checkpoints of an earlier run of the same command \(`--resume`\) and are not in the wall time"
+    r"checkpoints of an earlier run with the same configs \(`--resume`\) and are not in the wall time"
 )
 
 

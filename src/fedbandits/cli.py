@@ -456,8 +456,11 @@ def _reproduce(args: argparse.Namespace) -> int:
         **backend,
     )
     for o in outcomes:
-        statuses = ", ".join(r.status for r in o.claims)
-        print(f"{o.experiment.name} ({o.experiment.figure}): {o.wall_seconds:.1f} s; claims: {statuses}")
+        statuses = ", ".join(
+            r.status if (p := o.powered_result(i)) is None else f"{r.status} ({p.runs} fresh runs: {p.result.status})"
+            for i, r in enumerate(o.claims)
+        )
+        print(f"{o.experiment.name} ({o.experiment.figure}): {o.total_seconds:.1f} s; claims: {statuses}")
     print(f"report: {args.out / 'report.md'}")
     if args.page is not None:
         powered = powered_mode(args.powered, args.scale)

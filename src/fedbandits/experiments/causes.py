@@ -172,13 +172,20 @@ def cause_claims(mode: str, claims: list[ClaimResult]) -> list[int]:
     return [i for i, c in enumerate(claims) if mode == "all" or c.status in UNSETTLED]
 
 
-def describe(base: ClaimResult, cause: Cause, result: ClaimResult) -> str:
-    """One sentence: what changing only ``cause``'s field does to a claim."""
+def describe(base: ClaimResult, cause: Cause, result: ClaimResult, final: ClaimResult | None = None) -> str:
+    """One sentence: what changing only ``cause``'s field does to a claim (``base``: its result in the base
+    run, which has the cause run's runs; ``final``: its verdict with more runs, when a powered rerun
+    settled it -- a claim reproduced with more runs does not appear "only" under the cause)."""
     change = f"({', '.join(f'{k} = {v!r}' for k, v in cause.change.items())})"
     if base.status == REPRODUCED:
         if result.status == REPRODUCED:
             return f"still holds when {cause.text} {change}"
         return f"holds in the base run but not when {cause.text} {change}: **{result.status}**; {result.explanation}"
+    if result.status == REPRODUCED and final is not None and final.status == REPRODUCED:
+        return (
+            f"with the base run's runs the claimed ordering is significant when {cause.text} {change} "
+            f"(with more runs it is without the change too): {result.explanation}"
+        )
     if result.status == REPRODUCED:
         return f"the claimed ordering appears only when {cause.text} {change}: {result.explanation}"
     return f"does not appear when {cause.text} {change} either: **{result.status}**; {result.explanation}"

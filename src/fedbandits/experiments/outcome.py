@@ -61,7 +61,8 @@ class CauseOutcome:
 
 @dataclass
 class PoweredOutcome:
-    """Claim ``claim`` (its index) checked again on a run of its curves alone with ``runs`` runs."""
+    """Claim ``claim`` (its index) checked again on ``runs`` fresh runs of its curves alone (the rerun in
+    ``folder`` replays the base runs first: see :mod:`fedbandits.experiments.powered`)."""
 
     claim: int
     runs: int

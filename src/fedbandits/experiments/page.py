@@ -9,8 +9,10 @@ run does to each claim it checks), the notes -- among them what matches the pape
 what differs and where the paper is silent -- and the command and wall time of that figure alone.
 
 Regenerating from the same results gives the same text except the wall and compute times (and
-the same PNGs): nothing else on the page depends on the clock or the machine.  A page made with
-``--resume`` from checkpoints of an earlier run says how much of its compute was loaded.
+the same PNGs), with one exception the page states: which inconclusive claims get a powered rerun
+depends on the compute times measured here (a rerun is affordable below a budget), so a much
+slower or faster machine can rerun other claims.  A page made with ``--resume`` says how much of
+its compute was loaded from checkpoints.
 """
 
 from __future__ import annotations
@@ -98,7 +100,7 @@ def figure_section(
         rerun = outcome.powered_result(i)
         if rerun is not None:
             powers_text.append(f"  * {powered_line(rerun)}.")
-        elif statement.affordable:  # only without powered reruns
+        elif statement.affordable and powered_mode(powered, scale) == "none":
             powers_text.append("  * Not rerun for this page (made with `--powered none`).")
     if powers_text:
         lines += ["", "**Power** (inconclusive claims):", "", *powers_text]
@@ -106,11 +108,14 @@ def figure_section(
         lines += ["", "**Causes** (each run changes one field of the setting; same seed and runs):", ""]
         unchecked = 0
         for i, (c, r) in enumerate(zip(e.claims, outcome.claims, strict=True)):
-            verdicts = [describe(r, cause.cause, v) for cause in outcome.causes if (v := cause.claims[i]) is not None]
+            final = outcome.verdict(i)
+            verdicts = [
+                describe(r, cause.cause, v, final) for cause in outcome.causes if (v := cause.claims[i]) is not None
+            ]
             if not verdicts:
                 unchecked += 1
                 continue
-            lines.append(f"* {c.text} (**{r.status}**):")
+            lines.append(f"* {c.text} ({verdict_cell(outcome, i)}):")
             lines += [f"  * {v}." for v in verdicts]
         if unchecked:
             lines.append(
@@ -118,7 +123,7 @@ def figure_section(
                 "the algorithms of the claims it is for; by default those not settled in the base run)."
             )
     elif e.causes:
-        unsettled = sum(r.status in UNSETTLED for r in outcome.claims)
+        unsettled = sum(outcome.verdict(i).status in UNSETTLED for i in range(len(outcome.claims)))
         if unsettled:  # only when the page was made with --causes none (see page_text)
             lines += ["", f"Causes: not run for this page (`--causes none`); {unsettled} claim(s) not settled."]
         else:
@@ -140,8 +145,10 @@ CAUSE_SENTENCES = {
 
 
 POWERED_SENTENCES = {
-    "affordable": "An affordable one is rerun with those runs (the claim's curves alone, the same noise for the "
-    "runs they share) and its verdict with them is given beside the base verdict.  ",
+    "affordable": "An affordable one is rerun: its curves alone, the base runs replayed and then that many fresh "
+    "runs, and the test reads the fresh runs only (independent of the runs that left it inconclusive); that verdict "
+    "is given beside the base verdict.  Which claims are affordable depends on compute times measured on this "
+    "machine.  ",
     "none": "This page was made without the powered reruns (`--powered none`).  ",
 }
 
@@ -178,7 +185,7 @@ def page_text(
     if cost.resumed_tasks:
         compute += (
             f", of which {_duration(cost.resumed_compute)} ({cost.resumed_tasks} of {cost.tasks} tasks) were loaded "
-            "from the checkpoints of an earlier run of the same command (`--resume`) and are not in the wall time"
+            "from the checkpoints of an earlier run with the same configs (`--resume`) and are not in the wall time"
         )
     lines = [
         "# Reproduction of the papers' figures",
@@ -196,7 +203,9 @@ def page_text(
         "",
         summary + ".",
         "",
-        "| figure | claims | verdicts |",
+        "| figure | claims | verdicts"
+        + (" (after the powered reruns)" if any(o.powered for o in outcomes) else "")
+        + " |",
         "|---|---|---|",
     ]
     for o in outcomes:

@@ -12,13 +12,18 @@ The power grows with n, so the search doubles n and then bisects.  The direction
 one: a negative ``mean`` (the opposite of the claim) gives the runs a test needs to find the
 opposite significant, i.e. to turn "inconclusive" into "not reproduced".
 
-A run count is *affordable* when a run of the claim's curves alone with that many runs would
-take at most ``AFFORDABLE_SECONDS`` (one hour) of compute on one core of the machine that measured
-it, taken linear in runs: ``compute_seconds * n / runs``, where ``compute_seconds`` is what the
-base run spent on the environment and the claim's algorithms, summed over its tasks
+A run count is *affordable* when the rerun that would test it -- the claim's curves alone, the
+base run's ``runs`` replayed and then ``n`` fresh runs, the test reading only the fresh ones (see
+:mod:`fedbandits.experiments.powered`) -- would take at most ``AFFORDABLE_SECONDS`` (one hour) of
+compute on one core of the machine that measured it, taken linear in runs:
+``compute_seconds * (runs + n) / runs``, where ``compute_seconds`` is what the base run spent on
+the environment and the claim's algorithms, summed over its tasks
 (:meth:`fedbandits.experiments.outcome.Outcome.claim_compute_seconds`: the same whether the base
-run was resumed from checkpoints or not, and whatever its workers).  ``reproduce`` runs the
-affordable ones (:mod:`fedbandits.experiments.powered`): with W workers they take about 1/W of it.
+run was resumed from checkpoints or not, and whatever its workers).  A compute time that is not
+a finite number (results saved without timings) leaves the cost unknown: not affordable.  With
+``powered = "affordable"``, ``reproduce`` runs the affordable reruns; with W workers they take
+about 1/W of their compute in wall time.  Since affordability is measured here, which claims are
+rerun can differ on a slower or faster machine (the page says so).
 """
 
 from __future__ import annotations
@@ -32,8 +37,8 @@ from scipy import stats
 from fedbandits.experiments.claims import INCONCLUSIVE, LEVEL, ClaimResult
 
 POWER = 0.8
-#: a run count is affordable if the claim's curves with that many runs take at most this much compute
-#: (one core) here
+#: a run count is affordable if its rerun (the claim's curves, the base runs then that many fresh
+#: ones) takes at most this much compute (one core) here
 AFFORDABLE_SECONDS = 3600.0
 #: beyond this many runs the search stops (the answer is then "more than MAX_RUNS")
 MAX_RUNS = 10**9
@@ -84,7 +89,8 @@ class PowerStatement:
     runs_needed: int | None
     effect: float  # observed mean / sd of the differences, signed: > 0 in the claim's direction
     runs: int  # runs of the experiment that measured it
-    seconds_needed: float | None  # compute_seconds * runs_needed / runs: one core's time for the claim's curves
+    #: compute_seconds * (runs + runs_needed) / runs: one core's time for the rerun; None if unknown
+    seconds_needed: float | None
     what: str  # "" for a two-algorithm claim, else which step of a chain decides
 
     @property
@@ -103,8 +109,12 @@ class PowerStatement:
             f"a paired test would need about {self.runs_needed} runs at the observed effect{step} "
             f"(d = {self.effect:.3g}; level {LEVEL:g}, power {POWER:g}; it would then say {outcome})"
         )
-        assert self.seconds_needed is not None
-        cost = f"about {_duration(self.seconds_needed)} of compute here, budget {AFFORDABLE_SECONDS / 3600:g} h"
+        if self.seconds_needed is None:
+            return f"{out}; its cost is unknown (the run recorded no compute time): not rerun"
+        cost = (
+            f"a rerun of its curves with {self.runs_needed} fresh runs: about {_duration(self.seconds_needed)} "
+            f"of compute here, budget {AFFORDABLE_SECONDS / 3600:g} h"
+        )
         if not self.affordable:
             return f"{out}; not affordable ({cost})"
         return f"{out}; affordable ({cost})"
@@ -151,7 +161,8 @@ def power_statement(result: ClaimResult, compute_seconds: float) -> PowerStateme
 
     name, needed, effect = min(against, key=key) if against else max(steps, key=key)
     runs = int(result.numbers["runs"])
-    seconds = None if needed is None else compute_seconds * needed / runs
+    known = math.isfinite(compute_seconds) and compute_seconds >= 0
+    seconds = None if needed is None or not known else compute_seconds * (runs + needed) / runs
     return PowerStatement(needed, effect, runs, seconds, name if len(steps) > 1 else "")
 
 

@@ -1,13 +1,16 @@
 """Powered reruns: an inconclusive claim checked again with the runs its power statement asks for.
 
-When the base run cannot settle a claim, :mod:`fedbandits.experiments.power` says how many runs a
-paired test would need at the observed effect.  If that is affordable (at most
-``AFFORDABLE_SECONDS`` of compute for the claim's curves alone), ``reproduce`` runs the claim's
-curves with that many runs -- every panel that holds some of them, restricted to them
-(:func:`fedbandits.experiments.causes.restrict`: each kept entry keeps its base noise stream, so
-runs 0..n-1 of the rerun are the base run's runs for those curves, bit for bit, and the rest are
-new) -- and checks the claim on it.  The rerun's verdict is the claim's verdict with those runs; the
-page gives both.
+When the base run (R runs) cannot settle a claim, :mod:`fedbandits.experiments.power` says how
+many runs N a paired test would need at the observed effect.  If the rerun is affordable (at most
+``AFFORDABLE_SECONDS`` of compute), ``reproduce`` plays the claim's curves with R + N runs -- every
+panel that holds some of them, restricted to them (:func:`fedbandits.experiments.causes.restrict`:
+each kept entry keeps its base noise stream, so runs 0..R-1 are the base run's runs of those
+curves, bit for bit) -- and checks the claim on the N *fresh* runs R..R+N-1 alone
+(:func:`fresh_table`).  Those are independent of the runs that made the claim inconclusive, so the
+rerun is a valid test at the stated level given that selection (testing all R + N runs would look
+at the selecting data twice and raise the false-verdict rate).  The page gives the base verdict
+and the verdict with the fresh runs.  (Replaying the R base runs costs R / (R + N) of the rerun;
+a config cannot start at run R.)
 
 When they run (``reproduce(..., powered=...)``, ``--powered`` on the command line):
 
@@ -22,7 +25,10 @@ an hour of compute per claim, and the quick scale promises about a minute.
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any
+
+import numpy as np
 
 from fedbandits.experiments.causes import panel_labels, restrict
 from fedbandits.experiments.figures.common import Experiment
@@ -48,9 +54,15 @@ def check_powered_mode(mode: str) -> str:
     return mode
 
 
+def fresh_table(table: Mapping[str, np.ndarray], base_runs: int) -> dict[str, np.ndarray]:
+    """Every key's per-run values without the first ``base_runs`` (the replayed base runs)."""
+    return {key: np.asarray(values)[base_runs:] for key, values in table.items()}
+
+
 def powered_configs(experiment: Experiment, index: int, runs: int) -> list[tuple[str, dict[str, Any]]]:
     """(panel, config) of claim ``index``'s rerun: each panel holding some of its curves, restricted to
-    them, with ``runs`` runs; a one-line ValueError for a bad index or run count."""
+    them, with ``runs`` runs in all (the base runs and the fresh ones); a one-line ValueError for a bad
+    index or run count."""
     if not 0 <= index < len(experiment.claims):
         raise ValueError(f"claim index must be in [0, {len(experiment.claims) - 1}], got {index}")
     if isinstance(runs, bool) or not isinstance(runs, int) or runs < 2:

@@ -67,7 +67,7 @@ def claim_lines(outcome: Outcome) -> list[str]:
         for cause in outcome.causes:
             result = cause.claims[i]
             if result is not None:
-                lines.append(f"  * Cause `{cause.cause.name}`: {describe(r, cause.cause, result)}.")
+                lines.append(f"  * Cause `{cause.cause.name}`: {describe(r, cause.cause, result, outcome.verdict(i))}.")
     return lines
 
 
@@ -77,7 +77,8 @@ def cost_sentence(cost: Cost) -> str:
     if cost.resumed_tasks:
         text += (
             f"; {cost.resumed_tasks} of {cost.tasks} tasks ({cost.resumed_compute:.0f} s of that compute) were "
-            "loaded from the checkpoints of an earlier run (`--resume`), so the wall time above leaves them out"
+            "loaded from the checkpoints of an earlier run with the same configs (`--resume`), so the wall time above "
+            "leaves them out"
         )
     return text + "."
 
@@ -86,14 +87,15 @@ def verdict_cell(outcome: Outcome, index: int) -> str:
     """ "**status**", or "**inconclusive**, with N runs: **status**" when the claim was rerun."""
     base = f"**{outcome.claims[index].status}**"
     rerun = outcome.powered_result(index)
-    return base if rerun is None else f"{base}, with {rerun.runs} runs: **{rerun.result.status}**"
+    return base if rerun is None else f"{base}, with {rerun.runs} fresh runs: **{rerun.result.status}**"
 
 
 def powered_line(rerun: PoweredOutcome) -> str:
-    """ "With N runs (the claim's curves alone; wall ..., compute ...): **status**; numbers"."""
+    """ "With N fresh runs (the claim's curves alone; wall ..., compute ...): **status**; numbers"."""
     return (
-        f"With {rerun.runs} runs (the claim's curves alone, `{rerun.folder.parent.parent.name}/powered/"
-        f"{rerun.folder.name}/`; wall time {rerun.cost.wall:.0f} s, compute {rerun.cost.compute:.0f} s): "
+        f"With {rerun.runs} fresh runs (the claim's curves alone, after the base runs replayed, in "
+        f"`{rerun.folder.parent.parent.name}/powered/{rerun.folder.name}/`; wall time {rerun.cost.wall:.0f} s, "
+        f"compute {rerun.cost.compute:.0f} s): "
         f"**{rerun.result.status}**; {rerun.result.explanation}"
     )
 

@@ -42,7 +42,7 @@ from fedbandits.experiments.figures import EXPERIMENTS, Experiment, get_experime
 from fedbandits.experiments.outcome import CauseOutcome, Cost, Outcome, PoweredOutcome
 from fedbandits.experiments.panels import panel_key, plot_panels
 from fedbandits.experiments.power import power_statement
-from fedbandits.experiments.powered import powered_configs, powered_mode
+from fedbandits.experiments.powered import fresh_table, powered_configs, powered_mode
 from fedbandits.experiments.report import report
 from fedbandits.plots import _pyplot, plot_results, save_figure
 from fedbandits.sim.backends import open_backend
@@ -195,10 +195,12 @@ def run_one(
             statement = power_statement(result, outcome.claim_compute_seconds(i))
             if statement is None or not statement.affordable or statement.runs_needed is None:
                 continue
+            # the base runs replayed, then the fresh ones the test reads (see fedbandits.experiments.powered)
             sub = folder / "powered" / f"claim-{i + 1}"
-            configs = powered_configs(experiment, i, statement.runs_needed)
+            configs = powered_configs(experiment, i, statement.runs + statement.runs_needed)
             rerun = _run_panels(configs, sub, experiment, False, **options)
-            checked = check(claim.kind, claim_tables(rerun)[claim.metric], claim.args)
+            fresh = fresh_table(claim_tables(rerun)[claim.metric], statement.runs)
+            checked = check(claim.kind, fresh, claim.args)
             outcome.powered.append(PoweredOutcome(i, statement.runs_needed, checked, sub, Cost.of(rerun.values())))
     return outcome
 
@@ -222,14 +224,14 @@ def reproduce(
 ) -> list[Outcome]:
     """Run ``name`` (or ``"all"``), save everything under ``out`` and write ``out/report.md``.
 
-        ``backend``, ``workers``, ``address`` and ``max_retries`` choose where tasks run (one Ray
-        connection serves every experiment); finished tasks go to ``out/checkpoint/`` and
-        ``resume=True`` skips those already there.  ``causes``: when to run the cause runs (``"unsettled"``,
-        ``"all"`` or ``"none"``, see :mod:`fedbandits.experiments.causes`); ``powered``: whether to rerun
-    affordable inconclusive claims (``"affordable"`` or ``"none"``, see
-    :mod:`fedbandits.experiments.powered`).  Every figure's configs are
-        validated, and their memory estimated against ``max_memory`` bytes (default: the available
-        memory), before anything runs (:func:`fedbandits.sim.runner.check_run_memory`).
+    ``backend``, ``workers``, ``address`` and ``max_retries`` choose where tasks run (one Ray
+    connection serves every experiment); finished tasks go to ``out/checkpoint/`` and
+    ``resume=True`` skips those already there.  ``causes``: when to run the cause runs
+    (``"unsettled"``, ``"all"`` or ``"none"``, see :mod:`fedbandits.experiments.causes`);
+    ``powered``: whether to rerun affordable inconclusive claims (``"affordable"`` or ``"none"``;
+    None: the scale's default, see :mod:`fedbandits.experiments.powered`).  Every figure's configs
+    are validated, and their memory estimated against ``max_memory`` bytes (default: the available
+    memory), before anything runs (:func:`fedbandits.sim.runner.check_run_memory`).
     """
 
     if causes not in CAUSE_MODES:

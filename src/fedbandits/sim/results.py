@@ -94,7 +94,8 @@ class Results:
 
     @property
     def compute_seconds(self) -> float:
-        """Time spent simulating, summed over tasks (environment + every algorithm), loaded ones included:
+        """Time spent in the time loop, summed over tasks (the environment's rounds + every algorithm's
+        steps; setup and merging are left out, a few percent at small scale), loaded tasks included:
         what the run costs on one core, whatever the workers and whether it was resumed."""
         return self.env_seconds + sum(a.seconds for a in self.algorithms.values())
 
