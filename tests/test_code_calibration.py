@@ -13,6 +13,7 @@ from fedbandits.algorithms.feducb import FEDUCB_CALIBRATIONS
 from fedbandits.experiments import get_experiment
 from fedbandits.privacy import accounting as acc
 from fedbandits.privacy.calibration import CALIBRATIONS, PrivacySpec, calibrate
+from fedbandits.protocols.vector_sum_tree import calibrate_vector_sum
 
 # Figure 2a: eps = 1e-3, delta = 1e-4, T = 10,000, B = 25 (K = 400 releases, N = 9 nodes), M = 100
 EPS, DELTA, HORIZON, BATCH, AGENTS, RELEASES, NODES = 1e-3, 1e-4, 10_000, 25, 100, 400, 9
@@ -113,11 +114,11 @@ def test_too_little_noise_is_reported_not_certified() -> None:
 
 NOT_FOR_CODE = (
     "calibration must be one of 'paper', 'tight' for protocol {!r} ('code' applies to protocols 'ldp', "
-    "'ldp-prefix', 'sdp-amplification' only), got 'code'"
+    "'ldp-prefix', 'sdp-amplification', 'sdp-vector-sum' only), got 'code'"
 )
 
 
-@pytest.mark.parametrize("protocol", ["sdp-vector-sum", "distributed-dp"])
+@pytest.mark.parametrize("protocol", ["distributed-dp"])
 def test_protocols_without_the_code_constants_refuse_it_in_one_line(protocol: str) -> None:
     with pytest.raises(ValueError) as info:
         PrivacySpec(protocol, 1.0, 0.1, calibration="code")
@@ -137,7 +138,7 @@ def test_protocols_without_the_code_constants_refuse_it_in_one_line(protocol: st
 def test_code_is_accepted_by_the_gaussian_protocols_and_no_other_algorithm_changes() -> None:
     assert CALIBRATIONS == ("paper", "tight", "code")
     assert FEDUCB_CALIBRATIONS == ("paper", "tight")
-    for protocol in ("ldp", "ldp-prefix", "sdp-amplification"):
+    for protocol in ("ldp", "ldp-prefix", "sdp-amplification", "sdp-vector-sum"):
         alg = {"name": "fedlinucb", "protocol": protocol, "epsilon": 1.0, "delta": 1e-4, "calibration": "code"}
         env = {"name": "gaussian-sphere", "agents": 20}
         config = config_from_dict({"experiment": {"horizon": 100}, "environment": env, "algorithms": [alg]})
@@ -152,5 +153,57 @@ def test_the_code_cause_is_registered_where_every_panel_can_take_it() -> None:
         for name in ("zhou-fig2a", "zhou-fig2b", "zhou-fig2c", "zhou-fig3a", "zhou-fig3b", "zhou-fig3c", "zhou-fig3d")
         if "code-calibration" in {c.name for c in get_experiment(name, "tiny").causes}
     }
-    # Figure 2b runs sdp-vector-sum, which has no 'code' calibration
-    assert with_code == {"zhou-fig2a", "zhou-fig2c", "zhou-fig3a", "zhou-fig3b", "zhou-fig3c", "zhou-fig3d"}
+    # every Zhou & Chowdhury figure, Figure 2b's sdp-vector-sum included
+    assert with_code == {
+        "zhou-fig2a",
+        "zhou-fig2b",
+        "zhou-fig2c",
+        "zhou-fig3a",
+        "zhou-fig3b",
+        "zhou-fig3c",
+        "zhou-fig3d",
+    }
+
+
+def test_the_vector_sums_code_parameters_typed_from_the_code() -> None:
+    # SDPFedLinUCBVecSum.update with scale = 1: g = max(2 sqrt(n), d, 4), b = g^2 ln(d^2/delta)^2 / (eps^2 n)
+    # Figure 2b, eps = 1, delta = 0.1, level 0: n = B M = 2500 points, d = 10: g = 100,
+    # b = 1e4 * ln(1000)^2 / 2500 = 190.87 -> 191
+    assert acc.vector_sum_parameters_code(1.0, 0.1, 2500, 10) == (100, 191, 0.25)
+    # d dominates the grid for few points; b rounds up
+    g, b, p = acc.vector_sum_parameters_code(0.5, 0.01, 4, 30)
+    assert (g, p) == (30, 0.25) and b == math.ceil(900 * math.log(900 / 0.01) ** 2 / (0.25 * 4))
+    with pytest.raises(ValueError, match="epsilon"):
+        acc.vector_sum_parameters_code(0.0, 0.1, 10, 3)
+
+
+def test_the_vector_sum_epsilon0_inverts_appendix_f2() -> None:
+    # F.2's b for (eps0, delta0) is certified at eps0 by the inverse (b rounds up: a little below eps0)
+    for eps0, delta0, n, dim in ((0.05, 1e-3, 2500, 65), (1.0, 1e-5, 100, 5), (14.0, 0.01, 400, 20)):
+        g, b, _ = acc.vector_sum_parameters(eps0, delta0, n, dim)
+        back = acc.vector_sum_epsilon0(g, b, n, dim, delta0)
+        assert back <= eps0 and back == pytest.approx(eps0, rel=1e-6)
+        # a quarter of the noise bits: twice the epsilon0 (while inside the lemma's range)
+        if 2 * eps0 <= 15:
+            assert acc.vector_sum_epsilon0(g, b // 4, n, dim, delta0) == pytest.approx(2 * back, rel=1e-3)
+    g, b, _ = acc.vector_sum_parameters(1.0, 1e-3, 2500, 65)
+    assert math.isinf(acc.vector_sum_epsilon0(g - 1, b, 2500, 65, 1e-3))  # grid below the lemma's
+    assert math.isinf(acc.vector_sum_epsilon0(g, 0, 2500, 65, 1e-3))  # no noise
+    assert math.isinf(acc.vector_sum_epsilon0(g, b // 400, 2500, 65, 1e-3))  # eps0 = 20 > 15
+
+
+def test_the_vector_sums_code_noise_is_reported_without_a_guarantee() -> None:
+    # Figure 2b at eps = 1, delta = 0.1: the code's b = 191 is ~2e-9 of F.2's; the lemma certifies no
+    # eps0 <= 15 for it, so the report must not claim the target (a label written in would say formal)
+    paper = calibrate_vector_sum(PrivacySpec("sdp-vector-sum", 1.0, 0.1), agents=100, horizon=10_000, batch=25, dim=10)
+    code = calibrate_vector_sum(
+        PrivacySpec("sdp-vector-sum", 1.0, 0.1, calibration="code"), agents=100, horizon=10_000, batch=25, dim=10
+    )
+    rp, rc = paper.report(), code.report()
+    assert rp["calibration"] == "paper" and rp["guarantee"] == "formal" and rp["epsilon_spent"] <= 1.0
+    assert rc["calibration"] == "code" and rc["privacy_b_level0"] == 191 and rc["privacy_g_level0"] == 100
+    assert math.isinf(rc["epsilon_spent"]) and math.isinf(rc["privacy_epsilon0"])
+    assert rc["guarantee"] == "no formal guarantee" and "outside the lemma" in rc["guarantee_reason"]
+    # (2L/g)^2 n b p (1-p) with L = 1, g = 100, n = 2500, b = 191: std 2/100 * sqrt(2500 * 191 * 3/16) = 5.985
+    assert rc["noise_std"] == pytest.approx(0.02 * math.sqrt(2500 * 191 * 3 / 16), rel=0.01)
+    assert rp["noise_std"] > 1e4 * rc["noise_std"]

@@ -28,7 +28,9 @@ The public code's constants (``Alphasxd/DPLCB``, ``Agents.py``; ``calibration = 
 beside them, to reproduce the figures as that code ran them:
 
 * :func:`ldp_sigma_code` -- ``Agents.py:190``, silo-level LDP;
-* :func:`sdp_amplification_sigma_code` -- ``Agents.py:135-136``, the shuffle model.
+* :func:`sdp_amplification_sigma_code` -- ``Agents.py:135-136``, the shuffle model;
+* :func:`vector_sum_parameters_code` -- ``SDPFedLinUCBVecSum.update``, the vector-sum protocol's
+  (g, b, p), and :func:`vector_sum_epsilon0`, what Cheu et al.'s lemma certifies for given ones.
 
 Neither is a certificate: the callers compute what the noise actually spends.
 
@@ -394,6 +396,43 @@ def vector_sum_parameters(epsilon0: float, delta0: float, n: int, dim: int) -> t
     g = max(math.ceil(2.0 * math.sqrt(n)), dim, 4)
     b = math.ceil(24e4 * g**2 * math.log(4.0 * (dim**2 + 1) / delta0) ** 2 / (epsilon0**2 * n))
     return g, b, 0.25
+
+
+def vector_sum_parameters_code(epsilon: float, delta: float, n: int, dim: int) -> tuple[int, int, float]:
+    """(g, b, p) of the vector-sum protocol as the paper's public code sets them (Alphasxd/DPLCB,
+    Agents.py, ``SDPFedLinUCBVecSum.update``): ``g = max(2 sqrt(n), d, 4)``,
+    ``b = scale g^2 (ln(d^2 / delta))^2 / (epsilon^2 n)`` with its ``scale = 1`` where appendix F.2 has
+    24e4, the *total* (epsilon, delta) where F.2 has the per-run (epsilon0, delta0), and ``d^2`` where
+    F.2 has ``4 (d^2 + 1)``; ``p = 1/4``.  ``dim`` is the code's d, the feature dimension.  The code
+    keeps g and b real; here both are rounded up to integers (the protocol needs them so).
+    """
+    epsilon = check_float("epsilon", epsilon, low=0.0, low_open=True)
+    delta = check_float("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+    n = check_int("n", n, low=1)
+    dim = check_int("dim", dim, low=2)
+    g = max(math.ceil(2.0 * math.sqrt(n)), dim, 4)
+    b = math.ceil(g**2 * math.log(dim**2 / delta) ** 2 / (epsilon**2 * n))
+    return g, b, 0.25
+
+
+def vector_sum_epsilon0(g: int, b: int, n: int, dim: int, delta0: float) -> float:
+    """The smallest epsilon0 at which appendix F.2's form of Cheu et al.'s lemma certifies one run of
+    P_Vec with grid ``g``, ``b`` noise bits and p = 1/4 on ``n`` points of dimension ``dim`` at ``delta0``:
+    the inverse of :func:`vector_sum_parameters`' ``b``,
+    ``epsilon0 = sqrt(24e4) g ln(4 (dim^2 + 1) / delta0) / sqrt(b n)``.
+
+    ``inf`` when no such theorem applies: ``g`` below ``max(2 sqrt(n), dim, 4)`` (the lemma's grid),
+    ``b = 0``, or an epsilon0 above 15 (outside the lemma's range).
+    """
+    g = check_int("g", g, low=1)
+    b = check_int("b", b, low=0)
+    n = check_int("n", n, low=1)
+    dim = check_int("dim", dim, low=1)
+    delta0 = check_float("delta0", delta0, low=0.0, high=0.5, low_open=True, high_open=True)
+    if b == 0 or g < max(math.ceil(2.0 * math.sqrt(n)), dim, 4):
+        return math.inf
+    eps0 = math.sqrt(24e4) * g * math.log(4.0 * (dim**2 + 1) / delta0) / math.sqrt(b * n)
+    return eps0 if eps0 <= 15.0 else math.inf
 
 
 def vector_sum_round_budget(epsilon: float, delta: float, nodes: int) -> tuple[float, float]:

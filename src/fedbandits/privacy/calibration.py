@@ -6,7 +6,8 @@ Three modes (``calibration`` in the config):
 * ``"code"`` reproduces the noise constants of the paper's public code (``Alphasxd/DPLCB``,
   ``Agents.py:190`` for ``ldp``/``ldp-prefix``, ``:135-136`` for ``sdp-amplification``; see
   :func:`accounting.ldp_sigma_code`), scaled by the per-user bounds as ``"paper"``; only the
-  Gaussian tree protocols have it;
+  Gaussian tree protocols and ``sdp-vector-sum`` (its (g, b, p):
+  :func:`accounting.vector_sum_parameters_code`) have it;
 * ``"tight"`` finds the smallest noise meeting (epsilon, delta) for the *exact* release pattern:
   one user lies in ``nodes = floor(log2 K) + 1`` released p-sums of each of the two streams
   (covariance and bias), each a Gaussian mechanism; their composition is exactly a Gaussian
@@ -39,8 +40,10 @@ CALIBRATIONS = ("paper", "tight", "code")
 #: accountant's privacy-loss grid grows with epsilon (1,675,573 asked for 25 GiB)
 MAX_EPSILON = 1000.0
 GAUSSIAN_PROTOCOLS = ("ldp", "ldp-prefix", "sdp-amplification")
-#: the calibrations of every other protocol: the public code's constants exist for the Gaussian tree only
+#: the calibrations of every other protocol
 OTHER_CALIBRATIONS = ("paper", "tight")
+#: the protocols whose public-code constants (calibration "code") exist: the Gaussian tree and the vector sum
+CODE_PROTOCOLS = (*GAUSSIAN_PROTOCOLS, "sdp-vector-sum")
 
 
 @dataclass(frozen=True)
@@ -60,11 +63,11 @@ class PrivacySpec:
         check_float("epsilon", self.epsilon, low=0.0, high=MAX_EPSILON, low_open=True)
         check_float("delta", self.delta, low=0.0, high=1.0, low_open=True, high_open=True)
         check_choice("calibration", self.calibration, CALIBRATIONS)
-        if self.calibration not in OTHER_CALIBRATIONS and self.protocol not in GAUSSIAN_PROTOCOLS:
+        if self.calibration == "code" and self.protocol not in CODE_PROTOCOLS:
             raise ValueError(
                 f"calibration must be one of {', '.join(map(repr, OTHER_CALIBRATIONS))} for protocol "
                 f"{self.protocol!r} ({self.calibration!r} applies to protocols "
-                f"{', '.join(map(repr, GAUSSIAN_PROTOCOLS))} only), got {self.calibration!r}"
+                f"{', '.join(map(repr, CODE_PROTOCOLS))} only), got {self.calibration!r}"
             )
         check_float("feature_bound", self.feature_bound, low=0.0, low_open=True)
         check_float("reward_bound", self.reward_bound, low=0.0, low_open=True)
