@@ -42,7 +42,7 @@ class FedLinUCBParams(LinUCBParams):
         default="tight",
         metadata={
             "help": "'paper' closed form, 'tight' accountant, or 'code': the paper's public code's noise "
-            "(ldp, ldp-prefix, sdp-amplification only)"
+            "(ldp, ldp-prefix, sdp-amplification, sdp-vector-sum only)"
         },
     )
     feature_bound: float = field(default=1.0, metadata={"help": "L: features clipped to ||x|| <= L (private)"})

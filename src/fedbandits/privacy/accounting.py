@@ -399,20 +399,26 @@ def vector_sum_parameters(epsilon0: float, delta0: float, n: int, dim: int) -> t
 
 
 def vector_sum_parameters_code(epsilon: float, delta: float, n: int, dim: int) -> tuple[int, int, float]:
-    """(g, b, p) of the vector-sum protocol as the paper's public code sets them (Alphasxd/DPLCB,
-    Agents.py, ``SDPFedLinUCBVecSum.update``): ``g = max(2 sqrt(n), d, 4)``,
-    ``b = scale g^2 (ln(d^2 / delta))^2 / (epsilon^2 n)`` with its ``scale = 1`` where appendix F.2 has
-    24e4, the *total* (epsilon, delta) where F.2 has the per-run (epsilon0, delta0), and ``d^2`` where
-    F.2 has ``4 (d^2 + 1)``; ``p = 1/4``.  ``dim`` is the code's d, the feature dimension.  The code
-    keeps g and b real; here both are rounded up to integers (the protocol needs them so).
+    """(g, b, p) of the vector-sum protocol that reproduce the paper's public code (Alphasxd/DPLCB,
+    Agents.py, ``SDPFedLinUCBVecSum.update``), in this module's convention (range 2L, step 2L/g).
+
+    The code sets ``G = max(2 sqrt(n), d, 4)`` and ``b = scale G^2 (ln(d^2 / delta))^2 / (epsilon^2 n)``
+    with ``scale = 1`` where appendix F.2 has 24e4, the *total* (epsilon, delta) where F.2 has the
+    per-run (epsilon0, delta0), and ``d^2`` where F.2 has ``4 (d^2 + 1)``; ``p = 1/4``.  ``dim`` is the
+    code's d, the feature dimension.  Its randomizer encodes the shifted value in [0, 2L] with step
+    L/G and its analyzer decodes with L/G: a grid of ``g = 2 ceil(G)`` here (step 2L/g = L/G; G is
+    rounded up where it is not an integer, because the protocol needs one), so that the encoding,
+    the decoding and the noise are the code's.  ``b`` is rounded down, as
+    numpy's binomial truncates the code's real b (its analyzer then subtracts p b n with the real b,
+    a bias of -p frac(b) n L/G per entry that is not reproduced: the analyzer here is unbiased).
     """
     epsilon = check_float("epsilon", epsilon, low=0.0, low_open=True)
     delta = check_float("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
     n = check_int("n", n, low=1)
-    dim = check_int("dim", dim, low=2)
-    g = max(math.ceil(2.0 * math.sqrt(n)), dim, 4)
-    b = math.ceil(g**2 * math.log(dim**2 / delta) ** 2 / (epsilon**2 * n))
-    return g, b, 0.25
+    dim = check_int("dim", dim, low=1)
+    code_grid = max(2.0 * math.sqrt(n), dim, 4)  # real, as in the code
+    b = math.floor(code_grid**2 * math.log(dim**2 / delta) ** 2 / (epsilon**2 * n))
+    return 2 * math.ceil(code_grid), b, 0.25
 
 
 def vector_sum_epsilon0(g: int, b: int, n: int, dim: int, delta0: float) -> float:
