@@ -35,7 +35,7 @@ from typing import Any
 
 from fedbandits.experiments.claims import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, ClaimResult
 from fedbandits.experiments.figures.common import Cause, Claim, Experiment
-from fedbandits.experiments.panels import panel_key
+from fedbandits.experiments.panels import table_key
 
 CAUSE_MODES = ("unsettled", "all", "none")
 SECTIONS = ("environment", "algorithms")
@@ -113,10 +113,11 @@ def claim_keys(claims: Iterable[Claim]) -> set[str]:
     return {key for claim in claims for key in claim.args}
 
 
-def panel_labels(experiment: Experiment, panel: str, config: Mapping[str, Any], keys: Collection[str]) -> set[str]:
-    """The labels of ``panel``'s entries among ``keys`` (``"<panel> / <label>"`` keys for a multi-panel experiment)."""
+def panel_labels(panel: str, config: Mapping[str, Any], keys: Collection[str]) -> set[str]:
+    """The labels of ``panel``'s entries among ``keys`` (claim table keys: see
+    :func:`fedbandits.experiments.panels.table_key`)."""
     have = {entry_label(e) for e in config["algorithms"]}
-    return {lab for lab in have if (panel_key(panel, lab) if experiment.panels else lab) in keys}
+    return {lab for lab in have if table_key(panel, lab) in keys}
 
 
 def cause_configs(
@@ -135,7 +136,7 @@ def cause_configs(
         if keys is None:
             configs.append((panel, full))
             continue
-        labels = panel_labels(experiment, panel, raw, keys)
+        labels = panel_labels(panel, raw, keys)
         if labels:
             configs.append((panel, restrict(full, labels)))
     return configs

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from fedbandits.experiments.claims import ClaimResult
 from fedbandits.experiments.figures import Cause, Experiment
-from fedbandits.experiments.panels import panel_key
+from fedbandits.experiments.panels import table_key
 from fedbandits.sim.results import Results
 
 
@@ -27,10 +27,15 @@ class Cost:
 
     @classmethod
     def of(cls, results: Iterable[Results]) -> Cost:
-        return sum(
-            (cls(r.wall_seconds, r.compute_seconds, r.resumed_seconds, r.tasks, r.resumed_tasks) for r in results),
-            cls(),
+        """What ``results`` cost together."""
+        return cls.total(
+            cls(r.wall_seconds, r.compute_seconds, r.resumed_seconds, r.tasks, r.resumed_tasks) for r in results
         )
+
+    @classmethod
+    def total(cls, costs: Iterable[Cost]) -> Cost:
+        """The sum of ``costs`` (zero for none)."""
+        return sum(costs, cls())
 
     def __add__(self, other: Cost) -> Cost:
         return Cost(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
@@ -91,9 +96,17 @@ class Outcome:
         return Cost.of(self._panels().values())
 
     @property
+    def causes_cost(self) -> Cost:
+        return Cost.total(c.cost for c in self.causes)
+
+    @property
+    def powered_cost(self) -> Cost:
+        return Cost.total(p.cost for p in self.powered)
+
+    @property
     def cost(self) -> Cost:
         """What the base, cause and powered runs cost together."""
-        return sum((c.cost for c in self.causes), self.base_cost) + sum((p.cost for p in self.powered), Cost())
+        return self.base_cost + self.causes_cost + self.powered_cost
 
     @property
     def wall_seconds(self) -> float:
@@ -111,7 +124,7 @@ class Outcome:
         keys = self.experiment.claims[index].args
         total = 0.0
         for panel, results in self._panels().items():
-            mine = [r for lab, r in results.algorithms.items() if (panel_key(panel, lab) if panel else lab) in keys]
+            mine = [r for lab, r in results.algorithms.items() if table_key(panel, lab) in keys]
             if mine:
                 total += results.env_seconds + sum(r.seconds for r in mine)
         return total

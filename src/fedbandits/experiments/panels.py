@@ -32,6 +32,12 @@ def panel_key(panel: str, label: str) -> str:
     return f"{panel} / {label}"
 
 
+def table_key(panel: str, label: str) -> str:
+    """The claim tables' key of ``label`` in ``panel``: the label alone in a single-environment
+    experiment (panel ``""``), else :func:`panel_key`."""
+    return panel_key(panel, label) if panel else label
+
+
 def panel_table(results: dict[str, Results]) -> dict[str, Any]:
     """``{"<panel> / <label>": per-run final group regret}`` over every panel."""
     return {

@@ -70,7 +70,7 @@ def powered_configs(experiment: Experiment, index: int, runs: int) -> list[tuple
     keys = experiment.claims[index].args
     configs = []
     for panel, raw in experiment.configs():
-        labels = panel_labels(experiment, panel, raw, keys)
+        labels = panel_labels(panel, raw, keys)
         if labels:
             config = restrict(raw, labels)
             config["experiment"] = {**copy.deepcopy(config["experiment"]), "runs": runs}

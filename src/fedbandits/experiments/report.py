@@ -10,6 +10,7 @@ for: with ``causes = "unsettled"`` a settled claim has no cause line).  :func:`r
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from fedbandits.experiments.causes import describe
@@ -71,14 +72,18 @@ def claim_lines(outcome: Outcome) -> list[str]:
     return lines
 
 
-def cost_sentence(cost: Cost) -> str:
-    """ "Compute: X s summed over tasks (one core)", and the part loaded from checkpoints, if any."""
-    text = f"Compute time, summed over tasks (one core): {cost.compute:.0f} s"
+def _seconds(seconds: float) -> str:
+    return f"{seconds:.0f} s"
+
+
+def cost_sentence(cost: Cost, duration: Callable[[float], str] = _seconds) -> str:
+    """ "Compute, summed over tasks (one core): X", and the part loaded from checkpoints, if any
+    (``duration`` formats the times; the page writes minutes)."""
+    text = f"Compute, summed over tasks (one core): {duration(cost.compute)}"
     if cost.resumed_tasks:
         text += (
-            f"; {cost.resumed_tasks} of {cost.tasks} tasks ({cost.resumed_compute:.0f} s of that compute) were "
-            "loaded from the checkpoints of an earlier run with the same configs (`--resume`), so the wall time above "
-            "leaves them out"
+            f", of which {duration(cost.resumed_compute)} ({cost.resumed_tasks} of {cost.tasks} tasks) were loaded "
+            "from the checkpoints of an earlier run with the same configs (`--resume`) and are not in the wall time"
         )
     return text + "."
 
@@ -123,7 +128,7 @@ def report(outcomes: list[Outcome], scale: str, wall_seconds: float) -> str:
         "# Reproduction report",
         "",
         f"Scale `{scale}`; {len(outcomes)} experiment(s); total wall time {wall_seconds:.1f} s.  ",
-        cost_sentence(sum((o.cost for o in outcomes), Cost())),
+        cost_sentence(Cost.total(o.cost for o in outcomes)),
         "Claims are tested by a one-sided paired t test over runs (common random numbers) at level 0.05: "
         "reproduced if t >= threshold, not reproduced if t <= -threshold, otherwise inconclusive.",
         "",

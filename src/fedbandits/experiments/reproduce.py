@@ -40,7 +40,7 @@ from fedbandits.experiments.causes import CAUSE_MODES, cause_claims, cause_confi
 from fedbandits.experiments.claims import ClaimResult, check
 from fedbandits.experiments.figures import EXPERIMENTS, Experiment, get_experiment
 from fedbandits.experiments.outcome import CauseOutcome, Cost, Outcome, PoweredOutcome
-from fedbandits.experiments.panels import panel_key, plot_panels
+from fedbandits.experiments.panels import plot_panels, table_key
 from fedbandits.experiments.power import power_statement
 from fedbandits.experiments.powered import fresh_table, powered_configs, powered_mode
 from fedbandits.experiments.report import report
@@ -67,14 +67,11 @@ def claim_tables(panels: dict[str, Results]) -> dict[str, dict[str, Any]]:
     Keys are algorithm labels, or ``"<panel> / <label>"`` for multi-panel experiments.
     """
 
-    def key(panel: str, lab: str) -> str:
-        return panel_key(panel, lab) if panel else lab
-
     regret, messages = {}, {}
     for panel, results in panels.items():
         for lab, res in results.algorithms.items():
-            regret[key(panel, lab)] = res.final_regret
-            messages[key(panel, lab)] = res.messages.astype(float)
+            regret[table_key(panel, lab)] = res.final_regret
+            messages[table_key(panel, lab)] = res.messages.astype(float)
     return {"regret": regret, "messages": messages}
 
 
