@@ -177,6 +177,12 @@ def test_a_cause_line_is_not_only_when_more_runs_reproduce_the_claim() -> None:
     settled = describe(base, cause, under, ClaimResult(REPRODUCED, "t = 2"))
     assert "only" not in settled and "with more runs it is without the change too" in settled
     assert "appears only when" in describe(base, cause, under, ClaimResult(NOT_REPRODUCED, "t = -2"))
+    # a cause run that leaves the claim open says so of the base run's runs when more runs reproduce it
+    still_open = ClaimResult(INCONCLUSIVE, "t = 0.5")
+    line = describe(base, cause, still_open, ClaimResult(REPRODUCED, "t = 2"))
+    assert line.startswith("with the base run's runs it does not appear when the radius is constant")
+    assert "more runs reproduce it without the change" in line and "t = 0.5" in line
+    assert describe(base, cause, still_open, ClaimResult(INCONCLUSIVE, "t = 1")).startswith("does not appear when")
 
 
 def test_powered_modes() -> None:

@@ -176,7 +176,8 @@ def cause_claims(mode: str, claims: list[ClaimResult]) -> list[int]:
 def describe(base: ClaimResult, cause: Cause, result: ClaimResult, final: ClaimResult | None = None) -> str:
     """One sentence: what changing only ``cause``'s field does to a claim (``base``: its result in the base
     run, which has the cause run's runs; ``final``: its verdict with more runs, when a powered rerun
-    settled it -- a claim reproduced with more runs does not appear "only" under the cause)."""
+    settled it -- a claim reproduced with more runs does not appear "only" under the cause, and a cause
+    run that leaves it unsettled speaks of the base run's runs only)."""
     change = f"({', '.join(f'{k} = {v!r}' for k, v in cause.change.items())})"
     if base.status == REPRODUCED:
         if result.status == REPRODUCED:
@@ -189,4 +190,9 @@ def describe(base: ClaimResult, cause: Cause, result: ClaimResult, final: ClaimR
         )
     if result.status == REPRODUCED:
         return f"the claimed ordering appears only when {cause.text} {change}: {result.explanation}"
+    if final is not None and final.status == REPRODUCED:
+        return (
+            f"with the base run's runs it does not appear when {cause.text} {change} either "
+            f"(more runs reproduce it without the change): **{result.status}**; {result.explanation}"
+        )
     return f"does not appear when {cause.text} {change} either: **{result.status}**; {result.explanation}"
