@@ -241,6 +241,11 @@ def test_page_has_every_section_and_regenerates(tmp_path: Path) -> None:
     assert "Every claim gets one-change cause runs (`--causes all`)" in page
     assert "`fedbandits reproduce zhou-fig3d --scale tiny --causes all`; base run: wall time" in page
     assert "**Power** (inconclusive claims)" in page and "**Causes**" in page and "**Notes**" in page
+    # each curve's measured row, with its syncs (a claim about communication is read from it)
+    measured = page[page.index("**Measured**") : page.index("**Power**")]
+    for summary in outcome.results.summary()["algorithms"]:
+        assert f"| {summary['label']} | {summary['final_regret_mean']:.1f} ± " in measured
+        assert f"| {summary['sync_rounds']:.1f} |" in measured
     for claim in experiment.claims:
         assert claim.text in page
     for cause in experiment.causes:

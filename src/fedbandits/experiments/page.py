@@ -3,9 +3,10 @@
 ``fedbandits reproduce all --scale paper --page docs/reproduction.md`` runs every figure and
 then writes the page (:func:`write_page`): the scale it was generated at and the command, the
 verdict counts, and per figure a small PNG (``docs/reproduction/<name>.png``, 90 dpi), the claims
-table, a power statement for every inconclusive claim and the verdict of its powered rerun
-when that was affordable (:mod:`fedbandits.experiments.powered`), the cause analysis (what each one-change
-run does to each claim it checks), the notes -- among them what matches the paper's instance,
+table, each curve's measured regret, syncs and privacy (the report's table), a power statement for
+every inconclusive claim and the verdict of its powered rerun when that was affordable
+(:mod:`fedbandits.experiments.powered`), the cause analysis (what each one-change run does to each
+claim it checks), the notes -- among them what matches the paper's instance,
 what differs and where the paper is silent -- and the command and wall time of that figure alone.
 
 Regenerating from the same results gives the same text except the wall and compute times (and
@@ -26,7 +27,7 @@ from fedbandits.experiments.claims import INCONCLUSIVE, NOT_APPLICABLE, NOT_REPR
 from fedbandits.experiments.outcome import Cost, Outcome
 from fedbandits.experiments.power import AFFORDABLE_SECONDS, POWER, power_statement
 from fedbandits.experiments.powered import powered_mode
-from fedbandits.experiments.report import cost_sentence, powered_line, verdict_cell
+from fedbandits.experiments.report import cost_sentence, measured_lines, powered_line, verdict_cell
 from fedbandits.experiments.reproduce import draw_figure
 
 #: PNG resolution on the page (figures are 5.5 x 4.2 in: about 500 x 380 pixels)
@@ -91,6 +92,7 @@ def figure_section(
         f"| {_cell(c.text)} | {verdict_cell(outcome, i)} | {_cell(r.explanation)} |"
         for i, (c, r) in enumerate(zip(e.claims, outcome.claims, strict=True))
     ]
+    lines += ["", f"**Measured** (each curve, mean over the base run's {exp.runs} runs):", *measured_lines(outcome)]
     powers_text = []
     for i, (c, r) in enumerate(zip(e.claims, outcome.claims, strict=True)):
         statement = power_statement(r, outcome.claim_compute_seconds(i))

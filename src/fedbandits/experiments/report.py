@@ -52,6 +52,24 @@ def _privacy_rows(results: Results) -> list[str]:
     return rows
 
 
+def measured_lines(outcome: Outcome) -> list[str]:
+    """Each curve of the base run (per panel): regret, syncs, protocol, target and spent privacy, the
+    guarantee our accounting computes and the noise; then the curves without a formal guarantee."""
+    panels = outcome.panels or {"": outcome.results}
+    lines: list[str] = []
+    for panel, results in panels.items():
+        lines += ["", *([f"Panel {panel}:", ""] if panel else []), *_privacy_rows(results)]
+    summaries = [s for r in panels.values() for s in r.summary()["algorithms"]]
+    uncertified = [s["label"] for s in summaries if str(s.get("guarantee", "")).startswith("no formal guarantee")]
+    if uncertified:
+        lines += [
+            "",
+            f"**No formal guarantee** by our accounting for: {', '.join(uncertified)} "
+            "(our accounting certifies no epsilon at or below the target: see `eps spent` and the notes).",
+        ]
+    return lines
+
+
 def claim_lines(outcome: Outcome) -> list[str]:
     """One bullet per claim: status, numbers, the power statement if inconclusive, the verdict of each
     cause run that checks it."""
@@ -157,17 +175,7 @@ def report(outcomes: list[Outcome], scale: str, wall_seconds: float) -> str:
             + (" (one folder per panel)." if e.panels else ".")
         )
         lines += ["", "### Claims", "", *claim_lines(o)]
-        lines += ["", "### Measured"]
-        for panel, results in panels.items():
-            lines += ["", *([f"Panel {panel}:", ""] if panel else []), *_privacy_rows(results)]
-        summaries = [s for r in panels.values() for s in r.summary()["algorithms"]]
-        uncertified = [s["label"] for s in summaries if str(s.get("guarantee", "")).startswith("no formal guarantee")]
-        if uncertified:
-            lines += [
-                "",
-                f"**No formal guarantee** by our accounting for: {', '.join(uncertified)} "
-                "(the noise does not certify the target epsilon; see `eps spent`).",
-            ]
+        lines += ["", "### Measured", *measured_lines(o)]
         lines += cause_summary(o)
         if e.notes:
             lines += ["", "Notes:", "", *[f"* {n}" for n in e.notes]]

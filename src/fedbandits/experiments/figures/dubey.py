@@ -163,7 +163,9 @@ def dubey_fig1b(scale: str = "quick", runs: int | None = None) -> Experiment:
         "Radius: constant beta = 1 (the paper's experiments do not state theirs; Proposition 2's radius, with "
         "S sqrt(M rho_max) ~ 10^3 at eps = 1, keeps every agent exploring uniformly at any T we can run).",
         "Thresholds: O(MT) = sync every round (D = 1e-12); O(M log T) = Theorem 1's D; O(M^1.5) = the D for which "
-        "Proposition 1 allows sqrt(M) syncs.  Measured sync counts are in the table (`syncs`).",
+        "Proposition 1 allows sqrt(M) syncs.  Measured sync counts are in the table (`syncs`): where the "
+        "O(M^1.5) and O(M log T) thresholds give the same sync rounds, the chain's first step compares identical "
+        "curves, no number of runs settles it, and only a longer horizon can.",
         "FedUCB's schedule leaks (docs/feducb.md): the private lines have no formal guarantee.",
     )
     return Experiment(
