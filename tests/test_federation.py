@@ -434,8 +434,9 @@ def test_deployed_silo_noise_has_the_calibrated_scale(
     probability 2e-3 (scipy quantiles 1e-3 / 0.999); noise at 0.9 sigma gives about 453, at 1.1 sigma
     about 676 -- and the simulator's smaller continuous sigma (at most 1/1.05 of the secret one)
     would give at most 507: the released messages also sit on the grid.  (A non-private silo's release
-    is not the reference: it differs from the private silo's statistics by up to 0.4 sigma per entry
-    here, which inflated the variance and made this test fail at random.)"""
+    is not the reference: the private silo clips its inputs (here 7 feature vectors and 3 rewards of
+    its 10 users), so their statistics differ by up to 0.4 sigma per entry, which inflated the variance
+    and made this test fail at random.)"""
     from scipy import stats
 
     spec = _spec(protocol, extra=extra)
