@@ -65,7 +65,8 @@ def measured_lines(outcome: Outcome) -> list[str]:
         lines += [
             "",
             f"**No formal guarantee** by our accounting for: {', '.join(uncertified)} "
-            "(our accounting certifies no epsilon at or below the target: see `eps spent` and the notes).",
+            "(for each, `eps spent` is above the target or, as the notes say, the theorem does not cover its release "
+            "pattern: decisions on unreleased data, a schedule that reads raw data).",
         ]
     return lines
 
