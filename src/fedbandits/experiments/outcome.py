@@ -87,13 +87,15 @@ class Outcome:
     causes: list[CauseOutcome] = field(default_factory=list)
     powered: list[PoweredOutcome] = field(default_factory=list)
 
-    def _panels(self) -> dict[str, Results]:
+    @property
+    def panel_results(self) -> dict[str, Results]:
+        """Every panel's results, ``{"": results}`` for a single-environment experiment."""
         return self.panels or {"": self.results}
 
     @property
     def base_cost(self) -> Cost:
         """What the base run cost (cause and powered runs not included: see ``cost``)."""
-        return Cost.of(self._panels().values())
+        return Cost.of(self.panel_results.values())
 
     @property
     def causes_cost(self) -> Cost:
@@ -123,7 +125,7 @@ class Outcome:
         environment plus those algorithms, summed over tasks (one core; the same when resumed)."""
         keys = self.experiment.claims[index].args
         total = 0.0
-        for panel, results in self._panels().items():
+        for panel, results in self.panel_results.items():
             mine = [r for lab, r in results.algorithms.items() if table_key(panel, lab) in keys]
             if mine:
                 total += results.env_seconds + sum(r.seconds for r in mine)

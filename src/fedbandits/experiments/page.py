@@ -227,7 +227,7 @@ def write_page(
     images = []
     for o in outcomes:
         png = images_dir / f"{o.experiment.name}.png"
-        draw_figure(o.panels or {"": o.results}, o.experiment, png, PAGE_DPI)
+        draw_figure(o.panel_results, o.experiment, png, PAGE_DPI)
         images.append(Path(os.path.relpath(png, path.parent)).as_posix())
     path.write_text(page_text(outcomes, scale, command, images, causes, powered), encoding="utf-8")
     return path

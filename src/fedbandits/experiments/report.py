@@ -55,7 +55,7 @@ def _privacy_rows(results: Results) -> list[str]:
 def measured_lines(outcome: Outcome) -> list[str]:
     """Each curve of the base run (per panel): regret, syncs, protocol, target and spent privacy, the
     guarantee our accounting computes and the noise; then the curves without a formal guarantee."""
-    panels = outcome.panels or {"": outcome.results}
+    panels = outcome.panel_results
     lines: list[str] = []
     for panel, results in panels.items():
         lines += ["", *([f"Panel {panel}:", ""] if panel else []), *_privacy_rows(results)]
@@ -159,7 +159,7 @@ def report(outcomes: list[Outcome], scale: str, wall_seconds: float) -> str:
             lines.append(f"| {o.experiment.name} | {o.experiment.figure} | {c.text} | {verdict_cell(o, i)} |")
     for o in outcomes:
         e, exp, env = o.experiment, o.results.config.experiment, o.results.config.environment
-        panels = o.panels or {"": o.results}
+        panels = o.panel_results
         what = f"M = {env.params.agents}" if len(panels) == 1 else "panels " + ", ".join(panels)
         lines += [
             "",
