@@ -146,6 +146,20 @@ def test_the_rounded_messages_lie_on_the_grid(registered: None) -> None:
     np.testing.assert_allclose(steps, np.round(steps), atol=1e-6)
 
 
+def test_the_example_config_runs_and_shows_whether_federating_paid_off(registered: None) -> None:
+    """examples/plugin/example.toml (shrunk to one short run) runs the plugin's lines next to the
+    built-ins and independent agents, the line without communication they are compared with."""
+    data = tomllib.loads((EXAMPLE / "example.toml").read_text(encoding="utf-8"))
+    data["experiment"].update(runs=1, horizon=50)
+    summary = run_experiment(config_from_dict(data), workers=1).summary()["algorithms"]
+    names = {s["algorithm"] for s in summary}
+    assert {"fed-thompson", "fedlinucb", "linucb-independent"} <= names
+    for line in summary:
+        federated = line["algorithm"] != "linucb-independent"
+        assert (line["messages"] > 0) == federated, line["label"]
+        assert np.isfinite(line["final_regret_mean"])
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
