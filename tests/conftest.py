@@ -1,5 +1,12 @@
+import os
+from collections.abc import Callable, Iterable
+from importlib import metadata
+
 import numpy as np
 import pytest
+from hypothesis import settings
+
+from fedbandits import plugins
 
 
 @pytest.fixture
@@ -9,10 +16,53 @@ def rng() -> np.random.Generator:
 
 # Property-based tests run a fixed, derandomized set of examples: the same inputs on every machine
 # (CI included), so a failure reproduces; FEDBANDITS_HYPOTHESIS=explore draws fresh ones.
-import os  # noqa: E402
-
-from hypothesis import settings  # noqa: E402
-
 settings.register_profile("fixed", derandomize=True, deadline=None, print_blob=True)
 settings.register_profile("explore", deadline=None, print_blob=True)
 settings.load_profile(os.environ.get("FEDBANDITS_HYPOTHESIS", "fixed"))
+
+
+# The entry-point registry the tests read is fedbandits' own (plus the fake plugins a test puts on
+# sys.path), whatever plugins the environment has installed: docs/extending.md has the user
+# `pip install ./examples/plugin` next to fedbandits, and the tests that list names, compare the
+# tables or count the audit's rows must still pass (issue #29).  Pinned before collection, as some
+# test modules read the tables when they are imported.
+def _distribution_key(dist: metadata.Distribution) -> tuple[str, str]:
+    """A distribution's name and the folder its metadata sits in: a test's fake plugin of an
+    installed plugin's name, in a temporary folder, is not the installed one."""
+    name = str(dist.metadata["Name"] or "").lower().replace("_", "-")
+    return name, str(dist.locate_file(""))
+
+
+def installed_plugins() -> frozenset[tuple[str, str]]:
+    """The installed distributions other than fedbandits that declare fedbandits entry points."""
+    groups = set(plugins.GROUPS.values())
+    return frozenset(
+        _distribution_key(dist)
+        for dist in metadata.distributions()
+        if any(ep.group in groups for ep in dist.entry_points) and _distribution_key(dist)[0] != plugins.BUILTIN
+    )
+
+
+def pinned_entry_points(hidden: Iterable[tuple[str, str]]) -> Callable[..., metadata.EntryPoints]:
+    """``importlib.metadata.entry_points(group=...)``, as fedbandits.plugins calls it, without the
+    entry points of the ``hidden`` distributions."""
+    hidden = frozenset(hidden)
+
+    def entry_points(*, group: str) -> metadata.EntryPoints:
+        found = metadata.entry_points(group=group)
+        return metadata.EntryPoints(ep for ep in found if ep.dist is None or _distribution_key(ep.dist) not in hidden)
+
+    return entry_points
+
+
+_PINNED = pytest.MonkeyPatch()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _PINNED.setattr(plugins, "entry_points", pinned_entry_points(installed_plugins()))
+    plugins.reload()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    _PINNED.undo()
+    plugins.reload()

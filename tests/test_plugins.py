@@ -8,11 +8,13 @@ before and after each test.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import math
 import os
 import subprocess
 import sys
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,13 +33,18 @@ from fedbandits.sim.runner import run_experiment
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "plugin"
 EXAMPLE_SRC = EXAMPLE / "src"
 
-EXAMPLE_ENTRY_POINTS = """\
-[fedbandits.algorithms]
-fed-thompson = fedbandits_example.thompson:ENTRY
 
-[fedbandits.protocols]
-ldp-rounded = fedbandits_example.rounded:ENTRY
-"""
+def _entry_points_txt(pyproject: Path) -> str:
+    """The ``entry_points.txt`` pip writes for the entry points a ``pyproject.toml`` declares."""
+    declared = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["entry-points"]
+    return "\n".join(
+        f"[{group}]\n" + "".join(f"{name} = {value}\n" for name, value in names.items())
+        for group, names in declared.items()
+    )
+
+
+#: what installing examples/plugin declares (read from its pyproject.toml, so the two cannot drift)
+EXAMPLE_ENTRY_POINTS = _entry_points_txt(EXAMPLE / "pyproject.toml")
 
 
 def _distribution(folder: Path, name: str, entry_points: str) -> None:
@@ -137,6 +144,20 @@ def test_the_rounded_messages_lie_on_the_grid(registered: None) -> None:
     assert run == 0 and messages.shape[:2] == (3, 3)
     steps = messages / (GRID * np.asarray(arrays["sigma"]))
     np.testing.assert_allclose(steps, np.round(steps), atol=1e-6)
+
+
+def test_the_example_config_runs_and_shows_whether_federating_paid_off(registered: None) -> None:
+    """examples/plugin/example.toml (shrunk to one short run) runs the plugin's lines next to the
+    built-ins and independent agents, the line without communication they are compared with."""
+    data = tomllib.loads((EXAMPLE / "example.toml").read_text(encoding="utf-8"))
+    data["experiment"].update(runs=1, horizon=50)
+    summary = run_experiment(config_from_dict(data), workers=1).summary()["algorithms"]
+    names = {s["algorithm"] for s in summary}
+    assert {"fed-thompson", "fedlinucb", "linucb-independent"} <= names
+    for line in summary:
+        federated = line["algorithm"] != "linucb-independent"
+        assert (line["messages"] > 0) == federated, line["label"]
+        assert np.isfinite(line["final_regret_mean"])
 
 
 @pytest.mark.parametrize(
@@ -251,6 +272,39 @@ def test_a_broken_builtin_is_not_hidden(monkeypatch: pytest.MonkeyPatch) -> None
     finally:
         monkeypatch.undo()
         plugins.reload()
+
+
+#: the tests that read the entry-point registry (the names it lists, the tables, the audit's rows)
+REGISTRY_TESTS = (
+    "tests/test_plugins.py",
+    "tests/test_reports.py::test_every_registered_algorithm_is_covered",
+    "tests/test_imports.py::test_protocol_catalog_names_the_registry_protocols",
+    "tests/test_cli.py::test_list_prints_every_name_and_parameter",
+)
+
+
+def test_the_registry_tests_pass_with_the_example_plugin_installed(tmp_path: Path) -> None:
+    """docs/extending.md has the user `pip install ./examples/plugin` next to fedbandits: the suite
+    must still pass (issue #29).  The plugin is installed as pip would (its dist-info, its sources)
+    on the PYTHONPATH of a fresh pytest that runs the tests reading the registry."""
+    root = EXAMPLE.parents[1]
+    site = tmp_path / "site"
+    _distribution(site, "fedbandits-example-plugin", EXAMPLE_ENTRY_POINTS)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(site), str(EXAMPLE_SRC), *filter(None, [os.environ.get("PYTHONPATH")])]),
+    }
+    env.pop("PYTEST_ADDOPTS", None)
+    run = functools.partial(subprocess.run, env=env, cwd=root, capture_output=True, text=True, timeout=300)
+    # the environment really has the plugin: a fresh interpreter lists it
+    listed = run([sys.executable, "-m", "fedbandits.cli", "list"])
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    assert "fed-thompson" in listed.stdout and "[plugin: fedbandits-example-plugin 0.1]" in listed.stdout
+    this = f"tests/test_plugins.py::{test_the_registry_tests_pass_with_the_example_plugin_installed.__name__}"
+    pytest_args = ["-q", "-p", "no:cacheprovider", "-m", "not slow and not ray", "--deselect", this]
+    tested = run([sys.executable, "-m", "pytest", *pytest_args, *REGISTRY_TESTS])
+    assert tested.returncode == 0, tested.stdout[-4000:]
+    assert " passed" in tested.stdout and " failed" not in tested.stdout
 
 
 @pytest.mark.slow
