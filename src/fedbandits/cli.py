@@ -201,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="GRID.toml",
         help='[grid."LABEL"] tables of parameter = [candidate values] (docs/tuning.md)',
     )
-    p_tune.add_argument("--out", type=Path, help="output folder (default: results/<experiment name>-tuned)")
+    p_tune.add_argument("--out", type=Path, help="output folder (default: results/<experiment name>-tuning)")
     p_tune.add_argument(
         "--tuning-seed",
         type=_nonnegative_int,
@@ -570,7 +570,7 @@ def _tune(args: argparse.Namespace) -> int:
     grid = load_grid(args.grid)
     runs = DEFAULT_TUNING_RUNS if args.tuning_runs is None else args.tuning_runs
     plan = tune_plan(config, grid, seed=args.tuning_seed, runs=runs, horizon=args.tuning_horizon)
-    out = args.out if args.out is not None else Path("results") / f"{config.experiment.name}-tuned"
+    out = args.out if args.out is not None else Path("results") / f"{config.experiment.name}-tuning"
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} exists and is not a folder")
     backend = _backend_kwargs(args)

@@ -294,7 +294,8 @@ class Tuning:
         return config_from_dict(data)
 
     def compute_seconds(self) -> float:
-        """CPU-side seconds the tuning's tasks took (environment plus every candidate's learner)."""
+        """Seconds the tuning's tasks spent simulating, summed over tasks (environment and every candidate;
+        wall-clock time inside each task, so one core's time whatever ran them in parallel)."""
         return self.results.env_seconds + sum(r.seconds for r in self.results.algorithms.values())
 
     def record(self) -> dict[str, Any]:
