@@ -163,7 +163,7 @@ def test_the_tuned_config_round_trips_through_run(tmp_path: Path, capsys: pytest
     tuned = load_config(out / "tuned.toml")
     record = json.loads((out / "tune.json").read_text())
     assert record["rule"] == RULE and record["tuning_seed"] == 1000 and record["report_seeds"] == [3]
-    assert (record["runs"], record["horizon"]) == (3, 200)
+    assert (record["runs"], record["horizon"]) == (3, 200) and record["task_seconds"] > 0
     candidates = record["entries"]["fed"]["candidates"]
     assert len(candidates) == 4 and all(len(c["final_regret"]) == 3 for c in candidates)
     chosen = record["entries"]["fed"]["chosen"]

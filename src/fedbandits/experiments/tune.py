@@ -293,9 +293,9 @@ class Tuning:
         data["experiment"] = {**data["experiment"], "name": f"{self.plan.config.experiment.name}-tuned"}
         return config_from_dict(data)
 
-    def compute_seconds(self) -> float:
-        """Seconds the tuning's tasks spent simulating, summed over tasks (environment and every candidate;
-        wall-clock time inside each task, so one core's time whatever ran them in parallel)."""
+    def task_seconds(self) -> float:
+        """Wall-clock seconds inside the tuning's tasks, summed over tasks (environment and every candidate):
+        the cost on one core whatever ran the tasks in parallel; on a loaded machine it overstates CPU time."""
         return self.results.env_seconds + sum(r.seconds for r in self.results.algorithms.values())
 
     def record(self) -> dict[str, Any]:
@@ -312,7 +312,7 @@ class Tuning:
             "horizon": exp.horizon,
             "report_horizon": self.plan.config.experiment.horizon,
             "wall_seconds": self.results.wall_seconds,
-            "compute_seconds": self.compute_seconds(),
+            "task_seconds": self.task_seconds(),
             "entries": {
                 entry: {
                     "candidates": [
