@@ -125,6 +125,16 @@ def test_tune_chooses_the_candidate_its_rule_names_on_a_grid_whose_answer_is_kno
     assert tuning.config.algorithms[1].params.beta == [3.0, 10.0][tuning.chosen["private"]]
 
 
+def test_a_grid_that_changes_nothing_is_flagged() -> None:
+    # FedLinUCB's radius here is Lemma C.4's ("theory"), which ignores beta: every candidate plays alike
+    tuning = fedbandits.tune(
+        _config(), {"grid": {"fed": {"beta": [0.5, 5.0]}, "alone": {"radius": ["constant", "theory"]}}}
+    )
+    assert tuning.inert() == ["fed"] and tuning.chosen["fed"] == 0
+    assert "the grid changes nothing this entry does" in tuning.table()
+    assert tuning.record()["entries"]["fed"]["all_alike"] and not tuning.record()["entries"]["alone"]["all_alike"]
+
+
 def test_the_tuning_experiment_runs_every_candidate_together_and_counts_them_in_memory() -> None:
     config = _config()
     plan = tune_plan(config, parse_grid(GRID), runs=3, horizon=100)

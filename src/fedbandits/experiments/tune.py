@@ -325,10 +325,20 @@ class Tuning:
                         for s in scored
                     ],
                     "chosen": scored[self.chosen[entry]].candidate.values,
+                    "all_alike": entry in self.inert(),
                 }
                 for entry, scored in self.scores.items()
             },
         }
+
+    def inert(self) -> list[str]:
+        """Entries whose candidates all ended with the same final regret in every run: the grid changed
+        nothing they do (e.g. ``beta`` with ``radius = "theory"``), and the rule fell back on grid order."""
+        return [
+            entry
+            for entry, scored in self.scores.items()
+            if len(scored) > 1 and all(s.final_regret == scored[0].final_regret for s in scored)
+        ]
 
     def table(self) -> str:
         """Per entry, every candidate's mean ± std final regret; ``*`` marks the choice."""
@@ -339,6 +349,8 @@ class Tuning:
             for i, s in enumerate(scored):
                 mark = "*" if i == self.chosen[entry] else " "
                 lines.append(f"  {mark} {describe(s.candidate.values):<{width}}  {s.mean:10.1f} ± {s.std:.1f}")
+            if entry in self.inert():
+                lines.append("    every candidate ended alike in every run: the grid changes nothing this entry does")
         return "\n".join(lines)
 
     def header(self, config_source: str = "the config", grid_source: str = "the grid") -> list[str]:
