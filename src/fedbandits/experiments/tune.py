@@ -181,9 +181,6 @@ class TunePlan:
     tuning: Config
     candidates: tuple[Candidate, ...]
 
-    def of(self, entry: str) -> list[Candidate]:
-        return [c for c in self.candidates if c.entry == entry]
-
 
 def tune_plan(
     config: Config,
