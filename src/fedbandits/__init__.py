@@ -21,7 +21,7 @@ tests/test_imports.py checks it.
 """
 
 from fedbandits._version import __version__
-from fedbandits.api import quickstart_config, run
+from fedbandits.api import quickstart_config, run, tune
 from fedbandits.config import Config, ConfigError, config_from_dict, load_config, loads_config
 from fedbandits.sim.results import Results
 
@@ -35,4 +35,5 @@ __all__ = [
     "loads_config",
     "quickstart_config",
     "run",
+    "tune",
 ]

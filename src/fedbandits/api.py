@@ -6,6 +6,16 @@ from pathlib import Path
 from typing import Any
 
 from fedbandits.config import Config, config_from_dict, load_config
+from fedbandits.experiments.tune import (
+    DEFAULT_TUNING_RUNS,
+    Grid,
+    Tuning,
+    load_grid,
+    parse_grid,
+    run_tuning,
+    tune_plan,
+    write_tuning,
+)
 from fedbandits.plots import plot_results
 from fedbandits.sim.results import Results
 from fedbandits.sim.runner import run_experiment
@@ -60,6 +70,60 @@ def run(
         results.save(out)
         plot_results(results, out)
     return results
+
+
+def tune(
+    config: Config | dict[str, Any] | str | Path,
+    grid: dict[str, Any] | str | Path,
+    *,
+    out: str | Path | None = None,
+    tuning_seed: int | None = None,
+    tuning_runs: int = DEFAULT_TUNING_RUNS,
+    tuning_horizon: int | None = None,
+    workers: int | str = "auto",
+    progress: bool = False,
+    backend: str = "local",
+    address: str | None = None,
+    resume: bool = False,
+    checkpoint: str | Path | None = None,
+    max_retries: int = 3,
+    max_memory: int | None = None,
+) -> Tuning:
+    """Tune the entries of ``config`` named in ``grid`` on seeds no report of ``config`` uses
+    (:mod:`fedbandits.experiments.tune`); the tuned config is ``.config``, the scores ``.record()``.
+
+    ``grid`` is a path to a grid TOML file or a dict shaped like one (``{"grid": {label: {parameter:
+    [values]}}}``).  ``tuning_seed`` (default 1000, or the next integer that is no report seed),
+    ``tuning_runs`` and ``tuning_horizon`` (default: the config's) are the CLI's ``--tuning-*``
+    options; the execution options are :func:`run`'s.  With ``out``, writes ``tuned.toml``,
+    ``tune.json`` and the tuning results there.  Every bad input is refused before anything runs.
+    """
+    source = str(config) if isinstance(config, (str, Path)) else "the config"
+    if isinstance(config, (str, Path)):
+        config = load_config(config)
+    elif isinstance(config, dict):
+        config = config_from_dict(config)
+    grid_source = str(grid) if isinstance(grid, (str, Path)) else "the grid"
+    table: Grid = load_grid(grid) if isinstance(grid, (str, Path)) else parse_grid(grid)
+    plan = tune_plan(config, table, seed=tuning_seed, runs=tuning_runs, horizon=tuning_horizon)
+    if checkpoint is None and out is not None:
+        checkpoint = Path(out) / "checkpoint"
+    if resume and checkpoint is None:
+        raise ValueError("resume=True needs out= or checkpoint= (the folder holding the finished runs)")
+    tuning = run_tuning(
+        plan,
+        checkpoint=checkpoint,
+        workers=workers,
+        progress=progress,
+        backend=backend,
+        address=address,
+        resume=resume,
+        max_retries=max_retries,
+        max_memory=max_memory,
+    )
+    if out is not None:
+        write_tuning(tuning, out, source, grid_source)
+    return tuning
 
 
 def quickstart_config() -> Config:

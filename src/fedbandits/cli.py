@@ -3,6 +3,9 @@
     fedbandits quickstart                 run the embedded default experiment
     fedbandits run CONFIG.toml [--out DIR] [--workers N] [--runs N] [--seed S]
                    [--backend local|ray] [--address HOST:PORT] [--resume]
+    fedbandits tune CONFIG.toml --grid GRID.toml [--out DIR] [--tuning-seed S] [--tuning-runs N]
+                   [--tuning-horizon T] [--workers N] [--backend local|ray] [--address HOST:PORT] [--resume]
+                                          choose each entry's hyperparameters on seeds no report uses
     fedbandits plot DIR                   (re)draw the figures of a results folder
     fedbandits frontier CONFIG.toml [--epsilons E1,E2,...] [--out DIR] [--workers N] [--runs N] ...
                                           regret against epsilon, with the crossing point
@@ -51,6 +54,7 @@ from fedbandits.experiments.frontier import (
 from fedbandits.experiments.page import write_page
 from fedbandits.experiments.powered import POWERED_MODES, powered_mode
 from fedbandits.experiments.reproduce import reproduce, resolve
+from fedbandits.experiments.tune import DEFAULT_TUNING_RUNS, RULE, load_grid, run_tuning, tune_plan, write_tuning
 from fedbandits.federation.cli import add_deploy_parser, run_deploy
 from fedbandits.plots import plot_results
 from fedbandits.plugins import BUILTIN, BrokenPlugin
@@ -179,6 +183,41 @@ def build_parser() -> argparse.ArgumentParser:
     p_front.add_argument("--runs", type=_positive_int, help="override [experiment] runs")
     p_front.add_argument("--seed", type=_nonnegative_int, help="override [experiment] seed")
     p_front.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+    p_tune = sub.add_parser(
+        "tune",
+        help="choose each algorithm entry's hyperparameters from a grid, on seeds no report uses",
+        description="Run every candidate of GRID (per algorithm entry of CONFIG, named by its label: the Cartesian "
+        "product of each parameter's list) as one experiment on a tuning seed that is neither the config's seed nor "
+        "its noise_seed, pick per entry the smallest mean final pseudo-regret (ties: the first in grid order) and "
+        "write OUT/tuned.toml (runnable by `fedbandits run`) and OUT/tune.json (the grid, seed, runs, horizon, rule "
+        "and every candidate's scores).",
+    )
+    p_tune.add_argument("config", type=Path, metavar="CONFIG.toml", help="experiment configuration")
+    p_tune.add_argument(
+        "--grid",
+        type=Path,
+        required=True,
+        metavar="GRID.toml",
+        help='[grid."LABEL"] tables of parameter = [candidate values] (docs/tuning.md)',
+    )
+    p_tune.add_argument("--out", type=Path, help="output folder (default: results/<experiment name>-tuning)")
+    p_tune.add_argument(
+        "--tuning-seed",
+        type=_nonnegative_int,
+        metavar="S",
+        help="seed of the tuning runs, environment and noise (default 1000, or the next integer that is no "
+        "report seed); refused if it is the config's seed or noise_seed",
+    )
+    p_tune.add_argument(
+        "--tuning-runs", type=_positive_int, metavar="N", help=f"tuning runs (default {DEFAULT_TUNING_RUNS})"
+    )
+    p_tune.add_argument(
+        "--tuning-horizon", type=_positive_int, metavar="T", help="horizon of the tuning runs (default: the config's)"
+    )
+    backend_options(p_tune)
+    p_tune.add_argument("--max-memory", metavar="SIZE", help="as for `run`")
+    p_tune.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
     p_plot = sub.add_parser("plot", help="draw the figures of a results folder")
     p_plot.add_argument("folder", type=Path, metavar="DIR", help="a folder written by `fedbandits run`")
@@ -526,6 +565,35 @@ def _frontier(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tune(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    grid = load_grid(args.grid)
+    runs = DEFAULT_TUNING_RUNS if args.tuning_runs is None else args.tuning_runs
+    plan = tune_plan(config, grid, seed=args.tuning_seed, runs=runs, horizon=args.tuning_horizon)
+    out = args.out if args.out is not None else Path("results") / f"{config.experiment.name}-tuning"
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} exists and is not a folder")
+    backend = _backend_kwargs(args)
+    tuning = run_tuning(
+        plan,
+        checkpoint=out / "checkpoint",
+        progress=not args.no_progress,
+        max_memory=_max_memory(args),
+        **backend,
+    )
+    toml_path, json_path = write_tuning(tuning, out, str(args.config), str(args.grid))
+    exp = plan.tuning.experiment
+    print(
+        f"tuned {len(grid)} entr{'y' if len(grid) == 1 else 'ies'} of {args.config}: {len(plan.candidates)} "
+        f"candidate(s), {exp.runs} run(s) of T = {exp.horizon} on tuning seed {plan.seed}, "
+        f"{tuning.results.wall_seconds:.1f} s"
+    )
+    print(f"rule: {RULE}")
+    print(tuning.table())
+    print(f"tuned config: {toml_path} (record: {json_path})")
+    return 0
+
+
 def _data_export(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     if args.out.exists() and not args.out.is_dir():
@@ -560,7 +628,7 @@ def _list() -> int:
 
 
 #: commands whose driver starts worker processes
-WORK_COMMANDS = ("run", "quickstart", "reproduce", "frontier", "audit")
+WORK_COMMANDS = ("run", "quickstart", "reproduce", "frontier", "tune", "audit")
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -590,6 +658,8 @@ def _main(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             return _run(quickstart_config(), args)
         if args.command == "frontier":
             return _frontier(args)
+        if args.command == "tune":
+            return _tune(args)
         if args.command == "plot":
             paths = plot_results(Results.load(args.folder), args.folder)
             print("wrote " + ", ".join(str(p) for p in paths))
@@ -613,7 +683,7 @@ def _main(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         print(f"fedbandits: error: {exc}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
-        resumable = args.command in ("run", "quickstart", "reproduce", "frontier")
+        resumable = args.command in ("run", "quickstart", "reproduce", "frontier", "tune")
         hint = "; rerun with --resume to skip the finished runs" if resumable else ""
         print(f"fedbandits: interrupted{hint}", file=sys.stderr)
         return 130
