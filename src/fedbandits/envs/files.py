@@ -92,7 +92,9 @@ class DataFilesParams:
             "in a deployment's config (each silo passes its own file)"
         },
     )
-    agents: int = field(default=0, metadata={"help": "number of agents M; 0 = len(paths) (required without paths)"})
+    agents: int = field(
+        default=0, metadata={"help": "number of agents M; 0 = the number of files (required without paths)"}
+    )
     arms: int = field(default=0, metadata={"help": "arms per user K; 0 = from the files (required without paths)"})
     dim: int = field(default=0, metadata={"help": "feature dimension d; 0 = from the files (required without paths)"})
     order: str = field(
