@@ -222,7 +222,7 @@ def report_private(label: str, outcome: tuple[float, fedbandits.Results] | Refus
         )
         return math.nan
     seconds, results = outcome
-    alg = results.algorithms["fedlinucb"]
+    (alg,) = results.algorithms.values()  # labelled "fedlinucb ldp eps=1", ...: the one entry
     print(
         f"{label}{seconds:8.2f} s  {steps / seconds:12,.0f} agent-steps/s  "
         f"(inside: environment {results.env_seconds:.2f} s, policy {alg.seconds:.2f} s)"

@@ -187,6 +187,20 @@ def test_a_restricted_cause_states_the_field_on_the_whole_base() -> None:
     assert cause_config(stated, cause, {"b"})["algorithms"][0]["noise_stream"] == 9
 
 
+def test_entry_label_is_the_label_the_config_gives() -> None:
+    entries = [
+        {"name": "fedlinucb", "protocol": "ldp", "epsilon": 2.0, "batch": 5},
+        {"name": "fedlinucb", "batch": 5},
+        {"name": "fedlinucb", "label": "mine", "protocol": "ldp", "batch": 5},
+    ]
+    config = config_from_dict({**BASE, "algorithms": entries})
+    assert [entry_label(e) for e in entries] == [a.label for a in config.algorithms]
+    assert [a.label for a in config.algorithms] == ["fedlinucb ldp eps=2", "fedlinucb", "mine"]
+    assert restrict({**BASE, "algorithms": entries}, {"fedlinucb ldp eps=2"})["algorithms"] == [
+        {**entries[0], "noise_stream": 0}
+    ]
+
+
 PRIVATE: dict[str, Any] = {
     "experiment": {"name": "private", "seed": 11, "runs": 3, "horizon": 80, "runs_per_task": 2},
     "environment": {"name": "gaussian-sphere", "agents": 3, "arms": 5, "dim": 3, "noise_sd": 0.5},

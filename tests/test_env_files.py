@@ -6,7 +6,7 @@ import io
 import json
 import math
 import zipfile
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -345,7 +345,9 @@ PARAM_CASES = {
     "no paths, no sizes": ({}, r"without `paths` .* needs agents, arms and dim >= 1; missing: agents, arms, dim"),
     "no paths, no dim": ({"agents": 2, "arms": 3}, r"missing: dim"),
     "agents disagree": ({"paths": ["a.npz", "b.npz"], "agents": 3}, r"agents = 3 disagrees with the 2 file"),
-    "a single string": ({"paths": "a.npz"}, r"paths must be a list of file paths"),
+    "bytes": ({"paths": b"a.npz"}, r"paths must be a list of file paths \(one per agent\), a folder or a glob"),
+    "a dict": ({"paths": {"a": 1}}, r"paths must be a list of file paths"),
+    "empty string": ({"paths": ""}, r"paths must be a folder, a glob pattern or a list of file paths"),
     "empty path": ({"paths": ["a.npz", ""]}, r"paths\[1\] must be a non-empty file path"),
     "non-string path": ({"paths": [3]}, r"paths\[0\] must be a non-empty file path, got 3"),
     "bad order": ({"paths": ["a.npz"], "order": "random"}, r"order must be one of 'file', 'shuffle', got 'random'"),
@@ -389,6 +391,113 @@ def test_config_round_trips_and_fills_agents():
     assert asdict(again.environment.params) == asdict(params)
     with pytest.raises(ConfigError, match=r"environment \(data-files\): agents = 1 disagrees"):
         config_from_dict(_config(["a.npz", "b.npz"], agents=1))
+
+
+# --------------------------------------------------------------------------------------------
+# paths as one folder or one glob pattern
+# --------------------------------------------------------------------------------------------
+def _silos(folder: Path, n: int, suffix: str = ".npz", users: int = 3) -> list[str]:
+    """silo-0 .. silo-<n-1>, each with its own random users (K = 2, d = 2)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(n)
+    paths = []
+    for i in range(n):
+        x, mu = rng.uniform(size=(users, 2, 2)), rng.uniform(size=(users, 2))
+        paths.append(str(write_data_file(folder / f"silo-{i}{suffix}", x, mu)))
+    return paths
+
+
+def test_folder_form_reads_its_data_files_in_name_order(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # relative, like a listed path: to the working directory
+    _silos(tmp_path / "silos", 12)
+    (tmp_path / "silos" / "README.txt").write_text("not data\n", encoding="utf-8")
+    write_data_file(tmp_path / "silos" / ".hidden.npz", np.zeros((3, 2, 2)), np.zeros((3, 2)))
+    (tmp_path / "silos" / "old.npz").mkdir()  # a folder, whatever its name
+    config = config_from_dict(_config("silos"))  # type: ignore[arg-type]
+    params = config.environment.params
+    # silo-2 before silo-10: agent i reads the silo-<i> file `fedbandits data export` writes
+    listed = tuple(str(Path("silos") / f"silo-{i}.npz") for i in range(12))
+    assert params.paths == listed and params.agents == 12
+    assert config_from_dict(_config(list(listed))) == config  # exactly the listed form
+    assert tuple(config.to_dict()["environment"]["paths"]) == listed  # the saved config names the files
+    assert DataFilesParams(paths=Path("silos"), agents=12).paths == listed  # a PathLike works too
+
+
+def test_glob_form_reads_the_files_it_matches_in_name_order(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    npz = _silos(tmp_path / "silos", 3)
+    csv = _silos(tmp_path / "silos", 3, suffix=".csv")
+    _silos(tmp_path / "other", 2)
+    assert DataFilesParams(paths="silos/*.csv").paths == tuple(str(Path(p).relative_to(tmp_path)) for p in csv)
+    assert DataFilesParams(paths=str(tmp_path / "silos" / "silo-[12].npz"), agents=2).paths == tuple(npz[1:])
+    both = DataFilesParams(paths="*/silo-0.*").paths
+    assert both == ("other/silo-0.npz", "silos/silo-0.csv", "silos/silo-0.npz")
+    # the files a pattern finds play exactly as the same files listed
+    globbed = DataFilesParams(paths=str(tmp_path / "silos" / "*.npz"), order="shuffle", reward_noise_sd=0.2)
+    listed = DataFilesParams(paths=npz, order="shuffle", reward_noise_sd=0.2)
+    played = play(DataFiles(env_rngs(5, [0, 1]), globbed), 3)
+    expected = play(DataFiles(env_rngs(5, [0, 1]), listed), 3)
+    assert all(np.array_equal(a, b) for a, b in zip(played, expected, strict=True))
+
+
+def test_folder_or_pattern_count_must_match_agents(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    _silos(tmp_path / "silos", 3)
+    _silos(tmp_path / "silos", 1, suffix=".csv")  # a stray export in the other format
+    with pytest.raises(
+        ConfigError,
+        match=r"^environment \(data-files\): paths = 'silos': 4 data file\(s\) in that folder \(silo-0\.csv, "
+        r"silo-0\.npz, silo-1\.npz, silo-2\.npz\), but agents = 3 \(one file per agent\)$",
+    ):
+        config_from_dict(_config("silos", agents=3))  # type: ignore[arg-type]
+    with pytest.raises(
+        ConfigError, match=r"paths = 'silos/\*\.npz': 3 data file\(s\) match that pattern \(silos/silo-0\.npz, "
+    ):
+        config_from_dict(_config("silos/*.npz", agents=2))  # type: ignore[arg-type]
+    many = _silos(tmp_path / "many", 6)
+    shown = r"\(silo-0\.npz, silo-1\.npz, silo-2\.npz, silo-3\.npz, \.\.\.\)"  # the first 4 names
+    with pytest.raises(ValueError, match=rf"6 data file\(s\) in that folder {shown}, but agents = 5"):
+        DataFilesParams(paths="many", agents=5)
+    assert DataFilesParams(paths="many", agents=6).paths == tuple(str(Path(p).relative_to(tmp_path)) for p in many)
+    # the CLI: one line naming the field, nothing run, nothing written
+    config = tmp_path / "c.toml"
+    config.write_text(
+        '[experiment]\nhorizon = 3\n[environment]\nname = "data-files"\npaths = "silos"\nagents = 3\n'
+        '[[algorithms]]\nname = "fedlinucb"\n',
+        encoding="utf-8",
+    )
+    assert _exit_code(["run", str(config), "--out", str(tmp_path / "out"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fedbandits: error: ") and err.count("\n") == 1
+    assert "paths = 'silos': 4 data file(s) in that folder" in err and "but agents = 3" in err
+    assert not (tmp_path / "out").exists()
+
+
+EMPTY_CASES = {
+    "empty folder": ("empty", r"^paths = 'empty': no data file \(\.npz, \.csv\) in that folder \(relative to the "),
+    "folder of other files": ("notes", r"^paths = 'notes': no data file \(\.npz, \.csv\) in that folder"),
+    "pattern without match": ("silos/*.csv", r"^paths = 'silos/\*\.csv': no data file .* matches that pattern"),
+    "pattern of non-data files": ("notes/*", r"^paths = 'notes/\*': no data file .* matches that pattern"),
+    "no such folder": ("nope", r"^paths = 'nope': no such folder or file \(relative to the working directory "),
+    "a file of another kind": ("notes/a.txt", r"^paths = 'notes/a\.txt': not a data file \(supported: \.npz, \.csv\)$"),
+}
+
+
+@pytest.mark.parametrize(("source", "pattern"), EMPTY_CASES.values(), ids=EMPTY_CASES.keys())
+def test_folder_or_pattern_that_finds_nothing(tmp_path, monkeypatch, source, pattern):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "a.txt").write_text("x\n", encoding="utf-8")
+    write_data_file(tmp_path / "notes" / ".hidden.npz", np.zeros((1, 2, 2)), np.zeros((1, 2)))
+    _silos(tmp_path / "silos", 2)
+    with pytest.raises(ValueError, match=pattern) as info:
+        DataFilesParams(paths=source)
+    assert "\n" not in str(info.value)
+    if "relative to" in pattern:
+        assert f"working directory {tmp_path}" in str(info.value)
+    with pytest.raises(ConfigError, match=r"^environment \(data-files\): paths = "):
+        config_from_dict(_config(source))  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------------------------
@@ -541,14 +650,20 @@ def test_cli_data_export_rejects_bad_paths(tmp_path, capsys):
     assert "required: ACTION" in capsys.readouterr().err
 
 
-def test_example_configs_fit_together(tmp_path):
-    """examples/data-files.toml runs on what its comment tells to export from data-files-source.toml."""
+def test_example_configs_fit_together(tmp_path, monkeypatch):
+    """examples/data-files.toml runs on the folder its comment tells to export from data-files-source.toml:
+    the export, then the folder form, from the project root (here: a copy of its layout)."""
     examples = Path(__file__).resolve().parents[1] / "examples"
     source = load_config(examples / "data-files-source.toml")
+    text = (examples / "data-files.toml").read_text(encoding="utf-8")
+    assert "--rounds 1000 --out examples/data-files\n" in text
+    monkeypatch.chdir(tmp_path)
+    paths = export_partition(source, Path("examples/data-files"), 1000)
     target = load_config(examples / "data-files.toml")
     params = target.environment.params
-    assert [Path(p).name for p in params.paths] == [f"silo-{i}.npz" for i in range(source.environment.params.agents)]
-    paths = export_partition(source, tmp_path, 12)
-    env = DataFiles(env_rngs(target.experiment.seed, [0]), replace(params, paths=tuple(str(p) for p in paths)))
-    assert (env.n_agents, env.n_arms, env.dim) == (3, source.environment.params.arms, source.environment.params.dim)
+    assert params.paths == tuple(str(p) for p in paths) == tuple(f"examples/data-files/silo-{i}.npz" for i in range(3))
+    assert params.agents == source.environment.params.agents
     assert target.experiment.horizon <= 1000  # the users per file the comment exports
+    results = fedbandits.run(target.with_experiment(runs=1, horizon=30))
+    assert list(results.algorithms) == [a.label for a in target.algorithms]
+    assert all(r.curves.shape[0] == 1 and np.isfinite(r.curves).all() for r in results.algorithms.values())

@@ -79,6 +79,28 @@ def test_the_plan_runs_every_private_entry_at_every_epsilon_beside_the_reference
     assert plan.variants["tree @ eps=0.5"] == ("tree", 0.5) and NON_PRIVATE not in plan.variants
 
 
+def test_an_unlabelled_private_entry_is_named_without_the_epsilon_the_frontier_replaces() -> None:
+    # "fedlinucb ldp eps=1" (the default label) would read as eps = 1 at every point of the line
+    unlabelled = CONFIG.replace('label = "tree"\n', "").replace('label = "factorized"\n', "")
+    plan = frontier_plan(loads_config(unlabelled), (0.5, 2.0))
+    assert [a.label for a in plan.config.algorithms][:4] == [
+        "fedlinucb ldp @ eps=0.5",
+        "fedlinucb ldp @ eps=2",
+        "fedlinucb ldp factorized @ eps=0.5",
+        "fedlinucb ldp factorized @ eps=2",
+    ]
+    assert plan.variants["fedlinucb ldp factorized @ eps=2"] == ("fedlinucb ldp factorized", 2.0)
+    # two default labels that differ only in epsilon would share a line name: each keeps its label
+    same = unlabelled.replace('mechanism = "factorized"\n', "epsilon = 3.0\n")
+    plan = frontier_plan(loads_config(same), (0.5, 2.0))
+    assert [a.label for a in plan.config.algorithms][:4] == [
+        "fedlinucb ldp eps=1 @ eps=0.5",
+        "fedlinucb ldp eps=1 @ eps=2",
+        "fedlinucb ldp eps=3 @ eps=0.5",
+        "fedlinucb ldp eps=3 @ eps=2",
+    ]
+
+
 def test_crossing_point_interpolates_in_log_epsilon() -> None:
     grid = (0.1, 1.0, 10.0)
     assert crossing(grid, [300.0, 200.0, 100.0], 150.0) == pytest.approx(math.sqrt(10.0))  # halfway in log

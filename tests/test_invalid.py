@@ -294,6 +294,25 @@ STRUCTURE_CASES = {
         _with(lambda d: d["algorithms"].append({"name": "fedlinucb", "batch": 10})),
         r"^algorithms: labels must be unique, repeated: \['fedlinucb'\]",
     ),
+    "duplicate private default labels": (
+        _with(
+            lambda d: (
+                d["environment"].update(agents=12),
+                d["algorithms"].extend({"name": "fedlinucb", "protocol": "ldp", "batch": b} for b in (5, 10)),
+            )
+        ),
+        r"^algorithms: labels must be unique, repeated: \['fedlinucb ldp eps=1'\] \(set `label` to tell them apart\)$",
+    ),
+    "label equal to another's private default": (
+        _with(
+            lambda d: (
+                d["environment"].update(agents=12),
+                d["algorithms"][1].update(protocol="ldp", epsilon=2.0),
+                d["algorithms"][0].update(label="fedlinucb ldp eps=2"),
+            )
+        ),
+        r"^algorithms: labels must be unique, repeated: \['fedlinucb ldp eps=2'\]",
+    ),
     "duplicate explicit labels": (
         _with(lambda d: [a.update(label="same") for a in d["algorithms"]]),
         r"^algorithms: labels must be unique, repeated: \['same'\]",
@@ -325,6 +344,66 @@ def test_name_errors_list_every_registered_name():
     with pytest.raises(ConfigError) as info:
         config_from_dict(_with(lambda d: d["environment"].update(name="nope")))
     assert all(repr(name) in str(info.value) for name in ENVIRONMENTS)
+
+
+# an entry without a label: its name, and for a private one its protocol and epsilon
+CLUSTERED = {"name": "clustered-synthetic", "users": 20, "clusters": 4, "agents": 5, "dim": 10, "arms": 10}
+DEFAULT_LABELS = {
+    "non-private fedlinucb": ({"name": "fedlinucb"}, "fedlinucb"),
+    "protocol none, epsilon set": ({"name": "fedlinucb", "protocol": "none", "epsilon": 3.0}, "fedlinucb"),
+    "ldp at the default epsilon": ({"name": "fedlinucb", "protocol": "ldp"}, "fedlinucb ldp eps=1"),
+    "ldp, tree named nowhere": ({"name": "fedlinucb", "protocol": "ldp", "mechanism": "tree"}, "fedlinucb ldp eps=1"),
+    "ldp-prefix": ({"name": "fedlinucb", "protocol": "ldp-prefix", "epsilon": 0.5}, "fedlinucb ldp-prefix eps=0.5"),
+    "sdp-amplification": (
+        {"name": "fedlinucb", "protocol": "sdp-amplification", "epsilon": 2.0},
+        "fedlinucb sdp-amplification eps=2",
+    ),
+    "sdp-vector-sum": (
+        {"name": "fedlinucb", "protocol": "sdp-vector-sum", "epsilon": 5.0, "delta": 0.1},
+        "fedlinucb sdp-vector-sum eps=5",
+    ),
+    "distributed-dp factorized": (
+        {"name": "fedlinucb", "protocol": "distributed-dp", "epsilon": 1.0, "mechanism": "factorized"},
+        "fedlinucb distributed-dp eps=1 factorized",
+    ),
+    "small epsilon": ({"name": "fedlinucb", "protocol": "ldp", "epsilon": 1e-5}, "fedlinucb ldp eps=1e-05"),
+    "feducb, private by default": ({"name": "feducb"}, "feducb eps=1"),
+    "feducb non-private": ({"name": "feducb", "private": False}, "feducb"),
+    "feducb-decentralized": ({"name": "feducb-decentralized", "epsilon": 0.25}, "feducb-decentralized eps=0.25"),
+    "independent agents": ({"name": "linucb-independent"}, "linucb-independent"),
+}
+
+
+@pytest.mark.parametrize(("entry", "label"), DEFAULT_LABELS.values(), ids=DEFAULT_LABELS.keys())
+def test_default_label_names_protocol_and_epsilon(entry, label):
+    entry = {"batch": 5, **entry} if entry["name"] == "fedlinucb" else entry  # B <= T = 10
+    config = config_from_dict(valid_config({**SPHERE, "agents": 12}, second=entry))
+    assert [a.label for a in config.algorithms] == ["baseline", label]
+    # the saved config states the label, so it reads back to the same entry
+    assert config.to_dict()["algorithms"][1]["label"] == label
+    assert config_from_dict(config.to_dict()) == config
+    # a stated label wins
+    named = config_from_dict(valid_config({**SPHERE, "agents": 12}, second={**entry, "label": "mine"}))
+    assert named.algorithms[1].label == "mine"
+
+
+def test_default_label_of_clustering_algorithms():
+    algorithms = [{"name": "cdp-fclub-dc", "epsilon": 300.0}, {"name": "fclub-dc"}, {"name": "club"}]
+    config = config_from_dict({"environment": CLUSTERED, "algorithms": algorithms})
+    assert [a.label for a in config.algorithms] == ["cdp-fclub-dc eps=300", "fclub-dc", "club"]
+
+
+def test_default_labels_are_what_a_run_reports(tmp_path):
+    """The results, their saved summary and the printed table carry the default label."""
+    data = valid_config({**SPHERE, "agents": 12}, second={"name": "fedlinucb", "protocol": "ldp", "batch": 5})
+    data["algorithms"].append({"name": "fedlinucb", "protocol": "ldp", "epsilon": 8.0, "batch": 5})
+    data["algorithms"].append({"name": "fedlinucb", "batch": 5})
+    results = run_experiment(config_from_dict(data))
+    labels = ["baseline", "fedlinucb ldp eps=1", "fedlinucb ldp eps=8", "fedlinucb"]
+    assert list(results.algorithms) == labels
+    assert [s["label"] for s in results.summary()["algorithms"]] == labels
+    table = results.table()
+    assert all(f"\n{lab} " in table for lab in labels[1:])
 
 
 def test_config_must_be_a_table():

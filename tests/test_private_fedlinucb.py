@@ -88,6 +88,10 @@ def test_lazy_variant_acts_on_private_statistics_only():
     assert policy.radius_samples() == 5 * 30
 
 
+#: the label of _private_config's entry (it states none: the default names protocol and epsilon)
+PRIVATE_LABEL = "fedlinucb ldp eps=1"
+
+
 def _private_config(seed=5, noise_seed=None, horizon=60, **alg):
     exp = {"seed": seed, "runs": 2, "horizon": horizon}
     if noise_seed is not None:
@@ -102,22 +106,22 @@ def _private_config(seed=5, noise_seed=None, horizon=60, **alg):
 
 
 def test_noise_seed_changes_only_the_privacy_noise():
-    a = run_experiment(_private_config(noise_seed=1)).algorithms["fedlinucb"]
-    b = run_experiment(_private_config(noise_seed=2)).algorithms["fedlinucb"]
-    c = run_experiment(_private_config(noise_seed=1)).algorithms["fedlinucb"]
+    a = run_experiment(_private_config(noise_seed=1)).algorithms[PRIVATE_LABEL]
+    b = run_experiment(_private_config(noise_seed=2)).algorithms[PRIVATE_LABEL]
+    c = run_experiment(_private_config(noise_seed=1)).algorithms[PRIVATE_LABEL]
     np.testing.assert_array_equal(a.curves, c.curves)
     # identical environments and decisions up to the first release (t = 10)...
     np.testing.assert_array_equal(a.curves[:, :10], b.curves[:, :10])
     # ... different afterwards
     assert not np.array_equal(a.curves[:, -1], b.curves[:, -1])
     # the default noise seed is the experiment seed
-    d = run_experiment(_private_config()).algorithms["fedlinucb"]
-    e = run_experiment(_private_config(noise_seed=5)).algorithms["fedlinucb"]
+    d = run_experiment(_private_config()).algorithms[PRIVATE_LABEL]
+    e = run_experiment(_private_config(noise_seed=5)).algorithms[PRIVATE_LABEL]
     np.testing.assert_array_equal(d.curves, e.curves)
 
 
 def test_transcript_records_every_release():
-    res = run_experiment(_private_config(), record_transcript=True).algorithms["fedlinucb"]
+    res = run_experiment(_private_config(), record_transcript=True).algorithms[PRIVATE_LABEL]
     assert [run for run, _ in res.transcripts] == [0, 1]
     data = res.transcripts[0][1]
     assert data["sync"].tolist() == list(range(1, 7))

@@ -115,8 +115,9 @@ def test_merged_report_is_not_the_first_tasks():
         assert first["fclub"][key] != merged["fclub"].report[key], key
     assert first["sclub"]["ari_final"] != merged["sclub"].report["ari_final"]
     eps = "epsilon_spent_per_server_cluster"
-    assert first["cdp-fclub-dc"][eps] != merged["cdp-fclub-dc"].report[eps]
-    assert merged["cdp-fclub-dc"].report["guarantee"] == "no formal guarantee"
+    private = "cdp-fclub-dc eps=20"  # the default label names the privacy level
+    assert first[private][eps] != merged[private].report[eps]
+    assert merged[private].report["guarantee"] == "no formal guarantee"
 
 
 class _Toy(Policy):

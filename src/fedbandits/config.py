@@ -6,15 +6,16 @@ A config has three parts::
     [environment]         # name = "gaussian-sphere" | "gap-instance" | ...  plus its parameters
     [[algorithms]]        # one table per algorithm: name, optional label and noise_stream, its parameters
 
-Unknown tables or keys are errors.  Every error is a :class:`ConfigError` whose message names
-the offending field (e.g. ``algorithms[2].batch``) and its valid range.  The same object drives
-the CLI, the Python API and the reproduction registry.
+An algorithm without a ``label`` is labelled by :func:`default_label` (its name, and for a private
+one its protocol and epsilon).  Unknown tables or keys are errors.  Every error is a
+:class:`ConfigError` whose message names the offending field (e.g. ``algorithms[2].batch``) and
+its valid range.  The same object drives the CLI, the Python API and the reproduction registry.
 """
 
 from __future__ import annotations
 
 import tomllib
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -200,8 +201,8 @@ def _build_component(
     if not isinstance(name, str) or name not in registry:
         # a broken plugin of that name: its reason (fedbandits.plugins), else the valid names
         raise ConfigError(registry.unknown(name, f"{where}.name"))
-    label = table.pop("label", name) if allow_label else name
-    if not isinstance(label, str) or not label:
+    label = table.pop("label", None) if allow_label else name
+    if label is not None and (not isinstance(label, str) or not label):
         raise ConfigError(f"{where}.label must be a non-empty string, got {label!r}")
     stream = table.pop("noise_stream", None) if allow_label else None
     if stream is not None:
@@ -210,7 +211,48 @@ def _build_component(
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     params = _build_dataclass(f"{where} ({name})", registry[name].params, table)
-    return ComponentConfig(name, label, params, stream)
+    return ComponentConfig(name, default_label(name, params) if label is None else label, params, stream)
+
+
+def is_private(params: Any) -> bool:
+    """An algorithm's parameters promise privacy: they have an ``epsilon`` and, if they have a
+    ``private`` switch (FedLinUCB's follows its protocol, FedUCB's is a field), it is on."""
+    return hasattr(params, "epsilon") and bool(getattr(params, "private", True))
+
+
+def default_label(name: str, params: Any, *, epsilon: bool = True) -> str:
+    """The label of an ``[[algorithms]]`` entry that states none: its name, and for a private entry
+    (:func:`is_private`) its protocol (if it has one), ``eps=<epsilon>`` and a mechanism other than
+    its default: ``fedlinucb``, ``fedlinucb ldp eps=1``, ``fedlinucb distributed-dp eps=1
+    factorized``, ``feducb eps=1``, ``cdp-fclub-dc eps=300``.  ``epsilon=False`` leaves out the
+    epsilon (a frontier's line, which runs the entry at many).  Labels must still be unique: two
+    entries with the same default label are refused, as two with the same stated label are."""
+    if not is_private(params):
+        return name
+    words = [name]
+    protocol = getattr(params, "protocol", None)
+    if isinstance(protocol, str):
+        words.append(protocol)
+    if epsilon:
+        words.append(f"eps={params.epsilon:g}")
+    mechanism = getattr(params, "mechanism", None)
+    if isinstance(mechanism, str) and mechanism != _field_default(params, "mechanism"):
+        words.append(mechanism)
+    return " ".join(words)
+
+
+def algorithm_label(entry: dict[str, Any], where: str = "algorithm") -> str:
+    """The label an ``[[algorithms]]`` table (a dict shaped like the TOML) gets when read: its
+    ``label``, else :func:`default_label` of its validated parameters (a ConfigError if invalid)."""
+    return _build_component(where, dict(entry), ALGORITHMS, allow_label=True).label
+
+
+def _field_default(params: Any, name: str) -> Any:
+    if is_dataclass(params):
+        for f in fields(params):
+            if f.name == name:
+                return f.default
+    return None
 
 
 def _build_dataclass(where: str, cls: type, table: dict[str, Any]) -> Any:

@@ -8,6 +8,10 @@ user of agent i's file: in file order (``order = "file"``) or in a random permut
 under ``"shuffle"``); otherwise the environment has ``rounds_available = min_i N_i`` rounds and
 asking for more raises ``ValueError``.
 
+``paths`` lists the files (agent i reads ``paths[i]``), or names one folder or glob pattern:
+its data files, sorted by name with numbers compared as numbers (:func:`find_data_files`), are
+listed when the parameters are built, so the config saved with a run names the files it read.
+
 File formats
 ------------
 ``.npz`` (``numpy.savez``): arrays ``features`` (N, K, d) and ``rewards`` (N, K), real and finite,
@@ -52,6 +56,7 @@ in the full simulation: same users, same order, same noise.  Noise is drawn in b
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import secrets
@@ -73,6 +78,8 @@ CSV_HEADER = ("user", "arm", "reward")
 _NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z")
 _ARM = re.compile(r"[0-9]+\Z")
 _LINE_SHOWN = 120
+#: file names an error about a folder or a pattern lists
+_NAMES_SHOWN = 4
 
 
 @dataclass(frozen=True)
@@ -80,11 +87,14 @@ class DataFilesParams:
     paths: tuple[str, ...] = field(
         default=(),
         metadata={
-            "help": "one .npz/.csv file per agent (agent i = paths[i]), relative to the working directory; "
-            "empty only in a deployment's config (each silo passes its own file)"
+            "help": "one .npz/.csv file per agent (agent i = paths[i]), or one folder or glob pattern: its data "
+            "files in name order (numbers compared as numbers); relative to the working directory; empty only "
+            "in a deployment's config (each silo passes its own file)"
         },
     )
-    agents: int = field(default=0, metadata={"help": "number of agents M; 0 = len(paths) (required without paths)"})
+    agents: int = field(
+        default=0, metadata={"help": "number of agents M; 0 = the number of files (required without paths)"}
+    )
     arms: int = field(default=0, metadata={"help": "arms per user K; 0 = from the files (required without paths)"})
     dim: int = field(default=0, metadata={"help": "feature dimension d; 0 = from the files (required without paths)"})
     order: str = field(
@@ -99,16 +109,27 @@ class DataFilesParams:
 
     def __post_init__(self) -> None:
         paths = self.paths
-        if isinstance(paths, (str, bytes, os.PathLike)) or not isinstance(paths, Sequence):
-            raise ValueError(f"paths must be a list of file paths (one per agent), got {paths!r}")
-        clean = []
-        for i, p in enumerate(paths):
-            if not isinstance(p, (str, os.PathLike)) or not os.fspath(p):
-                raise ValueError(f"paths[{i}] must be a non-empty file path, got {p!r}")
-            clean.append(str(os.fspath(p)))
-        object.__setattr__(self, "paths", tuple(clean))
         for name in ("agents", "arms", "dim"):
             check_int(name, getattr(self, name), low=0)
+        if isinstance(paths, (str, os.PathLike)):
+            # a folder or a pattern, expanded here (the config boundary): the saved config lists the files
+            source = str(os.fspath(paths))
+            clean = list(find_data_files(source))
+            if self.agents and len(clean) != self.agents:
+                raise ValueError(
+                    f"paths = {source!r}: {_found(source, clean)}, but agents = {self.agents} (one file per agent)"
+                )
+        elif isinstance(paths, bytes) or not isinstance(paths, Sequence):
+            raise ValueError(
+                f"paths must be a list of file paths (one per agent), a folder or a glob pattern, got {paths!r}"
+            )
+        else:
+            clean = []
+            for i, p in enumerate(paths):
+                if not isinstance(p, (str, os.PathLike)) or not os.fspath(p):
+                    raise ValueError(f"paths[{i}] must be a non-empty file path, got {p!r}")
+                clean.append(str(os.fspath(p)))
+        object.__setattr__(self, "paths", tuple(clean))
         if not clean:
             missing = [n for n in ("agents", "arms", "dim") if getattr(self, n) < 1]
             if missing:
@@ -125,6 +146,69 @@ class DataFilesParams:
         check_float("reward_noise_sd", self.reward_noise_sd, low=0.0)
         if not isinstance(self.cycle, bool):
             raise ValueError(f"cycle must be true or false, got {self.cycle!r}")
+
+
+# -- finding the files of a folder or a pattern ------------------------------------------------
+
+
+def find_data_files(source: str) -> tuple[str, ...]:
+    """The data files (``.npz``/``.csv``) in folder ``source``, or matching glob pattern ``source``.
+
+    Sorted by name with numbers compared as numbers (``silo-2`` before ``silo-10``, so that agent i
+    reads the ``silo-<i>.npz`` that ``fedbandits data export`` writes); hidden files and folders are
+    left out.  A relative ``source`` is relative to the working directory, like a listed path, and
+    the paths returned keep its form.  Raises ``ValueError`` naming ``paths`` when nothing is found.
+    """
+    if not source:
+        raise ValueError("paths must be a folder, a glob pattern or a list of file paths (one per agent), got ''")
+    folder = os.path.isdir(source)
+    if folder:
+        try:
+            candidates = [os.path.join(source, name) for name in os.listdir(source)]
+        except OSError as exc:
+            raise ValueError(f"paths = {source!r}: cannot list that folder: {exc.strerror or exc}") from None
+    elif glob.escape(source) != source:  # a pattern (glob leaves out hidden names unless it spells them)
+        candidates = glob.glob(source)
+    elif os.path.exists(source):
+        candidates = [source]
+    else:
+        raise ValueError(f"paths = {source!r}: no such folder or file{_relative_to(source)}")
+    found = [
+        p
+        for p in candidates
+        if Path(p).suffix.lower() in SUFFIXES and not Path(p).name.startswith(".") and os.path.isfile(p)
+    ]
+    if not found:
+        if not folder and candidates == [source]:
+            raise ValueError(f"paths = {source!r}: not a data file (supported: {', '.join(SUFFIXES)})")
+        where = "in that folder" if folder else "matches that pattern"
+        raise ValueError(f"paths = {source!r}: no data file ({', '.join(SUFFIXES)}) {where}{_relative_to(source)}")
+    return tuple(sorted(found, key=_natural_key))
+
+
+def _natural_key(path: str) -> tuple[list[str | int], str]:
+    """Text and digit runs alternate (text first, digits at odd indices), so equal positions compare
+    alike types; the path itself breaks ties (``a01`` vs ``a1``)."""
+    parts: list[str | int] = [int(t) if i % 2 else t for i, t in enumerate(re.split(r"([0-9]+)", path))]
+    return parts, path
+
+
+def _relative_to(source: str) -> str:
+    if os.path.isabs(source):
+        return ""
+    try:
+        return f" (relative to the working directory {os.getcwd()})"
+    except OSError:  # the working directory was removed
+        return ""
+
+
+def _found(source: str, found: list[str]) -> str:
+    """'3 data files in that folder (a.npz, ...)': the count and where, for a count mismatch."""
+    folder = os.path.isdir(source)
+    names = [os.path.basename(p) if folder else p for p in found]
+    shown = ", ".join(names[:_NAMES_SHOWN]) + (", ..." if len(names) > _NAMES_SHOWN else "")
+    where = "in that folder" if folder else "match that pattern"
+    return f"{len(found)} data file(s) {where} ({shown})"
 
 
 # -- reading -----------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ import copy
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Any
 
+from fedbandits.config import algorithm_label
 from fedbandits.experiments.claims import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, ClaimResult
 from fedbandits.experiments.figures.common import Cause, Claim, Experiment
 from fedbandits.experiments.panels import table_key
@@ -55,8 +56,10 @@ def _parse(cause: Cause) -> tuple[str, str, Any]:
 
 
 def entry_label(entry: Mapping[str, Any]) -> str:
-    """An algorithm entry's label as the config reads it (its ``name`` when it states none)."""
-    return str(entry.get("label", entry["name"]))
+    """An algorithm entry's label as the config reads it (:func:`fedbandits.config.algorithm_label`:
+    when it states none, its name and, for a private entry, protocol and epsilon -- so a cause that
+    changes the epsilon of an unlabelled entry changes its label: label the entries a claim names)."""
+    return str(entry["label"]) if "label" in entry else algorithm_label(dict(entry))
 
 
 def restrict(config: Mapping[str, Any], labels: Collection[str]) -> dict[str, Any]:

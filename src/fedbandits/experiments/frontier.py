@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from fedbandits.config import ComponentConfig, Config, ConfigError, config_from_dict
+from fedbandits.config import ComponentConfig, Config, ConfigError, config_from_dict, default_label, is_private
 from fedbandits.plots import frontier_figure
 from fedbandits.privacy.calibration import MAX_EPSILON
 from fedbandits.sim.results import Results
@@ -64,8 +64,18 @@ def parse_epsilons(text: str) -> tuple[float, ...]:
 
 
 def _is_private(alg: ComponentConfig) -> bool:
-    params = alg.params
-    return hasattr(params, "epsilon") and bool(getattr(params, "private", True))
+    return is_private(alg.params)
+
+
+def _line_names(private: list[ComponentConfig]) -> list[str]:
+    """Each private entry's line: its label, or for an entry labelled by default ("fedlinucb ldp
+    eps=1") that label without the epsilon the frontier replaces ("fedlinucb ldp"), unless two
+    entries would then share a name."""
+    names = [
+        default_label(a.name, a.params, epsilon=False) if a.label == default_label(a.name, a.params) else a.label
+        for a in private
+    ]
+    return names if len(set(names)) == len(names) else [a.label for a in private]
 
 
 def _without_stream(entry: dict[str, Any]) -> dict[str, Any]:
@@ -96,12 +106,12 @@ def frontier_plan(config: Config, epsilons: tuple[float, ...] = DEFAULT_EPSILONS
         )
     entries: list[dict[str, Any]] = []
     variants: dict[str, tuple[str, float]] = {}
-    for alg in private:
+    for alg, base in zip(private, _line_names(private), strict=True):
         for eps in epsilons:
             # the variants are new entries: each draws the noise of its own position, not the original's stream
-            entry = {**_without_stream(alg.to_dict()), "epsilon": eps, "label": _label(alg.label, eps)}
+            entry = {**_without_stream(alg.to_dict()), "epsilon": eps, "label": _label(base, eps)}
             entries.append(entry)
-            variants[entry["label"]] = (alg.label, eps)
+            variants[entry["label"]] = (base, eps)
     federated = next((a for a in config.algorithms if a.name == "fedlinucb"), None)
     reference = {"name": "fedlinucb"}
     if federated is not None:
