@@ -12,10 +12,13 @@ from typing import Any
 
 import pytest
 from matplotlib.collections import PolyCollection
+from matplotlib.container import ErrorbarContainer
 from matplotlib.figure import Figure
 
-from fedbandits.config import loads_config
+from fedbandits.config import config_from_dict, loads_config
+from fedbandits.experiments.figures import get_experiment
 from fedbandits.experiments.frontier import INDEPENDENT, NON_PRIVATE, frontier_plan, write_frontier
+from fedbandits.experiments.reproduce import draw_figure
 from fedbandits.plots import log_ticks, plain_number, plot_results
 from fedbandits.sim.runner import run_experiment
 
@@ -141,3 +144,31 @@ def test_a_single_run_has_no_band_to_name(tmp_path: Path, saved: dict[str, Figur
     plot_results(run_experiment(config, workers=1), tmp_path)
     assert legend_texts(saved["regret.png"]) == ["tree", "alone"]
     assert titles(saved["regret.png"]) == ["tiny: gaussian-sphere, M = 3, T = 60, 1 run"]
+
+
+def test_a_reproduction_figure_across_panels_names_its_error_bars_and_labels_epsilon_plainly(
+    tmp_path: Path, saved: dict[str, Figure]
+) -> None:
+    experiment = get_experiment("dubey-fig1a", "tiny")
+    panels = {panel: run_experiment(config_from_dict(raw), workers=1) for panel, raw in experiment.configs()}
+    draw_figure(panels, experiment, tmp_path / "figure.png")
+    fig = saved["figure.png"]
+    (ax,) = fig.axes
+    assert titles(fig) == [f"{experiment.figure}\ntiny scale, T = 50, mean over 2 runs"]
+    assert legend_texts(fig) == [*panels, "error bar: ± 1 standard error of the mean"]
+    assert sum(isinstance(c, ErrorbarContainer) for c in ax.containers) == len(panels)
+    assert ax.get_xscale() == "log" and tick_labels(ax.xaxis) == ["0.1", "0.3", "1", "3", "10"]
+    assert_plain_ticks(fig)
+
+
+def test_a_reproduction_figure_names_its_band(tmp_path: Path, saved: dict[str, Figure]) -> None:
+    experiment = get_experiment("zhou-fig3d", "tiny")
+    results = run_experiment(config_from_dict(experiment.config), workers=1)
+    draw_figure({"": results}, experiment, tmp_path / "figure.png")
+    fig = saved["figure.png"]
+    runs = results.config.experiment.runs
+    assert titles(fig) == [
+        f"{experiment.figure}\ntiny scale, T = {plain_number(results.config.experiment.horizon)}, mean over {runs} runs"
+    ]
+    assert legend_texts(fig) == [*results.algorithms, "band: ± 1 standard error of the mean"]
+    assert_plain_ticks(fig)
