@@ -219,7 +219,7 @@ def frontier_figure(
     if runs > 1:
         handles.append(spread_handle(f"band: mean ± 1 std over {runs_text(runs)}"))
     if crossed:
-        handles.append(dotted_handle("dotted, in its colour: epsilon from which a line beats independent agents"))
+        handles.append(dotted_handle("dotted, in a line's colour: the epsilon\nfrom which it beats independent agents"))
     ax.set_xscale("log")
     ax.set_xlim(min(epsilons) / 1.25, max(epsilons) * 1.25)
     ax.set(xlabel="epsilon (log scale; delta as configured)", ylabel="final group pseudo-regret", title=title)
