@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from fedbandits.config import ComponentConfig, Config, ConfigError, config_from_dict, default_label, is_private
-from fedbandits.plots import frontier_figure
+from fedbandits.plots import frontier_figure, plain_number, runs_text
 from fedbandits.privacy.calibration import MAX_EPSILON
 from fedbandits.sim.results import Results
 
@@ -93,6 +93,8 @@ class FrontierPlan:
     config: Config
     epsilons: tuple[float, ...]
     variants: dict[str, tuple[str, float]]  # run label -> (private algorithm's label, epsilon)
+    #: the name of the config the frontier was planned from (``config``'s adds "-frontier": its results folder)
+    name: str
 
 
 def frontier_plan(config: Config, epsilons: tuple[float, ...] = DEFAULT_EPSILONS) -> FrontierPlan:
@@ -121,7 +123,7 @@ def frontier_plan(config: Config, epsilons: tuple[float, ...] = DEFAULT_EPSILONS
     data = config.to_dict()
     data["algorithms"] = entries
     data["experiment"] = {**data["experiment"], "name": f"{config.experiment.name}-frontier"}
-    return FrontierPlan(config_from_dict(data), epsilons, variants)
+    return FrontierPlan(config_from_dict(data), epsilons, variants, config.experiment.name)
 
 
 def crossing(epsilons: tuple[float, ...], regrets: list[float], alone: float) -> float | None:
@@ -185,12 +187,12 @@ def write_frontier(plan: FrontierPlan, results: Results, out: Path) -> list[Path
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    exp = plan.config.experiment
+    exp, env = plan.config.experiment, plan.config.environment
     lines = [
-        f"# Privacy-utility frontier: {exp.name}",
+        f"# Privacy-utility frontier: {plan.name}",
         "",
-        f"{plan.config.environment.name}, M = {plan.config.environment.params.agents}, T = {exp.horizon}, "
-        f"{exp.runs} run(s), seed {exp.seed}; no tuning (every variant runs with its config's hyperparameters).",
+        f"{env.name}, M = {env.params.agents}, T = {exp.horizon}, "
+        f"{runs_text(exp.runs)}, seed {exp.seed}; no tuning (every variant runs with its config's hyperparameters).",
         "",
         "| algorithm | epsilon | final regret | epsilon spent | guarantee |",
         "|---|---|---|---|---|",
@@ -207,5 +209,6 @@ def write_frontier(plan: FrontierPlan, results: Results, out: Path) -> list[Path
     lines += [f"* {base}: {describe_crossing(p, plan.epsilons)}" for base, p in points.items()]
     md_path = out / "frontier.md"
     md_path.write_text("\n".join(lines) + "\n")
-    png = frontier_figure(rows, points, plan.epsilons, out / "frontier.png", title=exp.name)
+    title = f"{plan.name}: {env.name}, M = {env.params.agents}, T = {plain_number(exp.horizon)}"
+    png = frontier_figure(rows, points, plan.epsilons, out / "frontier.png", title=title)
     return [csv_path, md_path, png]

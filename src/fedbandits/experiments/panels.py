@@ -21,7 +21,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fedbandits.plots import _pyplot, save_figure
+from fedbandits.config import ExperimentConfig
+from fedbandits.plots import (
+    _pyplot,
+    error_bar_handle,
+    figure_legend,
+    plain_number,
+    plain_ticks,
+    runs_text,
+    save_figure,
+)
 from fedbandits.sim.results import Results
 
 if TYPE_CHECKING:
@@ -45,10 +54,19 @@ def panel_table(results: dict[str, Results]) -> dict[str, Any]:
     }
 
 
+def figure_title(experiment: Experiment, config: ExperimentConfig) -> str:
+    """A reproduction figure's title: the paper's figure, then the scale, horizon and runs it was run at."""
+    return (
+        f"{experiment.figure}\n{experiment.scale} scale, T = {plain_number(config.horizon)}, "
+        f"mean over {runs_text(config.runs)}"
+    )
+
+
 def plot_panels(results: dict[str, Results], experiment: Experiment, path: str | Path, dpi: int = 120) -> Path:
 
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(5.5, 4.2))
+    fig, ax = plt.subplots(figsize=(6, 4.8), layout="constrained")
+    handles = []
     for panel, r in results.items():
         agents = r.config.environment.params.agents
         if experiment.figure_kind == "final-vs-x":
@@ -58,19 +76,22 @@ def plot_panels(results: dict[str, Results], experiment: Experiment, path: str |
             mean = finals.mean(axis=1)
             sem = finals.std(axis=1, ddof=1) / np.sqrt(finals.shape[1]) if finals.shape[1] > 1 else 0 * mean
             order = np.argsort(xs)
-            ax.errorbar(xs[order], mean[order], yerr=sem[order], marker="o", capsize=3, label=panel)
+            handles.append(ax.errorbar(xs[order], mean[order], yerr=sem[order], marker="o", capsize=3, label=panel))
         else:
             grid = r.grid.astype(float)
             for lab, res in r.algorithms.items():
-                ax.plot(grid, res.curves.mean(axis=0) / agents, label=f"{panel}, {lab}")
+                handles += ax.plot(grid, res.curves.mean(axis=0) / agents, label=f"{panel}, {lab}")
     exp = next(iter(results.values())).config.experiment
     if experiment.figure_kind == "final-vs-x":
-        ax.set(xlabel=experiment.x_label, ylabel=f"per-agent regret at T = {exp.horizon}")
+        ax.set(xlabel=experiment.x_label, ylabel=f"per-agent regret at T = {plain_number(exp.horizon)}")
         if min(experiment.x_values.values()) > 0:
             ax.set_xscale("log")
+        if exp.runs > 1:
+            handles.append(error_bar_handle("error bar: ± 1 standard error of the mean"))
     else:
         ax.set(xlabel="round t", ylabel="per-agent regret Reg(t) / M")
-    ax.set_title(f"{experiment.figure} ({experiment.scale}): {exp.runs} runs")
+    ax.set_title(figure_title(experiment, exp))
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    plain_ticks(ax)
+    figure_legend(fig, handles)
     return save_figure(fig, path, dpi)

@@ -40,11 +40,11 @@ from fedbandits.experiments.causes import CAUSE_MODES, cause_claims, cause_confi
 from fedbandits.experiments.claims import ClaimResult, check
 from fedbandits.experiments.figures import EXPERIMENTS, Experiment, get_experiment
 from fedbandits.experiments.outcome import CauseOutcome, Cost, Outcome, PoweredOutcome
-from fedbandits.experiments.panels import plot_panels, table_key
+from fedbandits.experiments.panels import figure_title, plot_panels, table_key
 from fedbandits.experiments.power import power_statement
 from fedbandits.experiments.powered import fresh_table, powered_configs, powered_mode
 from fedbandits.experiments.report import report
-from fedbandits.plots import _pyplot, plot_results, save_figure
+from fedbandits.plots import _pyplot, figure_legend, plain_ticks, plot_results, save_figure, spread_handle
 from fedbandits.sim.backends import open_backend
 from fedbandits.sim.results import Results
 from fedbandits.sim.runner import check_run_memory, run_experiment
@@ -80,26 +80,28 @@ def _slug(text: str) -> str:
 
 
 def plot_figure(results: Results, experiment: Experiment, path: str | Path, dpi: int = 120) -> Path:
-    """Time-averaged group regret Reg(t)/t against t, one line (mean over runs) per algorithm."""
+    """Time-averaged group regret Reg(t)/t against t, one line (mean over runs) per algorithm, a band of
+    ± 1 standard error of that mean."""
 
     plt = _pyplot()
     grid = results.grid.astype(float)
-    fig, ax = plt.subplots(figsize=(5.5, 4.2))
+    fig, ax = plt.subplots(figsize=(6, 4.8), layout="constrained")
+    handles = []
     for lab, res in results.algorithms.items():
         avg = res.curves / grid
         mean = avg.mean(axis=0)
         (line,) = ax.plot(grid, mean, label=lab)
+        handles.append(line)
         if avg.shape[0] > 1:
             sem = avg.std(axis=0, ddof=1) / avg.shape[0] ** 0.5
             ax.fill_between(grid, mean - sem, mean + sem, color=line.get_color(), alpha=0.2, linewidth=0)
     exp = results.config.experiment
-    ax.set(
-        xlabel="round t",
-        ylabel="time-averaged group regret Reg(t)/t",
-        title=f"{experiment.figure} ({experiment.scale}): T={exp.horizon}, {exp.runs} runs",
-    )
+    if exp.runs > 1:
+        handles.append(spread_handle("band: ± 1 standard error of the mean"))
+    ax.set(xlabel="round t", ylabel="time-averaged group regret Reg(t)/t", title=figure_title(experiment, exp))
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    plain_ticks(ax)
+    figure_legend(fig, handles)
     return save_figure(fig, path, dpi)
 
 
