@@ -1,5 +1,18 @@
+import os
+from pathlib import Path
+
 import numpy as np
 import pytest
+
+from fedbandits.envs.datahome import DATA_ENV
+
+# The library finds real data only through $FEDBANDITS_DATA or the user data folder, never relative
+# to a checkout (fedbandits.envs.datahome).  The tests know the project's layout: the shared data
+# folder beside the checkout serves when the variable is unset.  Without it the tests that need
+# real numbers skip, and generated look-alikes cover the same code (tests/datafixtures.py).
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+if not os.environ.get(DATA_ENV) and SHARED_DATA.is_dir():
+    os.environ[DATA_ENV] = str(SHARED_DATA)
 
 
 @pytest.fixture
@@ -9,8 +22,6 @@ def rng() -> np.random.Generator:
 
 # Property-based tests run a fixed, derandomized set of examples: the same inputs on every machine
 # (CI included), so a failure reproduces; FEDBANDITS_HYPOTHESIS=explore draws fresh ones.
-import os  # noqa: E402
-
 from hypothesis import settings  # noqa: E402
 
 settings.register_profile("fixed", derandomize=True, deadline=None, print_blob=True)

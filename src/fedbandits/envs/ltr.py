@@ -94,8 +94,8 @@ class LearningToRankParams:
     path: str = field(
         default="",
         metadata={
-            "help": "svmlight/LETOR file or folder (e.g. MSLR-WEB10K); empty = the shared MSLR sample "
-            "(../shared/data/mslr-web-fold1-5k)"
+            "help": "svmlight/LETOR file or folder (e.g. MSLR-WEB10K); empty = mslr-web-fold1-5k in "
+            "$FEDBANDITS_DATA (default ~/.local/share/fedbandits)"
         },
     )
     files: str = field(
