@@ -18,9 +18,18 @@ import fedbandits
 from datafixtures import write_mslr_like
 from fedbandits.cli import main
 from fedbandits.config import config_from_dict
-from fedbandits.envs.datahome import DATA_ENV, DATASETS, MissingDataSet, data_home, dataset_path, require_dataset
+from fedbandits.envs.datahome import (
+    DATA_ENV,
+    DATASETS,
+    MissingDataSet,
+    check_required_data,
+    data_home,
+    dataset_path,
+    require_dataset,
+)
+from fedbandits.envs.ltr import LearningToRankParams
 from fedbandits.envs.ltr_instance import resolve_files
-from fedbandits.envs.movielens import resolve_path
+from fedbandits.envs.movielens import MovieLensClustersParams, MovieLensLinearParams, resolve_path
 from fedbandits.sim.runner import run_experiment
 
 TESTS = Path(__file__).resolve().parent
@@ -106,6 +115,30 @@ def test_cli_prints_the_missing_data_set_in_one_line(
     assert code == 2 and out == ""
     assert err.startswith(f"fedbandits: error: data set {name} (") and err.count("\n") == 1
     assert str(tmp_path / "empty" / name) in err
+
+
+def test_reproduce_refuses_a_missing_data_set_before_any_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`reproduce all` checks the data sets of every figure before the first run (zhou-fig2a, the
+    first figure, needs none): one line, nothing written."""
+    monkeypatch.setenv(DATA_ENV, str(tmp_path / "empty"))
+    out = tmp_path / "r"
+    code, stdout, err = _invoke(["reproduce", "all", "--scale", "tiny", "--out", str(out), "--no-progress"])
+    assert code == 2 and stdout == "" and not out.exists()
+    assert err.startswith("fedbandits: error: data set mslr-web-fold1-5k (") and err.count("\n") == 1
+
+
+def test_required_data_follows_the_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(DATA_ENV, str(tmp_path))
+    assert LearningToRankParams().required_data() == ("mslr-web-fold1-5k",)
+    assert LearningToRankParams(path="mine").required_data() == ()
+    assert MovieLensClustersParams().required_data() == ("movielens-latest-small",)
+    assert MovieLensLinearParams(path="r.csv").required_data() == ()
+    check_required_data(LearningToRankParams(path="mine"))  # an explicit path: nothing to check here
+    check_required_data(object())  # an environment without data sets
+    with pytest.raises(MissingDataSet, match="data set movielens-latest-small"):
+        check_required_data(MovieLensLinearParams())
+    (tmp_path / "movielens-latest-small").mkdir()
+    check_required_data(MovieLensLinearParams())
 
 
 def test_pool_workers_read_the_drivers_data_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

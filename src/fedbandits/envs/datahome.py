@@ -95,3 +95,12 @@ def require_dataset(name: str) -> Path:
         f"data set {name} ({data.what}) not found: {data.source} and put {data.files} in {folder}/ "
         f"({home}), or set the environment's path to your copy"
     )
+
+
+def check_required_data(params: object) -> None:
+    """:func:`require_dataset` for every data set an environment's ``params`` declare they read from
+    the data folder (``params.required_data()``, where the class has it): lets a driver refuse a
+    missing data set before anything runs, rather than when that environment is first built."""
+    required = getattr(params, "required_data", None)
+    for name in required() if callable(required) else ():
+        require_dataset(name)

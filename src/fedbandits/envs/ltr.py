@@ -54,7 +54,14 @@ import numpy as np
 
 from fedbandits.core.validation import check_choice, check_float, check_int
 from fedbandits.envs.base import Environment, Round
-from fedbandits.envs.ltr_instance import DEFAULT_CACHE_DIR, LtrInstance, build_instance, parse_columns, resolve_files
+from fedbandits.envs.ltr_instance import (
+    DEFAULT_CACHE_DIR,
+    DEFAULT_DATASET,
+    LtrInstance,
+    build_instance,
+    parse_columns,
+    resolve_files,
+)
 from fedbandits.envs.svmlight import TRUNCATION_RULES
 
 # -- instances of this process -----------------------------------------------------------------
@@ -124,6 +131,10 @@ class LearningToRankParams:
     cache_dir: str = field(
         default=DEFAULT_CACHE_DIR, metadata={"help": "folder of the prepared-instance cache; empty = no disk cache"}
     )
+
+    def required_data(self) -> tuple[str, ...]:
+        """Data sets read from the data folder (:mod:`fedbandits.envs.datahome`): the MSLR sample if no ``path``."""
+        return (DEFAULT_DATASET,) if self.path == "" else ()
 
     def __post_init__(self) -> None:
         for name in ("path", "files", "cache_dir"):

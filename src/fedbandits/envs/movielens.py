@@ -426,6 +426,10 @@ class MovieLensLinearParams:
     items: int = field(default=1000, metadata={"help": "movies with the most ratings kept: the item pool"})
     like_threshold: float = field(default=4.0, metadata={"help": "a rating >= this is a like (1), else 0; in [0.5, 5]"})
 
+    def required_data(self) -> tuple[str, ...]:
+        """Data sets read from the data folder (:mod:`fedbandits.envs.datahome`): ml-latest-small if no ``path``."""
+        return (DEFAULT_DATASET,) if self.path == "" else ()
+
     def __post_init__(self) -> None:
         _check_common(self)
 
@@ -448,6 +452,10 @@ class MovieLensClustersParams:
         default="per-server",
         metadata={"help": "'per-server' (one user per server and round, M = L) or 'single' (one per round, M = 1)"},
     )
+
+    def required_data(self) -> tuple[str, ...]:
+        """Data sets read from the data folder (:mod:`fedbandits.envs.datahome`): ml-latest-small if no ``path``."""
+        return (DEFAULT_DATASET,) if self.path == "" else ()
 
     def __post_init__(self) -> None:
         _check_common(self)
