@@ -45,7 +45,7 @@ Instance construction (defaults in :class:`fedbandits.envs.ltr.LearningToRankPar
    float32 numbers, stored as float32.  The clip keeps expected rewards in the reward bound;
    where it acts the instance is not exactly linear, so the report gives the fraction of
    documents it changes, the largest change and the number of queries whose best document it
-   changes (shared data: MSLR title 0%; MSLR body 0.8%, at most 0.05; LETOR MQ2008 all
+   changes (the data sets of docs/data.md: MSLR title 0%; MSLR body 0.8%, at most 0.05; LETOR MQ2008 all
    columns 7.8%, at most 0.09; never a query's best document -- only the worst ones, whose
    predicted relevance is slightly negative).
 
