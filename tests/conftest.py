@@ -1,12 +1,22 @@
 import os
 from collections.abc import Callable, Iterable
 from importlib import metadata
+from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import settings
 
 from fedbandits import plugins
+from fedbandits.envs.datahome import DATA_ENV
+
+# The library finds real data only through $FEDBANDITS_DATA or the user data folder, never relative
+# to a checkout (fedbandits.envs.datahome).  The tests know the project's layout: the shared data
+# folder beside the checkout serves when the variable is unset.  Without it the tests that need
+# real numbers skip, and generated look-alikes cover the same code (tests/datafixtures.py).
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+if not os.environ.get(DATA_ENV) and SHARED_DATA.is_dir():
+    os.environ[DATA_ENV] = str(SHARED_DATA)
 
 
 @pytest.fixture

@@ -11,22 +11,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from datafixtures import needs_dataset, write_letor_like, write_mslr_like
 from fedbandits.algorithms import IndependentLinUCB, LinUCBParams
 from fedbandits.envs import ltr_instance, svmlight
+from fedbandits.envs.datahome import DATA_ENV, MissingDataSet, dataset_path
 from fedbandits.envs.ltr import LearningToRank, LearningToRankParams
 from fedbandits.envs.ltr_instance import build_instance, parse_columns
 from fedbandits.envs.svmlight import read_svmlight
 from fedbandits.sim.seeding import env_rngs
 
-DATA = (ltr_instance.DEFAULT_PATH / "..").resolve()
-MSLR = DATA / "mslr-web-fold1-5k"
-LETOR = DATA / "letor-mq2008-fold1"
-needs_mslr = pytest.mark.skipif(
-    not MSLR.is_dir(), reason=f"shared MSLR sample {MSLR} is absent (tests never download data)"
-)
-needs_letor = pytest.mark.skipif(
-    not LETOR.is_dir(), reason=f"shared LETOR MQ2008 folder {LETOR} is absent (tests never download data)"
-)
+MSLR = dataset_path("mslr-web-fold1-5k")
+LETOR = dataset_path("letor-mq2008-fold1")
+needs_mslr = needs_dataset("mslr-web-fold1-5k")
+needs_letor = needs_dataset("letor-mq2008-fold1")
 TITLE = list(range(3, 124, 5))
 BODY = list(range(1, 122, 5))
 
@@ -611,6 +608,59 @@ def test_linucb_beats_uniform_random_on_mslr_sample(tmp_path):
         uniform += float(rnd.means.mean())
         best += float(rnd.means.max(axis=-1).mean())
     assert (chosen - uniform) > 0.5 * (best - uniform) > 0
+
+
+# -- the same code on generated look-alikes (tests/datafixtures.py): run on every clone -----------
+
+
+def test_mslr_like_folder_through_the_data_home(tmp_path, monkeypatch):
+    """An empty path reads mslr-web-fold1-5k in $FEDBANDITS_DATA: the MSLR layout, the title
+    columns, the cut last query of a 1,000-line file dropped and reported, every query in one agent."""
+    fixture = write_mslr_like(tmp_path / "data" / "mslr-web-fold1-5k")
+    monkeypatch.setenv(DATA_ENV, str(tmp_path / "data"))
+    env = LearningToRank(env_rngs(0, [0, 1]), LearningToRankParams(agents=3, arms=20, cache_dir=str(tmp_path / "c")))
+    inst, rep = env.instance, env.instance_report()
+    assert [Path(f["file"]) for f in inst.report["files"]] == [
+        fixture.folder / "test.txt",
+        fixture.folder / "train.txt",
+    ]
+    assert inst.dim == 25 and inst.columns.tolist() == TITLE and inst.report["layout"] == "MSLR-WEB"
+    assert (inst.n_queries, inst.n_docs) == (fixture.n_queries, fixture.n_docs)
+    assert [f["lines"] for f in inst.report["files"]] == list(fixture.lines)
+    assert {(d["qid"], d["docs"], d["first_line"]) for d in rep["dropped_queries"]} == set(fixture.dropped)
+    assert all("multiple of 1000" in d["reason"] for d in rep["dropped_queries"])
+    assert 0 < rep["lasso"]["r2"] < 1  # labels depend on the title columns: the Lasso finds signal
+    assert np.linalg.norm(inst.features.astype(np.float64), axis=1).max() <= 1.0
+    np.testing.assert_array_equal(np.sort(env.agent_queries), np.arange(inst.n_queries))
+    rnd = env.next_round()
+    assert rnd.features.shape == (2, 3, 20, 25) and ((rnd.means >= 0) & (rnd.means <= 1)).all()
+    body = build_instance(ltr_instance.resolve_files(""), columns="body", cache_dir=None)
+    assert body.columns.tolist() == BODY and body.dim == 25
+
+
+def test_letor_like_folder(tmp_path):
+    """The LETOR 4.0 layout: 46 columns kept by "auto", '#docid' comments counted, nothing dropped."""
+    fixture = write_letor_like(tmp_path / "letor")
+    inst = build_instance(ltr_instance.resolve_files(str(fixture.folder)), cache_dir=None)
+    rep = inst.report
+    assert inst.dim == 46 and inst.columns.tolist() == list(range(1, 47)) and rep["layout"] == "LETOR 4.0"
+    assert (inst.n_queries, inst.n_docs) == (fixture.n_queries, fixture.n_docs) and rep["dropped_queries"] == []
+    assert rep["label_max"] == 2.0 and [f["lines"] for f in rep["files"]] == list(fixture.lines)
+    assert all(f["comment_lines"] == f["data_lines"] for f in rep["files"])
+    title = build_instance(ltr_instance.resolve_files(str(fixture.folder)), columns="title", cache_dir=None)
+    assert title.columns.tolist() == [3, 8, 13, 18, 23, 28, 33, 38]
+
+
+def test_missing_default_data_set_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv(DATA_ENV, str(tmp_path / "empty"))
+    with pytest.raises(MissingDataSet) as err:
+        LearningToRank(env_rngs(0, [0]), LearningToRankParams(cache_dir=""))
+    text = str(err.value)
+    assert "\n" not in text and text.startswith("data set mslr-web-fold1-5k (")
+    assert f"{tmp_path / 'empty' / 'mslr-web-fold1-5k'}/" in text and "https://www.microsoft.com/" in text
+    assert "path" in text
+    with pytest.raises(FileNotFoundError, match="no such file or folder"):  # an explicit path is not the data home
+        ltr_instance.resolve_files(str(tmp_path / "nowhere"))
 
 
 LINE_PIECES = st.lists(

@@ -8,9 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from datafixtures import needs_dataset, write_movielens_like
 from fedbandits.algorithms import IndependentLinUCB, LinUCBParams
+from fedbandits.algorithms.clustering import adjusted_rand_index
+from fedbandits.envs.datahome import DATA_ENV, MissingDataSet
 from fedbandits.envs.movielens import (
-    DEFAULT_PATH,
     MovieLensClusters,
     MovieLensClustersParams,
     MovieLensLinear,
@@ -22,10 +24,7 @@ from fedbandits.envs.movielens import (
 )
 from fedbandits.sim.seeding import env_rngs
 
-needs_data = pytest.mark.skipif(
-    not (DEFAULT_PATH / "ratings.csv").is_file(),
-    reason=f"shared MovieLens data absent ({DEFAULT_PATH.resolve()}); tests on real ratings skipped",
-)
+needs_data = needs_dataset("movielens-latest-small")
 
 
 def write(tmp_path: Path, name: str, lines: list[str], end: str = "\n") -> Path:
@@ -223,7 +222,43 @@ def test_small_file_cluster_environment(tmp_path: Path) -> None:
         np.testing.assert_allclose(rnd.means, np.einsum("rmkd,rmd->rmk", rnd.features, theta), atol=1e-6)
 
 
-# -- the shared ml-latest-small ------------------------------------------------------------------
+# -- the data home, on a generated look-alike of ml-latest-small (tests/datafixtures.py) -----------
+
+
+def test_default_path_reads_the_data_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An empty path reads movielens-latest-small in $FEDBANDITS_DATA, at the size Liu et al.'s
+    Figure 2b uses (n = 100 users, 1,000 items, m = 4, d = 10): the look-alike's 4 taste groups
+    (user u in group u mod 4) are what k-means must find, since liking follows the group."""
+    write_movielens_like(tmp_path / "data" / "movielens-latest-small")
+    monkeypatch.setenv(DATA_ENV, str(tmp_path / "data"))
+    clear_cache()
+    params = MovieLensClustersParams(agents=5, arms=10, dim=10, users=100, clusters=4, arrivals="single")
+    env = MovieLensClusters(env_rngs(0, [0, 1]), params)
+    assert env.factors.source == tmp_path / "data" / "movielens-latest-small" / "ratings.csv"
+    assert env.item_features.shape == (1000, 10) and env.gap > 0
+    assert adjusted_rand_index(env.user_cluster, env.user_ids % 4) > 0.9
+    for vectors in (env.centres, env.item_features, env.factors.user_vectors):
+        assert (np.linalg.norm(vectors.astype(np.float64), axis=1) <= 1.0).all()
+    rnd = env.next_round()
+    theta = env.centres[env.user_cluster[env.last_users]].astype(np.float64)
+    expected = np.clip(np.einsum("rmkd,rmd->rmk", rnd.features.astype(np.float64), theta), 0, 1)
+    np.testing.assert_allclose(rnd.means, expected, atol=1e-6)
+    linear = MovieLensLinear(env_rngs(0, [0]), MovieLensLinearParams(agents=2, arms=5, users=100))
+    assert linear.factors.source == env.factors.source and np.linalg.norm(linear.theta_star) <= 1.0
+    clear_cache()
+
+
+def test_missing_default_data_set_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(DATA_ENV, str(tmp_path / "empty"))
+    clear_cache()
+    with pytest.raises(MissingDataSet) as err:
+        MovieLensLinear(env_rngs(0, [0]), MovieLensLinearParams())
+    text = str(err.value)
+    assert "\n" not in text and text.startswith("data set movielens-latest-small (")
+    assert f"{tmp_path / 'empty' / 'movielens-latest-small'}/" in text and "https://grouplens.org/" in text
+
+
+# -- the real ml-latest-small --------------------------------------------------------------------
 
 
 @needs_data

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator
 from contextlib import redirect_stderr, redirect_stdout
 from io import StringIO
 from pathlib import Path
@@ -11,8 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from datafixtures import data_home_with_every_dataset
 from fedbandits.cli import main
 from fedbandits.config import config_from_dict
+from fedbandits.envs.datahome import DATA_ENV
 from fedbandits.experiments import EXPERIMENTS, get_experiment, reproduce
 from fedbandits.experiments.causes import config_diff
 from fedbandits.experiments.claims import (
@@ -31,6 +34,19 @@ from fedbandits.experiments.page import write_page
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 BASE = np.array([100.0, 120.0, 90.0, 110.0, 105.0, 95.0, 115.0, 85.0])
 NOISE = np.array([1.0, -2.0, 0.5, 1.5, -1.0, 2.0, -0.5, -1.5])
+
+
+@pytest.fixture(scope="module", autouse=True)
+def figure_data(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
+    """The data home the figures read: the real MSLR sample and MovieLens ratings where present, a
+    generated look-alike of each one absent (tests/datafixtures.py), so the MSLR and MovieLens figures
+    (zhou-fig2c, 3c, 3d, liu-fig2b) run end to end on every clone; these tests check what a
+    reproduction writes, never the real numbers.  Yields the names of the generated data sets."""
+    home = tmp_path_factory.mktemp("data")
+    generated = data_home_with_every_dataset(home)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(DATA_ENV, str(home))
+        yield generated
 
 
 # -- claim checks ----------------------------------------------------------------------------

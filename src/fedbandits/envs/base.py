@@ -13,15 +13,10 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from fedbandits.core.validation import check_int
-
-#: the project's shared data folder (``../shared/data`` beside the project root), the default
-#: home of the real-data instances; users point ``path`` at their own copies instead
-SHARED_DATA = Path(__file__).resolve().parents[3] / ".." / "shared" / "data"
 
 
 @dataclass

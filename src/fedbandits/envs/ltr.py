@@ -54,7 +54,14 @@ import numpy as np
 
 from fedbandits.core.validation import check_choice, check_float, check_int
 from fedbandits.envs.base import Environment, Round
-from fedbandits.envs.ltr_instance import DEFAULT_CACHE_DIR, LtrInstance, build_instance, parse_columns, resolve_files
+from fedbandits.envs.ltr_instance import (
+    DEFAULT_CACHE_DIR,
+    DEFAULT_DATASET,
+    LtrInstance,
+    build_instance,
+    parse_columns,
+    resolve_files,
+)
 from fedbandits.envs.svmlight import TRUNCATION_RULES
 
 # -- instances of this process -----------------------------------------------------------------
@@ -94,8 +101,8 @@ class LearningToRankParams:
     path: str = field(
         default="",
         metadata={
-            "help": "svmlight/LETOR file or folder (e.g. MSLR-WEB10K); empty = the shared MSLR sample "
-            "(../shared/data/mslr-web-fold1-5k)"
+            "help": "svmlight/LETOR file or folder (e.g. MSLR-WEB10K); empty = mslr-web-fold1-5k in "
+            "$FEDBANDITS_DATA (default ~/.local/share/fedbandits)"
         },
     )
     files: str = field(
@@ -124,6 +131,10 @@ class LearningToRankParams:
     cache_dir: str = field(
         default=DEFAULT_CACHE_DIR, metadata={"help": "folder of the prepared-instance cache; empty = no disk cache"}
     )
+
+    def required_data(self) -> tuple[str, ...]:
+        """Data sets read from the data folder (:mod:`fedbandits.envs.datahome`): the MSLR sample if no ``path``."""
+        return (DEFAULT_DATASET,) if self.path == "" else ()
 
     def __post_init__(self) -> None:
         for name in ("path", "files", "cache_dir"):

@@ -45,7 +45,7 @@ Instance construction (defaults in :class:`fedbandits.envs.ltr.LearningToRankPar
    float32 numbers, stored as float32.  The clip keeps expected rewards in the reward bound;
    where it acts the instance is not exactly linear, so the report gives the fraction of
    documents it changes, the largest change and the number of queries whose best document it
-   changes (shared data: MSLR title 0%; MSLR body 0.8%, at most 0.05; LETOR MQ2008 all
+   changes (the data sets of docs/data.md: MSLR title 0%; MSLR body 0.8%, at most 0.05; LETOR MQ2008 all
    columns 7.8%, at most 0.09; never a query's best document -- only the worst ones, whose
    predicted relevance is slightly negative).
 
@@ -81,7 +81,7 @@ from typing import Any
 import numpy as np
 
 from fedbandits.core.validation import check_choice, check_float, check_int
-from fedbandits.envs.base import SHARED_DATA
+from fedbandits.envs.datahome import require_dataset
 from fedbandits.envs.svmlight import (
     MAX_FEATURE_INDEX,
     TRUNCATION_RULES,
@@ -91,8 +91,8 @@ from fedbandits.envs.svmlight import (
     read_svmlight,
 )
 
-#: the shared MSLR-WEB10K Fold 1 sample (``../shared/data`` relative to the project root)
-DEFAULT_PATH = SHARED_DATA / "mslr-web-fold1-5k"
+#: the data set an empty ``path`` reads, an MSLR-WEB10K Fold 1 sample (:mod:`fedbandits.envs.datahome`)
+DEFAULT_DATASET = "mslr-web-fold1-5k"
 DEFAULT_CACHE_DIR = "~/.cache/fedbandits"
 COLUMN_PRESETS = ("auto", "title", "body", "all")
 STREAMS = ("body", "anchor", "title", "url", "whole document")
@@ -208,19 +208,12 @@ _ARRAYS = ("features", "means", "labels", "theta", "query_ptr", "qids", "query_f
 def resolve_files(path: str, files: str = "") -> list[Path]:
     """Input files: ``path`` itself, or ``files`` (a glob) inside the folder ``path``.
 
-    Empty ``path``: the shared MSLR sample.  Empty ``files``: every ``*.txt`` in the folder, or
-    ``Fold1/*.txt`` when the folder holds none but has a ``Fold1`` subfolder (an MSLR-WEB10K/30K
-    root: each fold holds every query once).  Sorted by path.
+    Empty ``path``: the MSLR sample in the data home (:func:`fedbandits.envs.datahome.require_dataset`).
+    Empty ``files``: every ``*.txt`` in the folder, or ``Fold1/*.txt`` when the folder holds none
+    but has a ``Fold1`` subfolder (an MSLR-WEB10K/30K root: each fold holds every query once).
+    Sorted by path.
     """
-    if path == "":
-        if not DEFAULT_PATH.is_dir():
-            raise FileNotFoundError(
-                f"no learning-to-rank path given and the default {DEFAULT_PATH.resolve()} is absent; "
-                "pass path = an svmlight/LETOR file or a folder of them (e.g. MSLR-WEB10K)"
-            )
-        root = DEFAULT_PATH.resolve()
-    else:
-        root = Path(path).expanduser().resolve()
+    root = (require_dataset(DEFAULT_DATASET) if path == "" else Path(path).expanduser()).resolve()
     if root.is_file():
         if files:
             raise ValueError(f"files ({files!r}) is a glob inside a folder, but path {root} is a file")

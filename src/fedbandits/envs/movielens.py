@@ -70,10 +70,11 @@ from pathlib import Path
 import numpy as np
 
 from fedbandits.core.validation import check_choice, check_float, check_int
-from fedbandits.envs.base import SHARED_DATA, Environment, Round
+from fedbandits.envs.base import Environment, Round
+from fedbandits.envs.datahome import require_dataset
 
-#: the shared copy of ml-latest-small (``../shared/data`` relative to the project root)
-DEFAULT_PATH = SHARED_DATA / "movielens-latest-small"
+#: the data set an empty ``path`` reads (:mod:`fedbandits.envs.datahome` finds its folder)
+DEFAULT_DATASET = "movielens-latest-small"
 RATINGS_FILES = ("ratings.csv", "ratings.dat")
 CSV_HEADER = ("userid", "movieid", "rating", "timestamp")
 RATING_RANGE = (0.5, 5.0)
@@ -115,15 +116,8 @@ def find_ratings_file(path: str | Path) -> Path:
 
 
 def resolve_path(path: str | Path) -> Path:
-    """``path``, or the shared ml-latest-small folder when ``path`` is empty."""
-    if str(path) == "":
-        if not DEFAULT_PATH.is_dir():
-            raise FileNotFoundError(
-                f"no MovieLens path given and the default {DEFAULT_PATH.resolve()} is absent; "
-                "pass path = a ratings.csv / ratings.dat file or a folder holding one"
-            )
-        return find_ratings_file(DEFAULT_PATH)
-    return find_ratings_file(path)
+    """``path``, or ml-latest-small in the data home when ``path`` is empty (one-line error if absent)."""
+    return find_ratings_file(require_dataset(DEFAULT_DATASET) if str(path) == "" else path)
 
 
 def load_ratings(path: str | Path) -> Ratings:
@@ -404,7 +398,7 @@ def _path_field() -> str:
         default="",
         metadata={
             "help": "ratings.csv / ratings.dat file or a folder holding one; "
-            "empty = the shared ml-latest-small (../shared/data/movielens-latest-small)"
+            "empty = movielens-latest-small in $FEDBANDITS_DATA (default ~/.local/share/fedbandits)"
         },
     )
 
@@ -432,6 +426,10 @@ class MovieLensLinearParams:
     items: int = field(default=1000, metadata={"help": "movies with the most ratings kept: the item pool"})
     like_threshold: float = field(default=4.0, metadata={"help": "a rating >= this is a like (1), else 0; in [0.5, 5]"})
 
+    def required_data(self) -> tuple[str, ...]:
+        """Data sets read from the data folder (:mod:`fedbandits.envs.datahome`): ml-latest-small if no ``path``."""
+        return (DEFAULT_DATASET,) if self.path == "" else ()
+
     def __post_init__(self) -> None:
         _check_common(self)
 
@@ -454,6 +452,10 @@ class MovieLensClustersParams:
         default="per-server",
         metadata={"help": "'per-server' (one user per server and round, M = L) or 'single' (one per round, M = 1)"},
     )
+
+    def required_data(self) -> tuple[str, ...]:
+        """Data sets read from the data folder (:mod:`fedbandits.envs.datahome`): ml-latest-small if no ``path``."""
+        return (DEFAULT_DATASET,) if self.path == "" else ()
 
     def __post_init__(self) -> None:
         _check_common(self)

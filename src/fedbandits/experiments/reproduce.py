@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from fedbandits.config import config_from_dict
+from fedbandits.envs.datahome import check_required_data
 from fedbandits.experiments.causes import CAUSE_MODES, cause_claims, cause_configs, claim_keys, wants_causes
 from fedbandits.experiments.claims import ClaimResult, check
 from fedbandits.experiments.figures import EXPERIMENTS, Experiment, get_experiment
@@ -229,8 +230,9 @@ def reproduce(
     (``"unsettled"``, ``"all"`` or ``"none"``, see :mod:`fedbandits.experiments.causes`);
     ``powered``: whether to rerun affordable inconclusive claims (``"affordable"`` or ``"none"``;
     None: the scale's default, see :mod:`fedbandits.experiments.powered`).  Every figure's configs
-    are validated, and their memory estimated against ``max_memory`` bytes (default: the available
-    memory), before anything runs (:func:`fedbandits.sim.runner.check_run_memory`).
+    are validated, the data sets they read checked (:mod:`fedbandits.envs.datahome`), and their memory
+    estimated against ``max_memory`` bytes (default: the available memory), before anything runs
+    (:func:`fedbandits.sim.runner.check_run_memory`).
     """
 
     if causes not in CAUSE_MODES:
@@ -244,7 +246,9 @@ def reproduce(
         # (a cause run plays at most the algorithms of every claim: its memory is at most this one's)
         every = claim_keys(e.claims)
         for _, raw in [*e.configs(), *(c for cause in e.causes for c in cause_configs(e, cause, every))]:
-            check_run_memory(config_from_dict(raw), workers, backend, max_memory)
+            config = config_from_dict(raw)
+            check_required_data(config.environment.params)  # a missing data set: one line, before any run
+            check_run_memory(config, workers, backend, max_memory)
     started = time.perf_counter()
     opened = open_backend(backend, workers, address, max_retries) if isinstance(backend, str) else None
     try:

@@ -27,6 +27,7 @@ from typing import Any
 
 from fedbandits._version import __version__
 from fedbandits.config import Config
+from fedbandits.envs.datahome import DATA_ENV, data_home
 from fedbandits.sim.checkpoint import TaskFailedError
 from fedbandits.sim.task import ChunkResult, simulate_runs
 from fedbandits.sim.watchdog import Watchdog
@@ -90,13 +91,20 @@ def _check_workers(workers: int | str) -> int | None:
 
 
 # -- local process pool ------------------------------------------------------------------------
-def _single_thread_worker(driver: int | None = None) -> None:
-    """Initializer of a pool worker: one BLAS thread (the workers are the parallelism), and a
-    watchdog that ends the worker once ``driver`` (the process that started the pool) is gone --
-    killed with SIGKILL, its results could never be received."""
+def _single_thread_worker(driver: int | None = None, data: str | None = None) -> None:
+    """Initializer of a pool worker: one BLAS thread (the workers are the parallelism), the
+    driver's data home ``data`` as ``$FEDBANDITS_DATA``, and a watchdog that ends the worker once
+    ``driver`` (the process that started the pool) is gone -- killed with SIGKILL, its results
+    could never be received.
+
+    A fork server keeps the environment it started with, so without ``data`` a worker would not
+    see a data folder the driver chose after its first pool (``os.environ[...] = ...`` in a script).
+    """
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(1)
+    if data is not None:
+        os.environ[DATA_ENV] = data
     if driver is not None:
         threading.Thread(target=_exit_when_gone, args=(driver,), name="fedbandits-watchdog", daemon=True).start()
 
@@ -183,7 +191,7 @@ class LocalBackend:
             min(self.workers, len(chunks)),
             mp_context=_pool_context(),
             initializer=_single_thread_worker,
-            initargs=(os.getpid(),),
+            initargs=(os.getpid(), str(data_home())),
         )
         finished = False
         try:

@@ -146,8 +146,8 @@ def liu_fig2b(scale: str = "quick", runs: int | None = None) -> Experiment:
     notes = (
         LIU_PRIVACY_NOTE,
         LIU_INSTANCE_NOTE,
-        "Data: the MovieLens ratings in ../shared/data; users, clusters and items are our "
-        "choices where the paper's appendix E.1 is not available (docs/data.md).",
+        "Data: the MovieLens ratings movielens-latest-small of the data folder, $FEDBANDITS_DATA; users, "
+        "clusters and items are our choices where the paper's appendix E.1 is not available (docs/data.md).",
     )
     return Experiment(
         "liu-fig2b",

@@ -262,9 +262,9 @@ def zhou_fig2c(scale: str = "quick", runs: int | None = None) -> Experiment:
         claims,
         shrunk,
         (
-            "Data: the MSLR-WEB sample shipped in ../shared/data (title features, d = 25, 20 documents per round), "
-            "not the full MSLR-WEB10K with d = 57 and up to 908 documents; point environment.path at the full data "
-            "for the paper's instance.",
+            "Data: the MSLR-WEB sample mslr-web-fold1-5k of the data folder, $FEDBANDITS_DATA (title features, "
+            "d = 25, 20 documents per round), not the full MSLR-WEB10K with d = 57 and up to 908 documents; point "
+            "environment.path at the full data for the paper's instance.",
             PUBLISHED_VS_CORRECTED,
             *MSLR_INSTANCE_NOTES,
         ),
@@ -299,8 +299,9 @@ def _mslr(name: str, scale: str, runs: int | None, columns: str, algs: list[dict
 
 
 MSLR_NOTE = (
-    "Data: the MSLR-WEB sample shipped in ../shared/data (d = 25 per stream, 20 documents per round), not the "
-    "full MSLR-WEB10K (the paper's body features have d = 78 there); point environment.path at the full data."
+    "Data: the MSLR-WEB sample mslr-web-fold1-5k of the data folder, $FEDBANDITS_DATA (d = 25 per stream, "
+    "20 documents per round), not the full MSLR-WEB10K (the paper's body features have d = 78 there); point "
+    "environment.path at the full data."
 )
 
 
