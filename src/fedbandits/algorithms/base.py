@@ -53,8 +53,10 @@ class LinUCBParams:
 #: * ``"derived"`` -- computed from other merged keys by :meth:`Policy.finish_merged_report`.
 MergeRule = Literal["same", "sum", "mean", "max", "min", "max-elementwise", "mean-series", "derived"]
 
-#: the counts every private learner reports (sums over runs)
+#: the counts every private learner reports (sums over runs): ``observations`` is the number of
+#: observations (x, y) checked against the bounds, the denominator of the clipped shares
 CLIPPING_COUNTS: dict[str, MergeRule] = {
+    "observations": "sum",
     "clipped": "sum",
     "clipped_features": "sum",
     "clipped_rewards": "sum",

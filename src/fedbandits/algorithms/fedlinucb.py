@@ -246,6 +246,7 @@ class FedLinUCB(IndependentLinUCB):
         self.synced_cov = np.zeros((n_runs, dim, dim))  # W_syn (R, d, d)
         self.synced_bias = np.zeros((n_runs, dim))  # U_syn (R, d)
         self._needs_points = getattr(protocol, "needs_points", False)
+        self.observations = 0  # (x, y) checked against the bounds: the clipped shares' denominator
         self.clipped_features = 0
         self.clipped_rewards = 0
         self.psd_repairs = 0
@@ -259,6 +260,7 @@ class FedLinUCB(IndependentLinUCB):
         if self.private:
             x, n_x = clip_norm(x, self.feature_bound)
             y, n_y = clip_rewards(y, -self.reward_bound, self.reward_bound)
+            self.observations += y.size
             self.clipped_features += n_x
             self.clipped_rewards += n_y
         if not self.lazy:
@@ -302,6 +304,7 @@ class FedLinUCB(IndependentLinUCB):
             out.update(
                 {
                     "lazy": self.lazy,
+                    "observations": self.observations,
                     "clipped": self.clipped_features + self.clipped_rewards,
                     "clipped_features": self.clipped_features,
                     "clipped_rewards": self.clipped_rewards,

@@ -351,6 +351,7 @@ class DecentralizedFedUCB(Policy):
         self.stats_transmissions = np.zeros(R, dtype=np.int64)
         self.delivered = np.zeros((R, M, M), dtype=np.int64)  # statistics messages [run, source, holder]
         self.psd_repairs = 0
+        self.observations = 0  # (x, y) checked against the bounds: the clipped shares' denominator
         self.clipped_features = 0
         self.clipped_rewards = 0
 
@@ -389,6 +390,7 @@ class DecentralizedFedUCB(Policy):
         if self.private:
             x, n_x = clip_norm(x, self.params.feature_bound)
             y, n_y = clip_rewards(y, -self.params.reward_bound, self.params.reward_bound)
+            self.observations += y.size
             self.clipped_features += n_x
             self.clipped_rewards += n_y
         g = self.current_set()
@@ -546,6 +548,7 @@ class DecentralizedFedUCB(Policy):
                     "privacy_streams": self.n_agents * self.gamma,
                     "stream_capacity": self.stream_capacity,
                     **self.noise.report(),
+                    "observations": self.observations,
                     "clipped": self.clipped_features + self.clipped_rewards,
                     "clipped_features": self.clipped_features,
                     "clipped_rewards": self.clipped_rewards,

@@ -76,6 +76,9 @@ def deployment_results(spec: DeploySpec, coord: Coordinator, wall: float) -> Res
     if spec.masked:
         report.update(delivered_guarantee(spec, coord))
     if spec.private:
+        # a silo's policy checks every user it serves against the bounds: served users are the
+        # denominator of the clipped shares (over the silos that shared their report)
+        report["observations"] = sum(int(r["served"]) for r in shared.values())
         report.update(
             {
                 key: sum(int(r[key]) for r in shared.values())
