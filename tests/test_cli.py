@@ -342,6 +342,22 @@ def test_the_api_warns_about_clipping_and_stays_silent_without_it():
     assert quiet.algorithms["rounds features"].report["clipped_features"] > 0.05 * CLIPPING_RUNS * AGENTS * HORIZON
 
 
+def test_variants_of_one_entry_warn_once_on_their_summed_counts():
+    import warnings
+
+    from fedbandits.sim.results import ClippingWarning
+
+    variants = {"x @ eps=1": CLIPPING["clips features"], "x @ eps=4": CLIPPING["clips features"]}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ClippingWarning)
+        results = fedbandits.run(clipping_config(variants))
+    assert len(results.clipping_warnings()) == 2
+    (line,) = results.clipping_warnings(entries=dict.fromkeys(variants, "x"))
+    observations = len(variants) * CLIPPING_RUNS * AGENTS * HORIZON
+    assert line.startswith("[[algorithms]] entry 'x' clipped 100.0% of its features")
+    assert f"of {observations:,} observations (its 2 variants together): raise its feature_bound " in line
+
+
 def test_plot_regenerates_the_figure(tmp_path, tiny_run):
     folder = tmp_path / "results"
     shutil.copytree(tiny_run[1], folder)

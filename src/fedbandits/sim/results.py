@@ -52,6 +52,10 @@ class ClippingWarning(UserWarning):
     """An algorithm clipped more than :data:`CLIP_WARNING_SHARE` of its features or rewards."""
 
 
+#: the counts of a clipping report: the denominator, then the clipped features and rewards
+CLIP_COUNTS = ("observations", "clipped_features", "clipped_rewards")
+
+
 def clipped_shares(report: Mapping[str, Any]) -> tuple[float, float] | None:
     """(clipped features, clipped rewards) as shares of the observations checked against the bounds,
     or None for a report without clipping counts (nothing released, or no ``observations`` count)."""
@@ -207,37 +211,43 @@ class Results:
         lines.insert(1, "  ".join("-" * w for w in widths))
         return "\n".join(lines)
 
-    def clipping_warnings(self, threshold: float = CLIP_WARNING_SHARE) -> list[str]:
+    def clipping_warnings(
+        self, threshold: float = CLIP_WARNING_SHARE, entries: Mapping[str, str] | None = None
+    ) -> list[str]:
         """One line per algorithm that clipped more than ``threshold`` of its features or of its
         rewards, naming the bound to raise in its ``[[algorithms]]`` entry (what the CLI prints and
         :func:`fedbandits.run` warns).  Features clipped by float rounding only (the largest norm
         within :data:`ROUNDING` of the bound: float32 features of norm 1 often exceed 1 by 1e-7) are
-        counted and shown in the table, but do not warn: they lose nothing."""
-        lines = []
+        counted and shown in the table, but do not warn: they lose nothing.
+
+        ``entries`` maps a run label to the label of the user's entry it was made from (the frontier
+        runs one entry at several epsilons, all with its bounds): those warn once per entry, on
+        their counts summed."""
+        groups: dict[str, list[Any]] = {}
         for alg in self.config.algorithms:
-            report = self.algorithms[alg.label].report
-            shares = clipped_shares(report)
-            if shares is None:
+            groups.setdefault((entries or {}).get(alg.label, alg.label), []).append(alg)
+        lines = []
+        for label, algs in groups.items():
+            reports = [self.algorithms[a.label].report for a in algs]
+            if any(clipped_shares(r) is None for r in reports):
                 continue
+            n, features, rewards = (sum(r[k] for r in reports) for k in CLIP_COUNTS)
+            largest = max(r.get("feature_norm_max", math.inf) for r in reports)
             over = []
-            feature_bound = getattr(alg.params, "feature_bound", math.nan)
-            largest = report.get("feature_norm_max", math.inf)
-            if shares[0] > threshold and not largest <= feature_bound * (1 + ROUNDING):
+            feature_bound = getattr(algs[0].params, "feature_bound", math.nan)
+            if features / n > threshold and not largest <= feature_bound * (1 + ROUNDING):
                 seen = f", the largest norm {largest:.6g}" if math.isfinite(largest) else ""
-                over.append(
-                    (
-                        "feature_bound",
-                        f"{_percent(shares[0])} of its features (feature_bound = {feature_bound:g}{seen})",
-                    )
-                )
-            if shares[1] > threshold:
-                bound = getattr(alg.params, "reward_bound", math.nan)
-                over.append(("reward_bound", f"{_percent(shares[1])} of its rewards (reward_bound = {bound:g})"))
+                text = f"{_percent(features / n)} of its features (feature_bound = {feature_bound:g}{seen})"
+                over.append(("feature_bound", text))
+            if rewards / n > threshold:
+                bound = getattr(algs[0].params, "reward_bound", math.nan)
+                over.append(("reward_bound", f"{_percent(rewards / n)} of its rewards (reward_bound = {bound:g})"))
             if over:
+                runs = f" (its {len(algs)} variants together)" if len(algs) > 1 else ""
                 lines.append(
-                    f"[[algorithms]] entry {alg.label!r} clipped {' and '.join(text for _, text in over)} of "
-                    f"{int(report['observations']):,} observations: raise its {' and '.join(b for b, _ in over)} "
-                    "to clip less, at the cost of more noise (docs/privacy.md, 'Clipping bounds')"
+                    f"[[algorithms]] entry {label!r} clipped {' and '.join(text for _, text in over)} of "
+                    f"{int(n):,} observations{runs}: raise its {' and '.join(b for b, _ in over)} to clip less, "
+                    "at the cost of more noise (docs/privacy.md, 'Clipping bounds')"
                 )
         return lines
 
