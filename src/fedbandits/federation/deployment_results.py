@@ -85,6 +85,7 @@ def deployment_results(spec: DeploySpec, coord: Coordinator, wall: float) -> Res
                 for key in ("clipped_features", "clipped_rewards", "psd_repairs")
             }
         )
+        report["feature_norm_max"] = max((float(r["feature_norm_max"]) for r in shared.values()), default=0.0)
     result = AlgorithmResult(
         name=alg.name,
         label=alg.label,

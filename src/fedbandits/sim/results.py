@@ -39,8 +39,9 @@ class TranscriptArrays(TypedDict):
 
 
 #: a run that clips more than this share of its features or of its rewards gets a warning
-#: (:meth:`Results.clipping_warnings`): a few percent of clipped data is already a bias the
-#: privacy noise does not explain, and the benchmark of docs/privacy.md shows the bounds that avoid it
+#: (:meth:`Results.clipping_warnings`): beyond a few percent, clipping changes a noticeable part of
+#: what the learner sees -- a bias, whatever it does to the regret (raising a bound costs noise:
+#: docs/privacy.md, "Clipping bounds", measures both on the synthetic instances)
 CLIP_WARNING_SHARE = 0.05
 
 
