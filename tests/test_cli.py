@@ -257,6 +257,107 @@ def test_overrides_are_reflected_everywhere(tmp_path, tiny_config, tiny_run):
     assert finals[LABELS[0]][:RUNS] != final_regrets(tiny_run[1])[LABELS[0]]
 
 
+#: private entries whose clipping is known in advance on gaussian-sphere (features of norm 1 up to
+#: float32 rounding, 7e-8 at most; rewards <x, theta*> + N(0, 0.25) with <x, theta*> in [0, 1]):
+#: L = 0.5 clips every feature (100%); L = 1.1 none.  B = 100 clips no reward (200 noise sd away);
+#: B = 0.01 keeps a reward only if it falls in [-0.01, 0.01], probability <= 0.02 / (0.5 sqrt(2 pi))
+#: = 1.6% whatever its mean: more than 18 of the 180 rewards kept (< 90% clipped) has probability
+#: < 1e-8 (Chernoff bound on a binomial of mean 2.9).  L = 1 clips the features whose float32
+#: rounding lands above 1 (22-23% of them on 20,000+ measured; fewer than 5% of 180 has probability
+#: < 1e-9): counted and shown, but float rounding, so no warning.
+CLIPPING = {
+    "clips features": {"feature_bound": 0.5, "reward_bound": 100.0},
+    "clips rewards": {"feature_bound": 1.1, "reward_bound": 0.01},
+    "clips nothing": {"feature_bound": 1.1, "reward_bound": 100.0},
+    "rounds features": {"feature_bound": 1.0, "reward_bound": 100.0},
+}
+QUIET = ("clips nothing", "rounds features")
+CLIPPING_RUNS = 2
+
+
+def clipping_config(entries: dict[str, dict[str, float]]) -> dict[str, object]:
+    private = {"name": "fedlinucb", "batch": BATCH, "protocol": "ldp", "epsilon": 5.0}
+    return {
+        "experiment": {"name": "clipping", "seed": SEED, "runs": CLIPPING_RUNS, "horizon": HORIZON},
+        "environment": {"name": "gaussian-sphere", "agents": AGENTS, "arms": 5, "dim": 3},
+        "algorithms": [
+            {"name": "linucb-independent", "label": "independent"},
+            *({**private, **bounds, "label": label} for label, bounds in entries.items()),
+        ],
+    }
+
+
+def test_a_run_that_clips_shows_the_shares_and_warns_once_per_algorithm(tmp_path):
+    import tomli_w
+
+    config = tmp_path / "clipping.toml"
+    config.write_text(tomli_w.dumps(clipping_config(CLIPPING)), encoding="utf-8")
+    outcome = invoke_captured(["run", str(config), "--out", str(tmp_path / "out"), "--no-progress"])
+    assert outcome.code == 0, outcome.err
+    header = next(line for line in outcome.out.splitlines() if line.startswith("algorithm"))
+    assert "clipped x / r" in header
+    rows = {line.split("  ")[0]: line for line in outcome.out.splitlines()}
+    observations = CLIPPING_RUNS * AGENTS * HORIZON
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text(encoding="utf-8"))
+    entries = {s["label"]: s for s in summary["algorithms"]}
+    assert "observations" not in entries["independent"] and rows["independent"].split()[-2] == "-"
+    assert entries["clips features"]["observations"] == observations
+    assert entries["clips features"]["clipped_features"] == observations
+    assert " 100.0% / 0% " in rows["clips features"]
+    assert " 0% / 0% " in rows["clips nothing"]
+    rounded = entries["rounds features"]["clipped_features"]
+    assert 0.05 * observations < rounded < 0.5 * observations
+    assert 1.0 < entries["rounds features"]["feature_norm_max"] <= 1.0 + 1e-6
+    assert f" {100 * rounded / observations:.1f}% / 0% " in rows["rounds features"]
+    rewards = entries["clips rewards"]["clipped_rewards"]
+    assert 0.9 * observations <= rewards <= observations
+    assert f" 0% / {100 * rewards / observations:.1f}% " in rows["clips rewards"]
+    warnings = outcome.err.splitlines()
+    assert len(warnings) == 2 and all(w.startswith("fedbandits: warning: [[algorithms]] entry '") for w in warnings)
+    features, rewards_line = warnings
+    assert "'clips features'" in features and "raise its feature_bound " in features
+    assert "feature_bound = 0.5, the largest norm 1)" in features and "reward_bound" not in features
+    assert "'clips rewards'" in rewards_line and "raise its reward_bound " in rewards_line
+    assert "reward_bound = 0.01" in rewards_line and "feature_bound" not in rewards_line
+    assert f"of {observations:,} observations" in features
+
+
+def test_the_api_warns_about_clipping_and_stays_silent_without_it():
+    import warnings
+
+    from fedbandits.sim.results import ClippingWarning
+
+    with pytest.warns(ClippingWarning) as caught:
+        results = fedbandits.run(clipping_config(CLIPPING))
+    messages = [str(w.message) for w in caught if issubclass(w.category, ClippingWarning)]
+    assert len(messages) == 2
+    assert "'clips features'" in messages[0] and "'clips rewards'" in messages[1]
+    assert messages == results.clipping_warnings()
+    # the threshold is strict: every feature clipped is a share of exactly 1, not above it
+    assert results.clipping_warnings(threshold=1.0) == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ClippingWarning)  # any clipping warning fails the test
+        quiet = fedbandits.run(clipping_config({label: CLIPPING[label] for label in QUIET}))
+    assert quiet.algorithms["clips nothing"].report["clipped"] == 0
+    assert quiet.algorithms["rounds features"].report["clipped_features"] > 0.05 * CLIPPING_RUNS * AGENTS * HORIZON
+
+
+def test_variants_of_one_entry_warn_once_on_their_summed_counts():
+    import warnings
+
+    from fedbandits.sim.results import ClippingWarning
+
+    variants = {"x @ eps=1": CLIPPING["clips features"], "x @ eps=4": CLIPPING["clips features"]}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ClippingWarning)
+        results = fedbandits.run(clipping_config(variants))
+    assert len(results.clipping_warnings()) == 2
+    (line,) = results.clipping_warnings(entries=dict.fromkeys(variants, "x"))
+    observations = len(variants) * CLIPPING_RUNS * AGENTS * HORIZON
+    assert line.startswith("[[algorithms]] entry 'x' clipped 100.0% of its features")
+    assert f"of {observations:,} observations (its 2 variants together): raise its feature_bound " in line
+
+
 def test_plot_regenerates_the_figure(tmp_path, tiny_run):
     folder = tmp_path / "results"
     shutil.copytree(tiny_run[1], folder)

@@ -58,6 +58,14 @@ def test_loopback_decodes_exactly_the_simulators_sums(tmp_path: Path) -> None:
         and report["min_present"] == 4
         and "pairwise masking" in str(report["secret_noise_sampler"])
     )
+    # the silos served every user: the clipped shares have the simulator's counts and denominator
+    simulated = sim.algorithms[spec.label].report
+    assert report["observations"] == simulated["observations"] == 4 * 135
+    for key in ("clipped_features", "clipped_rewards"):
+        assert report[key] == simulated[key]
+    # and so it warns as the simulator does (rewards of mean near 1 + N(0, 1/4) clipped at B = 1)
+    deployed_warnings = deployment_results(spec, coord, 0.0).clipping_warnings()
+    assert deployed_warnings == sim.clipping_warnings() and "raise its reward_bound" in deployed_warnings[0]
 
 
 def _setup(spec, tmp_path: Path) -> tuple[Coordinator, list[Silo]]:  # type: ignore[no-untyped-def]

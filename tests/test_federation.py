@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import re
 import time
 from pathlib import Path
@@ -140,6 +141,20 @@ def test_hand_started_silo_draws_secret_noise_and_withholds_its_report(tmp_path:
     for k in range(1, spec.releases + 1):
         shared.release(k, None if k == 1 else np.zeros(spec.width()), k - 1)
     assert set(shared.finish(np.zeros(spec.width()), spec.releases) or {}) >= {"curve", "served"}
+
+
+@pytest.mark.parametrize("largest", [-1.0, math.nan, math.inf, "1.0", True, None])
+def test_a_shared_report_states_a_finite_largest_feature_norm(largest: object) -> None:
+    """The largest norm tells rounding-level clipping from a bound set too low (the clipping warning)."""
+    spec = _spec("ldp")
+    counts = {"served": 40, "skipped_releases": 0, "clipped_features": 9, "clipped_rewards": 13, "psd_repairs": 0}
+    meta = {"silo_id": 1, "digest": spec.digest, "phase": "finish", "round": spec.releases + 1, **counts}
+    kw = {"phase": "finish", "round_": spec.releases + 1, "registry": None, "seen": set(), "width": spec.width()}
+    curve = {"curve": np.zeros(5)}
+    ok = validate_release(spec, Incoming(7, {**meta, "feature_norm_max": 1.0000001}, curve), curve_points=5, **kw)
+    assert not isinstance(ok, str) and ok[1]["feature_norm_max"] == 1.0000001
+    bad = validate_release(spec, Incoming(7, {**meta, "feature_norm_max": largest}, curve), curve_points=5, **kw)
+    assert isinstance(bad, str) and "feature_norm_max must be a finite number >= 0" in bad
 
 
 def test_client_app_defaults_are_secret_noise_and_no_report(tmp_path: Path) -> None:

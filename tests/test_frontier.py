@@ -139,7 +139,14 @@ def test_the_command_writes_the_frontier_and_refuses_bad_input_in_one_line(
     config.write_text(CONFIG)
     out = tmp_path / "out"
     assert main(["frontier", str(config), "--epsilons", "1,4", "--out", str(out), "--no-progress"]) == 0
-    stdout = capsys.readouterr().out
+    captured = capsys.readouterr()
+    stdout = captured.out
+    # rewards <x, theta*> + N(0, 1/4) clipped to [-1, 1]: an arm of mean >= 1/2 (the best of 5 arms
+    # mostly is) exceeds 1 with probability >= P(z > 1) = 16% > 5%, so both entries warn -- once
+    # each, over their two epsilons together, naming the entry of the config, not its variants
+    warned = captured.err.splitlines()
+    assert [line.split("'")[1] for line in warned] == ["tree", "factorized"]
+    assert all("(its 2 variants together): raise its reward_bound" in line for line in warned)
     with (out / "frontier.csv").open() as fh:
         rows = list(csv.DictReader(fh))
     assert [(r["algorithm"], r["epsilon"]) for r in rows][:4] == [

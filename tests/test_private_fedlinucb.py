@@ -65,6 +65,7 @@ def test_clipping_bounds_and_counts():
     for _ in range(32):
         policy.step(env.next_round(), env)
     report = policy.report()
+    assert report["observations"] == 32 * 4 * 5  # T x R x M: every observation is checked
     assert report["clipped_features"] == 32 * 4 * 5  # every feature had norm 1 > L = 0.8
     assert 0 < report["clipped_rewards"] < 32 * 4 * 5
     assert report["clipped"] == report["clipped_features"] + report["clipped_rewards"]
@@ -72,6 +73,27 @@ def test_clipping_bounds_and_counts():
         # trace of a batch covariance = sum of ||x||^2 <= B L^2 per silo, |bias| <= B L B_r
         assert (np.trace(cov, axis1=-2, axis2=-1) <= 4 * 0.8**2 + 1e-9).all()
         assert (np.linalg.norm(bias, axis=-1) <= 4 * 0.8 * 0.5 + 1e-9).all()
+
+
+def test_clipping_counts_merge_over_tasks_into_shares_of_every_observation():
+    """The counts are sums over tasks; ``observations`` (the shares' denominator) is R x M x T."""
+    runs, agents, horizon = 3, 2, 40
+    algorithm = {"name": "fedlinucb", "batch": 4, "protocol": "ldp", "feature_bound": 0.9, "label": "ldp"}
+    reports = []
+    for per_task in (1, 3):  # three tasks of one run, one task of three
+        config = config_from_dict(
+            {
+                "experiment": {"name": "clip", "seed": 5, "runs": runs, "horizon": horizon, "runs_per_task": per_task},
+                "environment": {"name": "gaussian-sphere", "agents": agents, "arms": 4, "dim": 3},
+                "algorithms": [algorithm],
+            }
+        )
+        reports.append(run_experiment(config).algorithms["ldp"].report)
+    for report in reports:
+        assert report["observations"] == runs * agents * horizon
+        assert report["clipped_features"] == runs * agents * horizon  # norms 1 > 0.9: every one
+        assert 0 < report["clipped_rewards"] < report["observations"]
+    assert reports[0]["clipped_rewards"] == reports[1]["clipped_rewards"]  # the grouping changes nothing
 
 
 def test_lazy_variant_acts_on_private_statistics_only():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from fedbandits.experiments.tune import (
     write_tuning,
 )
 from fedbandits.plots import plot_results
-from fedbandits.sim.results import Results
+from fedbandits.sim.results import ClippingWarning, Results
 from fedbandits.sim.runner import run_experiment
 
 
@@ -45,6 +46,10 @@ def run(
     flight; ``"auto"``: twice the cluster's CPUs); the numbers are the same either way.
     Finished tasks are written to ``checkpoint`` (default ``out/checkpoint`` when ``out`` is
     given) as they arrive; ``resume=True`` skips those already there, as the CLI's ``--resume``.
+
+    An algorithm that clipped more than 5% of its features or rewards gets one
+    :class:`~fedbandits.sim.results.ClippingWarning` naming the bound to raise (the CLI prints the
+    same line on stderr); ``warnings.simplefilter("ignore", ClippingWarning)`` silences them.
     """
     if isinstance(config, (str, Path)):
         config = load_config(config)
@@ -66,6 +71,8 @@ def run(
         resume=resume,
         max_retries=max_retries,
     )
+    for line in results.clipping_warnings():
+        warnings.warn(line, ClippingWarning, stacklevel=2)
     if out is not None:
         results.save(out)
         plot_results(results, out)

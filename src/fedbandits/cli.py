@@ -480,6 +480,14 @@ def _log(message: str) -> None:
     print(f"fedbandits: {message}", file=sys.stderr)
 
 
+def _warn_clipping(results: Results, entries: dict[str, str] | None = None) -> None:
+    """One stderr line per algorithm that clipped more than a few percent of its data (the table
+    shows every algorithm's share; this says which bound to raise); ``entries``: run label -> the
+    config entry it was made from (the frontier's variants), which then warns once."""
+    for line in results.clipping_warnings(entries=entries):
+        _log(f"warning: {line}")
+
+
 def _reproduce(args: argparse.Namespace) -> int:
     resolve(args.name, args.scale, args.runs)  # unknown name / scale: one-line error before any run
     backend = _backend_kwargs(args)
@@ -534,6 +542,7 @@ def _run(config: Config, args: argparse.Namespace) -> int:
         f"T={exp.horizon}, {exp.runs} run(s), {results.wall_seconds:.1f} s"
     )
     print(results.table())
+    _warn_clipping(results)
     print(f"results: {out}/ (summary.json, regret_curves.csv, {', '.join(f.name for f in figures)})")
     return 0
 
@@ -559,6 +568,7 @@ def _frontier(args: argparse.Namespace) -> int:
     results.save(out)
     paths = write_frontier(plan, results, out)
     print(results.table())
+    _warn_clipping(results, {label: base for label, (base, _) in plan.variants.items()})
     for base, point in crossings(plan, frontier_rows(plan, results)).items():
         print(f"{base}: beats independent agents {describe_crossing(point, epsilons)}")
     print(f"frontier: {', '.join(str(p) for p in paths)}")

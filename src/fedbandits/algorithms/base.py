@@ -53,8 +53,12 @@ class LinUCBParams:
 #: * ``"derived"`` -- computed from other merged keys by :meth:`Policy.finish_merged_report`.
 MergeRule = Literal["same", "sum", "mean", "max", "min", "max-elementwise", "mean-series", "derived"]
 
-#: the counts every private learner reports (sums over runs)
+#: the counts every private learner reports (sums over runs): ``observations`` is the number of
+#: observations (x, y) checked against the bounds, the denominator of the clipped shares;
+#: ``feature_norm_max`` (a maximum) is the largest feature norm seen, the bound that would clip none
 CLIPPING_COUNTS: dict[str, MergeRule] = {
+    "observations": "sum",
+    "feature_norm_max": "max",
     "clipped": "sum",
     "clipped_features": "sum",
     "clipped_rewards": "sum",

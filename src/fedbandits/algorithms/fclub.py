@@ -152,6 +152,8 @@ class FCLUBBase(ClusteredPolicy):
         "epsilon_spent_max": "max",
         "epsilon_spent_per_server_cluster": "max-elementwise",
         "compositions_max": "max",
+        "observations": "sum",
+        "feature_norm_max": "max",
         "clipped_features": "sum",
         "clipped_rewards": "sum",
         "non_pd": "sum",
@@ -184,6 +186,8 @@ class FCLUBBase(ClusteredPolicy):
         self.stat_floats = dim * (dim + 1) // 2 + dim + 1
         self.feature_bound = math.inf
         self.reward_bound = math.inf
+        self.observations = 0  # (x, y) checked against the bounds: the clipped shares' denominator
+        self.feature_norm_max = 0.0  # the largest norm before clipping
         self.clipped_features = 0
         self.clipped_rewards = 0
         if self.private:
@@ -394,7 +398,9 @@ class FCLUBBase(ClusteredPolicy):
     def update(self, r: int, user: int, x: np.ndarray, y: float) -> None:
         st = self.states[r]
         if self.private:
+            self.observations += 1
             sq = float(x @ x)
+            self.feature_norm_max = max(self.feature_norm_max, math.sqrt(sq))
             if sq > self.feature_bound**2:
                 x = x * (self.feature_bound / math.sqrt(sq))
                 self.clipped_features += 1
@@ -578,6 +584,8 @@ class FCLUBBase(ClusteredPolicy):
                     "epsilon_spent_max": float(eps.max()),
                     "epsilon_spent_per_server_cluster": eps.round(6).tolist(),
                     "compositions_max": comp,
+                    "observations": self.observations,
+                    "feature_norm_max": self.feature_norm_max,
                     "clipped_features": self.clipped_features,
                     "clipped_rewards": self.clipped_rewards,
                     "non_pd": sum(s.non_pd for s in sts),

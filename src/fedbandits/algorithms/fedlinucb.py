@@ -246,6 +246,8 @@ class FedLinUCB(IndependentLinUCB):
         self.synced_cov = np.zeros((n_runs, dim, dim))  # W_syn (R, d, d)
         self.synced_bias = np.zeros((n_runs, dim))  # U_syn (R, d)
         self._needs_points = getattr(protocol, "needs_points", False)
+        self.observations = 0  # (x, y) checked against the bounds: the clipped shares' denominator
+        self.feature_norm_max = 0.0  # the largest norm before clipping
         self.clipped_features = 0
         self.clipped_rewards = 0
         self.psd_repairs = 0
@@ -257,8 +259,10 @@ class FedLinUCB(IndependentLinUCB):
 
     def _observe(self, x: np.ndarray, y: np.ndarray) -> None:
         if self.private:
+            self.feature_norm_max = max(self.feature_norm_max, float(np.linalg.norm(x, axis=-1).max()))
             x, n_x = clip_norm(x, self.feature_bound)
             y, n_y = clip_rewards(y, -self.reward_bound, self.reward_bound)
+            self.observations += y.size
             self.clipped_features += n_x
             self.clipped_rewards += n_y
         if not self.lazy:
@@ -302,6 +306,8 @@ class FedLinUCB(IndependentLinUCB):
             out.update(
                 {
                     "lazy": self.lazy,
+                    "observations": self.observations,
+                    "feature_norm_max": self.feature_norm_max,
                     "clipped": self.clipped_features + self.clipped_rewards,
                     "clipped_features": self.clipped_features,
                     "clipped_rewards": self.clipped_rewards,

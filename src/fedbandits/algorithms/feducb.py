@@ -384,6 +384,8 @@ class FedUCB(Policy):
         self.t_last = np.zeros(n_runs, dtype=np.int64)
         self.signals = np.zeros(n_runs, dtype=np.int64)
         self.psd_repairs = 0
+        self.observations = 0  # (x, y) checked against the bounds: the clipped shares' denominator
+        self.feature_norm_max = 0.0  # the largest norm before clipping
         self.clipped_features = 0
         self.clipped_rewards = 0
         self._sched_last = np.zeros((n_runs, M, dim, dim)) if self.schedule_tree is not None else None
@@ -412,8 +414,10 @@ class FedUCB(Policy):
 
     def _observe(self, x: np.ndarray, y: np.ndarray) -> None:
         if self.private:
+            self.feature_norm_max = max(self.feature_norm_max, float(np.linalg.norm(x, axis=-1).max()))
             x, n_x = clip_norm(x, self.params.feature_bound)
             y, n_y = clip_rewards(y, -self.params.reward_bound, self.params.reward_bound)
+            self.observations += y.size
             self.clipped_features += n_x
             self.clipped_rewards += n_y
         # log det(V + x x^T) = log det V + log(1 + x^T V^{-1} x) (matrix determinant lemma)
@@ -515,6 +519,8 @@ class FedUCB(Policy):
                     "epsilon": self.params.epsilon,
                     "delta": self.params.delta,
                     **self.noise.report(),
+                    "observations": self.observations,
+                    "feature_norm_max": self.feature_norm_max,
                     "clipped": self.clipped_features + self.clipped_rewards,
                     "clipped_features": self.clipped_features,
                     "clipped_rewards": self.clipped_rewards,

@@ -351,6 +351,8 @@ class DecentralizedFedUCB(Policy):
         self.stats_transmissions = np.zeros(R, dtype=np.int64)
         self.delivered = np.zeros((R, M, M), dtype=np.int64)  # statistics messages [run, source, holder]
         self.psd_repairs = 0
+        self.observations = 0  # (x, y) checked against the bounds: the clipped shares' denominator
+        self.feature_norm_max = 0.0  # the largest norm before clipping
         self.clipped_features = 0
         self.clipped_rewards = 0
 
@@ -387,8 +389,10 @@ class DecentralizedFedUCB(Policy):
 
     def _observe(self, x: np.ndarray, y: np.ndarray) -> None:
         if self.private:
+            self.feature_norm_max = max(self.feature_norm_max, float(np.linalg.norm(x, axis=-1).max()))
             x, n_x = clip_norm(x, self.params.feature_bound)
             y, n_y = clip_rewards(y, -self.params.reward_bound, self.params.reward_bound)
+            self.observations += y.size
             self.clipped_features += n_x
             self.clipped_rewards += n_y
         g = self.current_set()
@@ -546,6 +550,8 @@ class DecentralizedFedUCB(Policy):
                     "privacy_streams": self.n_agents * self.gamma,
                     "stream_capacity": self.stream_capacity,
                     **self.noise.report(),
+                    "observations": self.observations,
+                    "feature_norm_max": self.feature_norm_max,
                     "clipped": self.clipped_features + self.clipped_rewards,
                     "clipped_features": self.clipped_features,
                     "clipped_rewards": self.clipped_rewards,

@@ -219,9 +219,11 @@ def _serve(grid: Grid, cfg: dict[str, Any], state_dir: Path, run_id: int) -> Non
         coord.save()
     results = deployment_results(spec, coord, time.time() - started)
     results.save(state_dir / "results")
+    clipping = results.clipping_warnings()
     summary = {
         "run_id": str(run_id),
         "table": results.table(),
+        "clipping_warnings": clipping,
         "completed": coord.state.completed,
         "reports": sorted(coord.state.reports),
         "rejections": coord.state.rejections,
@@ -236,6 +238,8 @@ def _serve(grid: Grid, cfg: dict[str, Any], state_dir: Path, run_id: int) -> Non
     }
     atomic_write_bytes(state_dir / "done.json", json.dumps(summary, indent=2).encode())
     log.info("deployment finished\n%s", results.table())
+    for line in clipping:
+        log.warning("%s", line)
 
 
 def _collect(

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import signal
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -242,6 +243,8 @@ def _print_summary(spec: DeploySpec, seconds: float, summary: dict[str, Any]) ->
         f"{spec.config.environment.name}, M={spec.silos}, T={exp.horizon}, run {spec.run}, {seconds:.1f} s"
     )
     print(summary["table"])
+    for line in summary.get("clipping_warnings", []):  # a state folder from before the field: none
+        print(f"fedbandits: warning: {line}", file=sys.stderr)
     via = f"; shuffler -> server batches {summary.get('shuffler_bytes', 0)} bytes" if spec.shuffled else ""
     print(
         f"on the wire: {summary['uplink_messages']} uplink / {summary['downlink_messages']} downlink "

@@ -76,12 +76,16 @@ def deployment_results(spec: DeploySpec, coord: Coordinator, wall: float) -> Res
     if spec.masked:
         report.update(delivered_guarantee(spec, coord))
     if spec.private:
+        # a silo's policy checks every user it serves against the bounds: served users are the
+        # denominator of the clipped shares (over the silos that shared their report)
+        report["observations"] = sum(int(r["served"]) for r in shared.values())
         report.update(
             {
                 key: sum(int(r[key]) for r in shared.values())
                 for key in ("clipped_features", "clipped_rewards", "psd_repairs")
             }
         )
+        report["feature_norm_max"] = max((float(r["feature_norm_max"]) for r in shared.values()), default=0.0)
     result = AlgorithmResult(
         name=alg.name,
         label=alg.label,

@@ -14,6 +14,7 @@ completed round and never loses or redoes one.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -172,7 +173,11 @@ def validate_release(
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             return f"silo {silo}: report field {key} must be a non-negative integer, got {shown(v)}"
         counts[key] = v
-    return silo, {"curve": curve, **counts}
+    # the largest feature norm the silo saw: tells rounding-level clipping from a bound set too low
+    largest = meta.get("feature_norm_max")
+    if isinstance(largest, bool) or not isinstance(largest, int | float) or not 0 <= largest < math.inf:
+        return f"silo {silo}: report field feature_norm_max must be a finite number >= 0, got {shown(largest)}"
+    return silo, {"curve": curve, **counts, "feature_norm_max": float(largest)}
 
 
 class Coordinator:

@@ -394,6 +394,7 @@ class Silo:
             "clipped_features": int(p.clipped_features),
             "clipped_rewards": int(p.clipped_rewards),
             "psd_repairs": int(p.psd_repairs),
+            "feature_norm_max": float(p.feature_norm_max),
         }
 
     # -- internals ---------------------------------------------------------------------------

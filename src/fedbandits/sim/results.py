@@ -17,7 +17,7 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict
@@ -36,6 +36,54 @@ class TranscriptArrays(TypedDict):
     sigma: np.ndarray
     sum: NotRequired[np.ndarray]
     present: NotRequired[np.ndarray]
+
+
+#: a run that clips more than this share of its features or of its rewards gets a warning
+#: (:meth:`Results.clipping_warnings`): beyond a few percent, clipping changes a noticeable part of
+#: what the learner sees -- a bias, whatever it does to the regret (raising a bound costs noise:
+#: docs/privacy.md, "Clipping bounds", measures both on the synthetic instances)
+CLIP_WARNING_SHARE = 0.05
+
+
+#: clipping a feature by at most this relative amount is float rounding, not a bound set too low
+ROUNDING = 1e-6
+
+
+class ClippingWarning(UserWarning):
+    """An algorithm clipped more than :data:`CLIP_WARNING_SHARE` of its features or rewards."""
+
+
+#: the counts of a clipping report: the denominator, then the clipped features and rewards
+CLIP_COUNTS = ("observations", "clipped_features", "clipped_rewards")
+
+
+def clipped_shares(report: Mapping[str, Any]) -> tuple[float, float] | None:
+    """(clipped features, clipped rewards) as shares of the observations checked against the bounds,
+    or None for a report without clipping counts (nothing released, or no ``observations`` count)."""
+    n = report.get("observations")
+    if "clipped_features" not in report or "clipped_rewards" not in report or not n:
+        return None
+    return report["clipped_features"] / n, report["clipped_rewards"] / n
+
+
+def clipped_text(summary: Mapping[str, Any]) -> str:
+    """The table's ``clipped x / r`` cell: percentages of the observations, the bare counts when a
+    report gives no ``observations`` (a plugin's), '-' for an algorithm that clips nothing."""
+    shares = clipped_shares(summary)
+    if shares is not None:
+        return " / ".join(_percent(share) for share in shares)
+    if "clipped_features" in summary and "clipped_rewards" in summary:
+        return f"{summary['clipped_features']} / {summary['clipped_rewards']}"
+    return "-"
+
+
+def _percent(share: float) -> str:
+    """A share as a percentage that never rounds a clipped datum to 0 nor a clipped-nothing to < 0.1%."""
+    if share == 0:
+        return "0%"
+    if share < 0.001:
+        return "<0.1%"
+    return f"{100 * share:.1f}%"
 
 
 #: transcript arrays some protocols add (see :class:`TranscriptArrays`)
@@ -126,6 +174,7 @@ class Results:
             "MB sent",
             "privacy",
             "eps spent",
+            "clipped x / r",
             "seconds",
         )
         rows = [head]
@@ -151,6 +200,7 @@ class Results:
                     f"{s['bytes_sent'] / 1e6:.3f}",
                     privacy,
                     spent_text,
+                    clipped_text(s),
                     f"{s['wall_seconds']:.2f}",
                 )
             )
@@ -161,6 +211,46 @@ class Results:
         ]
         lines.insert(1, "  ".join("-" * w for w in widths))
         return "\n".join(lines)
+
+    def clipping_warnings(
+        self, threshold: float = CLIP_WARNING_SHARE, entries: Mapping[str, str] | None = None
+    ) -> list[str]:
+        """One line per algorithm that clipped more than ``threshold`` of its features or of its
+        rewards, naming the bound to raise in its ``[[algorithms]]`` entry (what the CLI prints and
+        :func:`fedbandits.run` warns).  Features clipped by float rounding only (the largest norm
+        within :data:`ROUNDING` of the bound: float32 features of norm 1 often exceed 1 by 1e-7) are
+        counted and shown in the table, but do not warn: they lose nothing.
+
+        ``entries`` maps a run label to the label of the user's entry it was made from (the frontier
+        runs one entry at several epsilons, all with its bounds): those warn once per entry, on
+        their counts summed."""
+        groups: dict[str, list[Any]] = {}
+        for alg in self.config.algorithms:
+            groups.setdefault((entries or {}).get(alg.label, alg.label), []).append(alg)
+        lines = []
+        for label, algs in groups.items():
+            reports = [self.algorithms[a.label].report for a in algs]
+            if any(clipped_shares(r) is None for r in reports):
+                continue
+            n, features, rewards = (sum(r[k] for r in reports) for k in CLIP_COUNTS)
+            largest = max(r.get("feature_norm_max", math.inf) for r in reports)
+            over = []
+            feature_bound = getattr(algs[0].params, "feature_bound", math.nan)
+            if features / n > threshold and not largest <= feature_bound * (1 + ROUNDING):
+                seen = f", the largest norm {largest:.6g}" if math.isfinite(largest) else ""
+                text = f"{_percent(features / n)} of its features (feature_bound = {feature_bound:g}{seen})"
+                over.append(("feature_bound", text))
+            if rewards / n > threshold:
+                bound = getattr(algs[0].params, "reward_bound", math.nan)
+                over.append(("reward_bound", f"{_percent(rewards / n)} of its rewards (reward_bound = {bound:g})"))
+            if over:
+                runs = f" (its {len(algs)} variants together)" if len(algs) > 1 else ""
+                lines.append(
+                    f"[[algorithms]] entry {label!r} clipped {' and '.join(text for _, text in over)} of "
+                    f"{int(n):,} observations{runs}: raise its {' and '.join(b for b, _ in over)} to clip less, "
+                    "at the cost of more noise (docs/privacy.md, 'Clipping bounds')"
+                )
+        return lines
 
     # -- files -----------------------------------------------------------------------------
     def save(self, out: str | Path) -> Path:
