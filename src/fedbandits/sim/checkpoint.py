@@ -30,7 +30,7 @@ from fedbandits.config import Config
 from fedbandits.sim.task import ChunkResult
 
 #: bump when the stored layout or the meaning of a result changes
-FORMAT = 1
+FORMAT = 2  # 2: private learners report `observations` and `feature_norm_max` (issue #29)
 
 
 class TaskFailedError(RuntimeError):
