@@ -26,7 +26,7 @@ from fedbandits.experiments.frontier import (
     frontier_tune_plan,
     parse_epsilons,
 )
-from fedbandits.experiments.tune import RULE, parse_grid
+from fedbandits.experiments.tune import RULE, load_grid, parse_grid, tune_plan
 
 CONFIG = """
 [experiment]
@@ -326,3 +326,13 @@ def test_the_tuning_plan_applies_each_lines_table_at_every_epsilon() -> None:
     assert by_label["factorized @ eps=2 [beta=10]"].epsilon == 2.0
     assert by_label["factorized @ eps=2 [beta=10]"].mechanism == "factorized"
     assert tune.tuning.experiment.seed == 1000 and tune.tuning.experiment.runs == 2
+
+
+def test_the_example_grids_plan_against_their_configs() -> None:
+    examples = Path(__file__).parent.parent / "examples"
+    plan = frontier_plan(load_config(examples / "frontier-synthetic.toml"))
+    tune = frontier_tune_plan(plan, load_grid(examples / "frontier-synthetic-grid.toml"))
+    assert len(tune.candidates) == 4 * 7 * 4 + 2 * 4 and tune.seed == 1000 and tune.tuning.experiment.runs == 4
+    config = load_config(examples / "ddp-vs-independent.toml")
+    pair = tune_plan(config, load_grid(examples / "ddp-vs-independent-grid.toml"))
+    assert len(pair.candidates) == 8 and pair.seed == 1000 and config.experiment.seed == 777
