@@ -115,6 +115,9 @@ def test_a_config_without_private_algorithms_is_refused() -> None:
     config = loads_config(CONFIG.split("[[algorithms]]")[0] + '[[algorithms]]\nname = "linucb-independent"\n')
     with pytest.raises(ConfigError, match="frontier needs at least one private algorithm"):
         frontier_plan(config)
+    # a private entry named like a reference line would be confused with it (its crossing, its tuning)
+    with pytest.raises(ConfigError, match="'independent agents' is the name of one of the frontier's reference lines"):
+        frontier_plan(loads_config(CONFIG.replace('label = "tree"', f'label = "{INDEPENDENT}"')))
 
 
 def test_the_command_writes_the_frontier_and_refuses_bad_input_in_one_line(

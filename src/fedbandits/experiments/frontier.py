@@ -137,6 +137,12 @@ def frontier_plan(config: Config, epsilons: tuple[float, ...] = DEFAULT_EPSILONS
             "frontier needs at least one private algorithm (an entry with epsilon and a private protocol); "
             f"the config has {', '.join(repr(a.label) for a in config.algorithms)}"
         )
+    for alg in private:
+        if alg.label in (INDEPENDENT, NON_PRIVATE):
+            raise ConfigError(
+                f"algorithm label {alg.label!r} is the name of one of the frontier's reference lines: "
+                "give the private entry another label"
+            )
     entries: list[dict[str, Any]] = []
     variants: dict[str, tuple[str, float]] = {}
     for alg in private:
