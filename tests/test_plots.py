@@ -109,8 +109,10 @@ def test_the_frontier_figure_has_its_title_once_plain_epsilon_ticks_and_a_legend
     plan = frontier_plan(loads_config(CONFIG), (0.1, 0.3, 1.0, 10.0))
     write_frontier(plan, run_experiment(plan.config, workers=1), tmp_path)
     fig = saved["frontier.png"]
-    # the config's name once: the plan's experiment is "tiny-frontier", which the title used to repeat
-    assert titles(fig) == ["tiny: gaussian-sphere, M = 3, T = 60"]
+    # the config's name once: the plan's experiment is "tiny-frontier", which the title used to repeat;
+    # the second line says how the lines were tuned (here: not at all)
+    assert titles(fig) == [f"tiny: gaussian-sphere, M = 3, T = 60\n{plan.caption()}"]
+    assert plan.caption().startswith("untuned")
     assert (tmp_path / "frontier.md").read_text().startswith("# Privacy-utility frontier: tiny\n")
     (ax,) = fig.axes
     assert ax.get_xscale() == "log" and tick_labels(ax.xaxis) == ["0.1", "0.3", "1", "3", "10"]

@@ -7,8 +7,9 @@
                    [--tuning-horizon T] [--workers N] [--backend local|ray] [--address HOST:PORT] [--resume]
                                           choose each entry's hyperparameters on seeds no report uses
     fedbandits plot DIR                   (re)draw the figures of a results folder
-    fedbandits frontier CONFIG.toml [--epsilons E1,E2,...] [--out DIR] [--workers N] [--runs N] ...
-                                          regret against epsilon, with the crossing point
+    fedbandits frontier CONFIG.toml [--epsilons E1,E2,...] [--grid GRID.toml] [--out DIR] [--workers N] ...
+                                          regret against epsilon, with the crossing point (--grid: every
+                                          line tuned first, as by `tune`)
     fedbandits list                       every environment, algorithm and protocol name
     fedbandits reproduce NAME|all [--scale quick|paper|published] [--runs N] [--out DIR] [--workers N]
                    [--causes unsettled|all|none] [--powered affordable|none] [--page docs/reproduction.md]
@@ -48,7 +49,10 @@ from fedbandits.experiments.frontier import (
     describe_crossing,
     frontier_plan,
     frontier_rows,
+    frontier_tune_plan,
     parse_epsilons,
+    tuned_frontier,
+    tuning_statement,
     write_frontier,
 )
 from fedbandits.experiments.page import write_page
@@ -169,13 +173,38 @@ def build_parser() -> argparse.ArgumentParser:
         help="regret against epsilon for every private algorithm of a config, with the reference lines",
         description="Run every private algorithm of CONFIG at every epsilon of a grid, next to independent agents "
         "and the non-private federation (one experiment: common random numbers), and write frontier.csv, "
-        "frontier.md and frontier.png with the epsilon from which federation beats going alone. No tuning.",
+        "frontier.md and frontier.png with the epsilon from which federation beats going alone. Without --grid the "
+        "lines are untuned (the config's values, the library's defaults) and every output says so; with --grid every "
+        "line is first tuned by `fedbandits tune`'s rule on a tuning seed, then run on the config's seeds.",
     )
     p_front.add_argument("config", type=Path, metavar="CONFIG.toml", help="experiment configuration")
     p_front.add_argument(
         "--epsilons",
         metavar="E1,E2,...",
         help="the epsilon grid, comma-separated (default: 7 log-spaced values 0.1 ... 10)",
+    )
+    p_front.add_argument(
+        "--grid",
+        type=Path,
+        metavar="GRID.toml",
+        help='tune every line first: [grid."LABEL"] tables as for `fedbandits tune`, one per private entry of CONFIG '
+        '(applied at every epsilon) and one each for "independent agents" and "non-private federation" '
+        "(docs/tuning.md)",
+    )
+    p_front.add_argument(
+        "--tuning-seed",
+        type=_nonnegative_int,
+        metavar="S",
+        help="with --grid: as for `fedbandits tune` (default 1000, or the next integer that is no report seed)",
+    )
+    p_front.add_argument(
+        "--tuning-runs",
+        type=_positive_int,
+        metavar="N",
+        help=f"with --grid: tuning runs (default {DEFAULT_TUNING_RUNS})",
+    )
+    p_front.add_argument(
+        "--tuning-horizon", type=_positive_int, metavar="T", help="with --grid: horizon of the tuning runs"
     )
     p_front.add_argument("--out", type=Path, help="results folder (default: results/<experiment name>-frontier)")
     backend_options(p_front)
@@ -549,28 +578,56 @@ def _run(config: Config, args: argparse.Namespace) -> int:
 
 def _frontier(args: argparse.Namespace) -> int:
     epsilons = DEFAULT_EPSILONS if args.epsilons is None else parse_epsilons(args.epsilons)
+    if args.grid is None:
+        for option, value in (
+            ("--tuning-seed", args.tuning_seed),
+            ("--tuning-runs", args.tuning_runs),
+            ("--tuning-horizon", args.tuning_horizon),
+        ):
+            if value is not None:
+                raise ValueError(f"{option} is only for --grid (a frontier without a grid tunes nothing)")
     config = load_config(args.config)
     overrides = {k: v for k, v in (("runs", args.runs), ("seed", args.seed)) if v is not None}
     if overrides:
         config = config.with_experiment(**overrides)
     plan = frontier_plan(config, epsilons)
+    # every check before anything runs: the grid against the frontier's lines, the seeds, the options
+    tune = None
+    if args.grid is not None:
+        runs = DEFAULT_TUNING_RUNS if args.tuning_runs is None else args.tuning_runs
+        grid = load_grid(args.grid)
+        tune = frontier_tune_plan(plan, grid, seed=args.tuning_seed, runs=runs, horizon=args.tuning_horizon)
     out = args.out if args.out is not None else Path("results") / plan.config.experiment.name
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} exists and is not a folder")
     backend = _backend_kwargs(args)
+    max_memory = _max_memory(args)
+    if tune is not None:
+        tuning = run_tuning(
+            tune,
+            checkpoint=out / "tune" / "checkpoint",
+            progress=not args.no_progress,
+            max_memory=max_memory,
+            **backend,
+        )
+        write_tuning(tuning, out / "tune", str(args.config), str(args.grid))
+        print(f"rule: {RULE}")
+        print(tuning.table())
+        plan = tuned_frontier(plan, tuning)
     results = run_experiment(
         plan.config,
         progress=not args.no_progress,
         checkpoint=out / "checkpoint",
-        max_memory=_max_memory(args),
+        max_memory=max_memory,
         **backend,
     )
     results.save(out)
     paths = write_frontier(plan, results, out)
     print(results.table())
     _warn_clipping(results, {label: base for label, (base, _) in plan.variants.items()})
+    print(tuning_statement(plan))
     for base, point in crossings(plan, frontier_rows(plan, results)).items():
-        print(f"{base}: beats independent agents {describe_crossing(point, epsilons)}")
+        print(f"{base}: beats independent agents {describe_crossing(point, epsilons)} ({plan.caption()})")
     print(f"frontier: {', '.join(str(p) for p in paths)}")
     return 0
 

@@ -9,21 +9,32 @@ non-private tuning -- lambda = ``reg``, Lemma C.4's radius -- or the default Fed
 none).  Everything runs as **one** experiment, so all variants see the
 same contexts and rewards (common random numbers) and the differences are the privacy's.
 
-The frontier tunes nothing: every variant runs with the hyperparameters its config entry states,
-on the config's seeds, so no selection can leak into what it reports.
+**Tuning.**  Without a grid the frontier tunes nothing: every variant runs with the
+hyperparameters its config entry states and the reference lines with the library's defaults, and
+every output says the lines are *untuned* -- a gap between two of them may then be the tuning, not
+the method.  With a grid (``--grid GRID.toml``, :mod:`fedbandits.experiments.tune`'s format) every
+line it draws is tuned by ``fedbandits tune``'s machinery and rule before the report runs: the
+grid has one table per line -- each private entry by its config label (the same table at every
+epsilon, each epsilon tuned on its own), ``"independent agents"`` and ``"non-private federation"``
+-- and must name every line (equal tuning); the tuning runs on a tuning seed disjoint from the
+report seeds, then the tuned lines run on the config's seeds, and every output says they are tuned
+and with what.
 
-Output (in ``--out``): ``frontier.csv`` (one row per variant and epsilon, and one per reference
-line), ``frontier.png`` (regret against epsilon, log scale, reference lines dashed, the crossing
-point marked), ``frontier.md`` (the table and the crossing points) and the usual results files of
-the underlying experiment.  The *crossing point* of a private algorithm is the epsilon from which
-its mean final regret is at most the independent agents' (linear interpolation in log epsilon
-between the last grid point above and the first at or below; "below the grid" if it already is at
-the smallest epsilon, none if it never gets there on the grid).
+Output (in ``--out``): ``frontier.csv`` and ``frontier.json`` (one row per variant and epsilon,
+and one per reference line, each with how it was tuned), ``frontier.png`` (regret against
+epsilon, log scale, reference lines dashed, the crossing point marked, the tuning in the title),
+``frontier.md`` (the table and the crossing points) and the usual results files of the underlying
+experiment; with a grid, the tuning's record in ``tune/`` (``tuned.toml``, ``tune.json``, the
+tuning runs' results).  The *crossing point* of a private algorithm is the epsilon from which its
+mean final regret is at most the independent agents' (linear interpolation in log epsilon between
+the last grid point above and the first at or below; "below the grid" if it already is at the
+smallest epsilon, none if it never gets there on the grid).
 """
 
 from __future__ import annotations
 
 import csv
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from fedbandits.config import ComponentConfig, Config, ConfigError, config_from_dict, default_label, is_private
+from fedbandits.experiments.tune import DEFAULT_TUNING_RUNS, RULE, Grid, TunePlan, Tuning, describe, tune_plan
 from fedbandits.plots import frontier_figure, plain_number, runs_text
 from fedbandits.privacy.calibration import MAX_EPSILON
 from fedbandits.sim.results import Results
@@ -44,6 +56,10 @@ NON_PRIVATE = "non-private federation"
 _PRIVATE_ONLY = ("mechanism", "colluders", "dropouts", "modulus_bits", "granularity", "lazy")
 #: the tuning FedLinUCB resolves from the protocol (``auto``): the reference takes the non-private one
 _TUNING = ("regularizer", "radius", "beta")
+#: what the outputs say of lines no grid tuned
+UNTUNED = "untuned: library defaults and the config's values"
+_UNTUNED_PRIVATE = "untuned: the config's values"
+_UNTUNED_REFERENCE = "untuned: library defaults"
 
 
 def parse_epsilons(text: str) -> tuple[float, ...]:
@@ -88,13 +104,40 @@ def _label(base: str, epsilon: float) -> str:
 
 @dataclass(frozen=True)
 class FrontierPlan:
-    """The experiment a frontier runs, and which of its labels is which variant."""
+    """The experiment a frontier runs, which of its labels is which variant, and (once tuned) the
+    tuning that chose its lines' hyperparameters."""
 
     config: Config
     epsilons: tuple[float, ...]
     variants: dict[str, tuple[str, float]]  # run label -> (private algorithm's label, epsilon)
     #: the name of the config the frontier was planned from (``config``'s adds "-frontier": its results folder)
     name: str
+    tuning: Tuning | None = None
+
+    def lines(self) -> dict[str, tuple[str, ...]]:
+        """Every line the frontier draws -> the labels of its entries in the experiment: a private
+        algorithm's label -> its variants (one per epsilon); each reference line -> itself."""
+        out: dict[str, list[str]] = {}
+        for label, (base, _) in self.variants.items():
+            out.setdefault(base, []).append(label)
+        return {
+            **{base: tuple(labels) for base, labels in out.items()},
+            NON_PRIVATE: (NON_PRIVATE,),
+            INDEPENDENT: (INDEPENDENT,),
+        }
+
+    def caption(self) -> str:
+        """How the lines were tuned, in one line (the figure's caption, frontier.md, the printout)."""
+        if self.tuning is None:
+            return UNTUNED
+        return f"tuned on seed {self.tuning.plan.seed}, rule: smallest mean final regret"
+
+    def line_tuning(self, label: str) -> str:
+        """How the entry ``label`` of the experiment was tuned: its row's ``tuning`` field."""
+        if self.tuning is None:
+            return _UNTUNED_PRIVATE if label in self.variants else _UNTUNED_REFERENCE
+        scored = self.tuning.scores[label]
+        return f"tuned on seed {self.tuning.plan.seed}: {describe(scored[self.tuning.chosen[label]].candidate.values)}"
 
 
 def frontier_plan(config: Config, epsilons: tuple[float, ...] = DEFAULT_EPSILONS) -> FrontierPlan:
@@ -106,6 +149,12 @@ def frontier_plan(config: Config, epsilons: tuple[float, ...] = DEFAULT_EPSILONS
             "frontier needs at least one private algorithm (an entry with epsilon and a private protocol); "
             f"the config has {', '.join(repr(a.label) for a in config.algorithms)}"
         )
+    for alg in private:
+        if alg.label in (INDEPENDENT, NON_PRIVATE):
+            raise ConfigError(
+                f"algorithm label {alg.label!r} is the name of one of the frontier's reference lines: "
+                "give the private entry another label"
+            )
     entries: list[dict[str, Any]] = []
     variants: dict[str, tuple[str, float]] = {}
     for alg, base in zip(private, _line_names(private), strict=True):
@@ -124,6 +173,38 @@ def frontier_plan(config: Config, epsilons: tuple[float, ...] = DEFAULT_EPSILONS
     data["algorithms"] = entries
     data["experiment"] = {**data["experiment"], "name": f"{config.experiment.name}-frontier"}
     return FrontierPlan(config_from_dict(data), epsilons, variants, config.experiment.name)
+
+
+def frontier_tune_plan(
+    plan: FrontierPlan,
+    grid: Grid,
+    *,
+    seed: int | None = None,
+    runs: int = DEFAULT_TUNING_RUNS,
+    horizon: int | None = None,
+) -> TunePlan:
+    """The tuning of every line of ``plan`` with ``grid`` (nothing runs): ``fedbandits tune``'s
+    plan for the frontier's experiment, each grid table applied to every entry of its line.
+
+    One-line ConfigError if the grid names a line the frontier does not draw or leaves one out
+    (every line is tuned, or none is); otherwise tune_plan's checks (parameters, values, seeds)."""
+    lines = plan.lines()
+    names = ", ".join(json.dumps(line) for line in lines)
+    for key in grid:
+        if key not in lines:
+            raise ConfigError(f"grid.{json.dumps(key)}: the frontier draws no line with that label; its lines: {names}")
+    missing = [line for line in lines if line not in grid]
+    if missing:
+        raise ConfigError(
+            f"the grid leaves out {', '.join(json.dumps(m) for m in missing)}: a tuned frontier tunes every line it "
+            f"draws (equal tuning), so give a table for each of {names}"
+        )
+    return tune_plan(plan.config, grid, seed=seed, runs=runs, horizon=horizon, targets=lines)
+
+
+def tuned_frontier(plan: FrontierPlan, tuning: Tuning) -> FrontierPlan:
+    """``plan`` with every line's chosen values: what the report runs, on the config's seeds."""
+    return FrontierPlan(tuning.config, plan.epsilons, plan.variants, plan.name, tuning)
 
 
 def crossing(epsilons: tuple[float, ...], regrets: list[float], alone: float) -> float | None:
@@ -163,6 +244,7 @@ def frontier_rows(plan: FrontierPlan, results: Results) -> list[dict[str, Any]]:
                 "runs": int(final.size),
                 "epsilon_spent": res.report.get("epsilon_spent", ""),
                 "guarantee": res.report.get("guarantee", ""),
+                "tuning": plan.line_tuning(label),
             }
         )
     return rows
@@ -187,15 +269,20 @@ def write_frontier(plan: FrontierPlan, results: Results, out: Path) -> list[Path
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
+    json_path = out / "frontier.json"
+    json_path.write_text(
+        json.dumps(frontier_record(plan, list(results.algorithms), rows, points), indent=2) + "\n", encoding="utf-8"
+    )
     exp, env = plan.config.experiment, plan.config.environment
     lines = [
         f"# Privacy-utility frontier: {plan.name}",
         "",
-        f"{env.name}, M = {env.params.agents}, T = {exp.horizon}, "
-        f"{runs_text(exp.runs)}, seed {exp.seed}; no tuning (every variant runs with its config's hyperparameters).",
+        f"{env.name}, M = {env.params.agents}, T = {exp.horizon}, {runs_text(exp.runs)}, seed {exp.seed}.",
         "",
-        "| algorithm | epsilon | final regret | epsilon spent | guarantee |",
-        "|---|---|---|---|---|",
+        f"**{tuning_statement(plan)}**",
+        "",
+        "| algorithm | epsilon | final regret | epsilon spent | guarantee | tuning |",
+        "|---|---|---|---|---|---|",
     ]
     for r in rows:
         eps = "-" if math.isnan(r["epsilon"]) else f"{r['epsilon']:g}"
@@ -203,12 +290,53 @@ def write_frontier(plan: FrontierPlan, results: Results, out: Path) -> list[Path
         spent_text = f"{spent:.4g}" if isinstance(spent, int | float) else "-"
         lines.append(
             f"| {r['algorithm']} | {eps} | {r['final_regret_mean']:.0f} ± {r['final_regret_std']:.0f} | "
-            f"{spent_text} | {r['guarantee'] or '-'} |"
+            f"{spent_text} | {r['guarantee'] or '-'} | {r['tuning']} |"
         )
     lines += ["", "Where federation starts to beat going alone (mean final regret <= independent agents'):", ""]
     lines += [f"* {base}: {describe_crossing(p, plan.epsilons)}" for base, p in points.items()]
     md_path = out / "frontier.md"
     md_path.write_text("\n".join(lines) + "\n")
-    title = f"{plan.name}: {env.name}, M = {env.params.agents}, T = {plain_number(exp.horizon)}"
+    title = f"{plan.name}: {env.name}, M = {env.params.agents}, T = {plain_number(exp.horizon)}\n{plan.caption()}"
     png = frontier_figure(rows, points, plan.epsilons, out / "frontier.png", title=title)
-    return [csv_path, md_path, png]
+    return [csv_path, json_path, md_path, png]
+
+
+def tuning_statement(plan: FrontierPlan) -> str:
+    """One sentence on how the lines were tuned (frontier.md, the printout)."""
+    if plan.tuning is None:
+        return (
+            f"Lines {UNTUNED} (NOT tuned): the private variants run with their config entries' hyperparameters, "
+            "the reference lines with the library's defaults, so a gap between two lines may be the tuning, "
+            "not the method; `--grid` tunes every line by one rule (docs/tuning.md)."
+        )
+    exp = plan.tuning.plan.tuning.experiment
+    return (
+        f"Every line tuned on seed {plan.tuning.plan.seed} ({exp.runs} run(s) of horizon {exp.horizon}; "
+        f"report seed {plan.config.experiment.seed}), each private variant at each epsilon on its own; "
+        f"rule: {RULE}; the choices are in the tuning column and tune/tune.json."
+    )
+
+
+def frontier_record(
+    plan: FrontierPlan, labels: list[str], rows: list[dict[str, Any]], points: dict[str, float | None]
+) -> dict[str, Any]:
+    """frontier.json: whether and how the lines were tuned, every row (``labels``: their entries in the
+    experiment, in order) with its chosen values, and the crossing points."""
+    tuning = plan.tuning
+    record: dict[str, Any] = {
+        "tuned": tuning is not None,
+        "caption": plan.caption(),
+        "rule": None if tuning is None else RULE,
+        "tuning_seed": None if tuning is None else tuning.plan.seed,
+        "tuning_runs": None if tuning is None else tuning.plan.tuning.experiment.runs,
+        "tuning_horizon": None if tuning is None else tuning.plan.tuning.experiment.horizon,
+        "grid": None if tuning is None else tuning.plan.grid,
+        "report_seed": plan.config.experiment.seed,
+        "epsilons": list(plan.epsilons),
+        "rows": [],
+        "crossings": points,
+    }
+    for label, r in zip(labels, rows, strict=True):
+        chosen = None if tuning is None else tuning.scores[label][tuning.chosen[label]].candidate.values
+        record["rows"].append({**r, "epsilon": None if math.isnan(r["epsilon"]) else r["epsilon"], "chosen": chosen})
+    return record

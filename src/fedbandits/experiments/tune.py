@@ -41,6 +41,7 @@ import itertools
 import json
 import math
 import tomllib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -180,6 +181,7 @@ class TunePlan:
     seed: int
     tuning: Config
     candidates: tuple[Candidate, ...]
+    keys: dict[str, str]  # tuned entry's label -> the grid label whose table it was tuned with
 
 
 def tune_plan(
@@ -189,8 +191,13 @@ def tune_plan(
     seed: int | None = None,
     runs: int = DEFAULT_TUNING_RUNS,
     horizon: int | None = None,
+    targets: Mapping[str, Sequence[str]] | None = None,
 ) -> TunePlan:
     """Check the grid against ``config`` and expand it into the tuning experiment (nothing runs).
+
+    ``targets`` maps each label a grid may name to the labels of the config entries its table
+    tunes, each entry on its own (default: every entry's label to itself); a derived config such as
+    a frontier's tunes all the epsilon variants of one entry with one table this way.
 
     Every error is one line: an unknown label, a parameter the algorithm does not have, a value
     the config validation refuses, a tuning seed that is a report seed, runs or horizon out of range.
@@ -200,42 +207,46 @@ def tune_plan(
         check_int("tuning horizon", horizon, low=1, high=config.experiment.horizon)
     seed = tuning_seed(config, seed)
     labels = [a.label for a in config.algorithms]
+    if targets is None:
+        targets = {label: (label,) for label in labels}
     data = config.to_dict()
     entries: list[dict[str, Any]] = []
     candidates: list[Candidate] = []
-    for label, params in grid.items():
-        if label not in labels:
+    for key, params in grid.items():
+        if key not in targets:
             raise ConfigError(
-                f"{_where(label)}: no algorithm entry has that label; the config's labels: "
-                f"{', '.join(json.dumps(lab) for lab in labels)}"
+                f"{_where(key)}: no algorithm entry has that label; the config's labels: "
+                f"{', '.join(json.dumps(lab) for lab in targets)}"
             )
-        index = labels.index(label)
-        alg = config.algorithms[index]
-        valid = [f.name for f in fields(ALGORITHMS[alg.name].params)]
-        for param in params:
-            if param not in valid:
-                raise ConfigError(
-                    f"{_where(label, param)}: algorithm {alg.name!r} has no parameter {param!r}; "
-                    f"its parameters: {', '.join(valid)}"
+        for label in targets[key]:
+            where = _where(key) if label == key else f"{_where(key)} (for {json.dumps(label)})"
+            index = labels.index(label)
+            alg = config.algorithms[index]
+            valid = [f.name for f in fields(ALGORITHMS[alg.name].params)]
+            for param in params:
+                if param not in valid:
+                    raise ConfigError(
+                        f"{_where(key, param)}: algorithm {alg.name!r} has no parameter {param!r}; "
+                        f"its parameters: {', '.join(valid)}"
+                    )
+            base = data["algorithms"][index]
+            for combo in itertools.product(*params.values()):
+                values = dict(zip(params, combo, strict=True))
+                # the same validation as `run`: the config with this entry replaced
+                trial = {
+                    **data,
+                    "algorithms": [*data["algorithms"][:index], {**base, **values}, *data["algorithms"][index + 1 :]],
+                }
+                try:
+                    config_from_dict(trial)
+                except ConfigError as exc:
+                    raise ConfigError(f"{where} candidate {describe(values)}: {exc}") from None
+                candidate = Candidate(label, values, f"{label} [{describe(values)}]")
+                # a new entry of the tuning run: it draws the noise of its own position there
+                entries.append(
+                    {**{k: v for k, v in base.items() if k != "noise_stream"}, **values, "label": candidate.label}
                 )
-        base = data["algorithms"][index]
-        for combo in itertools.product(*params.values()):
-            values = dict(zip(params, combo, strict=True))
-            # the same validation as `run`: the config with this entry replaced
-            trial = {
-                **data,
-                "algorithms": [*data["algorithms"][:index], {**base, **values}, *data["algorithms"][index + 1 :]],
-            }
-            try:
-                config_from_dict(trial)
-            except ConfigError as exc:
-                raise ConfigError(f"{_where(label)} candidate {describe(values)}: {exc}") from None
-            candidate = Candidate(label, values, f"{label} [{describe(values)}]")
-            # a new entry of the tuning run: it draws the noise of its own position there
-            entries.append(
-                {**{k: v for k, v in base.items() if k != "noise_stream"}, **values, "label": candidate.label}
-            )
-            candidates.append(candidate)
+                candidates.append(candidate)
     exp = {k: v for k, v in data["experiment"].items() if k != "noise_seed"}
     exp.update(
         seed=seed,
@@ -247,7 +258,8 @@ def tune_plan(
         tuning = config_from_dict({**data, "experiment": exp, "algorithms": entries})
     except ConfigError as exc:
         raise ConfigError(f"the tuning experiment (horizon {exp['horizon']}): {exc}") from None
-    return TunePlan(config, grid, seed, tuning, tuple(candidates))
+    keys = {label: key for key in grid for label in targets[key]}
+    return TunePlan(config, grid, seed, tuning, tuple(candidates), keys)
 
 
 @dataclass(frozen=True)
@@ -312,6 +324,7 @@ class Tuning:
             "task_seconds": self.task_seconds(),
             "entries": {
                 entry: {
+                    "grid_label": self.plan.keys[entry],
                     "candidates": [
                         {
                             "values": s.candidate.values,
@@ -364,7 +377,8 @@ class Tuning:
             best = scored[self.chosen[entry]]
             lines.append(
                 f"{entry}: {describe(best.candidate.values)} of {len(scored)} candidate(s) "
-                f"(grid {json.dumps(self.plan.grid[entry])}; mean final regret {best.mean:.1f} ± {best.std:.1f})"
+                f"(grid {json.dumps(self.plan.grid[self.plan.keys[entry]])}; "
+                f"mean final regret {best.mean:.1f} ± {best.std:.1f})"
             )
         return lines
 
