@@ -80,6 +80,14 @@ class Progress:
 AUTO = "auto"
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity where the platform tells it), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no affinity on this platform
+        return max(1, os.cpu_count() or 1)
+
+
 def _check_workers(workers: int | str) -> int | None:
     """The worker count, or None for the backend's default (``"auto"``)."""
     if isinstance(workers, str) and workers == AUTO:
