@@ -5,8 +5,10 @@ multiprocessing prepares every such worker by running the caller's main script a
 module ``__mp_main__`` (the multiprocessing guide, "Safe importing of main module").  A script
 that calls ``fedbandits.run(..., workers=2)`` outside ``if __name__ == "__main__":`` would start
 the experiment again in every worker, which dies while it starts: a BrokenProcessPool after pages
-of tracebacks.  Nothing in multiprocessing's documented API stops that re-run, so the call is
-refused instead, before any process starts (:func:`check_main_guard`):
+of tracebacks.  Nothing in multiprocessing's documented API stops that re-run for these start
+methods (``fork`` does not re-run it, but it copies a process that may run threads, which the
+pool avoids, and Windows has no fork), so the call is refused instead, before any process starts
+(:func:`check_main_guard`):
 
 * in the script's own process: when the script will be re-run (a file run as ``python
   script.py`` or a module run as ``python -m module``, not an interactive session, ``python -c``
