@@ -18,12 +18,14 @@ from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import fedbandits
 from fedbandits.cli import main
 from fedbandits.config import load_config
 from fedbandits.registry import ALGORITHMS, ENVIRONMENTS, PROTOCOLS
+from fedbandits.sim.task import task_chunks
 
 HORIZON, RUNS, AGENTS, BATCH, SEED = 30, 2, 3, 5, 11
 LABELS = ("independent", "fed B=5")
@@ -499,3 +501,65 @@ def test_subprocess_bad_input(tmp_path, tiny_config):
     proc = _subprocess(["run", str(tiny_config), "--out", str(out), "--workers", "0"], cwd=tmp_path)
     assert_usage_error(Outcome(proc.returncode, proc.stdout, proc.stderr), ["--workers", ">= 1", "got 0"])
     assert not out.exists()
+
+
+# --------------------------------------------------------------------------------------------
+# quickstart: both cores of a 2-core machine (#29)
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("cpus", "argv", "workers"),
+    [
+        (2, [], 2),  # one worker per task of its 2
+        (8, [], 2),  # no more workers than tasks
+        (1, [], 1),  # a 1-CPU machine: in this process
+        (1, ["--workers", "3"], 3),  # --workers overrides
+        (2, ["--workers", "1"], 1),
+        (2, ["--backend", "ray"], "auto"),  # Ray's own default: twice the cluster's CPUs in flight
+    ],
+)
+def test_quickstart_asks_for_two_workers_where_there_are_two_cpus(monkeypatch, tmp_path, cpus, argv, workers):
+    import fedbandits.cli as cli
+
+    seen = {}
+
+    def fake_run(config, **kwargs):  # records what quickstart asks for, runs nothing
+        seen.update(kwargs, tasks=len(task_chunks(config)))
+        raise ValueError("stop")
+
+    monkeypatch.setattr(cli, "usable_cpus", lambda: cpus)
+    monkeypatch.setattr(cli, "run_experiment", fake_run)
+    with redirect_stderr(io.StringIO()):
+        assert main(["quickstart", "--out", str(tmp_path / "q"), *argv]) == 2
+    assert seen["workers"] == workers and seen["tasks"] == 2
+
+
+def test_run_keeps_one_worker_by_default(monkeypatch, tmp_path, tiny_config):
+    import fedbandits.cli as cli
+
+    seen = {}
+
+    def fake_run(config, **kwargs):
+        seen.update(kwargs)
+        raise ValueError("stop")
+
+    monkeypatch.setattr(cli, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(cli, "run_experiment", fake_run)
+    with redirect_stderr(io.StringIO()):
+        assert main(["run", str(tiny_config), "--out", str(tmp_path / "r")]) == 2
+    assert seen["workers"] == "auto"  # the local backend's "auto": 1 process
+
+
+def test_the_quickstart_tasks_change_no_number():
+    """The quickstart's 4 runs in 2 tasks of 2 (its runs_per_task) give the numbers of one task of
+    4 runs bit for bit: run r's numbers depend only on (seed, r).  T cut to 400 to stay quick."""
+    from fedbandits.sim.runner import run_experiment
+
+    config = fedbandits.quickstart_config().with_experiment(horizon=400)
+    assert task_chunks(config) == [[0, 1], [2, 3]]
+    split = run_experiment(config)
+    whole = run_experiment(config.with_experiment(runs_per_task=4))
+    assert split.tasks == 2 and whole.tasks == 1
+    for label, result in whole.algorithms.items():
+        for name in ("curves", "per_agent", "sync_rounds", "messages", "bytes_sent"):
+            assert np.array_equal(getattr(split.algorithms[label], name), getattr(result, name)), (label, name)
+        assert split.algorithms[label].report == result.report, label

@@ -224,6 +224,6 @@ def test_the_memory_estimate_counts_the_batches_a_factorized_silo_keeps() -> Non
 
     tree, fact = _config(), _config(mechanism="factorized")
     prefix = _config(mechanism="factorized", protocol="ldp-prefix")
-    runs, agents, width, releases_ = fact.runs_per_task(), 4, 4 * 5 // 2 + 4, 30
+    runs, agents, width, releases_ = fact.experiment.runs, 4, 4 * 5 // 2 + 4, 30  # 2 runs: one task holds both
     assert task_bytes(fact) - task_bytes(tree) == (releases_ * agents + releases_) * runs * width * 8
     assert task_bytes(prefix) - task_bytes(fact) == releases_ * agents * runs * width * 8

@@ -31,11 +31,48 @@ def test_task_bytes_counts_contexts_and_per_agent_state() -> None:
 
 
 def test_check_memory_refuses_above_the_bound() -> None:
+    """3 runs of 2 per task: a task of 2 runs (2280 B) and one of 1 run (840 / 2 + 1440 / 2 = 1140 B);
+    4 workers run both at once, no more (the tasks there are, with the runs each holds)."""
     config = _config(5, 7, 3)
     assert check_memory(config, 1, 10_000) == 2280
-    assert check_memory(config, 4, 10_000) == 4 * 2280  # tasks running at once
-    with pytest.raises(ValueError, match=r"at least 8.91 KiB \(4 task\(s\) of 2 runs, agents = 5, arms = 7, dim = 3"):
-        check_memory(config, 4, 9_000)
+    assert check_memory(config, 4, 10_000) == 2280 + 1140  # tasks running at once
+    sizes = r"\(2 task\(s\): 1 of 2 runs, 1 of 1 run, agents = 5, arms = 7, dim = 3, 1 algorithm\(s\)\)"
+    with pytest.raises(ValueError, match=r"at least 3.34 KiB " + sizes):
+        check_memory(config, 4, 3_000)
+
+
+def _runs_config(runs: int):  # type: ignore[no-untyped-def]
+    """M = 10 (default runs_per_task 128 // 10 = 12), K = 7, d = 3, one per-agent learner: a run
+    holds 10*7*3 float32 contexts (840 B) and 2 float64 (10, 3, 3) arrays (1440 B), 2280 B."""
+    return config_from_dict(
+        {
+            "experiment": {"horizon": 50, "runs": runs},
+            "environment": {"name": "gaussian-sphere", "agents": 10, "arms": 7, "dim": 3},
+            "algorithms": [{"name": "linucb-independent"}],
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("runs", "workers", "need", "tasks"),
+    [
+        (1, 1, 2280, "1 task(s) of 1 run"),  # was estimated as 12 runs (27360 B) and said "12 runs"
+        (1, 2, 2280, "1 task(s) of 1 run"),  # one task: the second worker has nothing to hold
+        (12, 1, 12 * 2280, "1 task(s) of 12 runs"),
+        (12, 4, 12 * 2280, "1 task(s) of 12 runs"),
+        (13, 1, 12 * 2280, "1 task(s) of 12 runs"),  # the largest task
+        (13, 2, 13 * 2280, "2 task(s): 1 of 12 runs, 1 of 1 run"),  # the last task holds 1 run
+        (30, 2, 24 * 2280, "2 task(s) of 12 runs"),  # tasks of 12, 12 and 6 runs: the 2 largest
+    ],
+)
+def test_the_estimate_counts_the_runs_a_task_holds(runs: int, workers: int, need: int, tasks: str) -> None:
+    from fedbandits.sim.runner import check_run_memory
+
+    config = _runs_config(runs)
+    assert config.runs_per_task() == 12
+    assert check_run_memory(config, workers=workers, max_memory=need) == need
+    with pytest.raises(ValueError, match=re.escape(f"({tasks}, agents = 10, arms = 7, dim = 3, 1 algorithm(s))")):
+        check_run_memory(config, workers=workers, max_memory=need - 1)
 
 
 def test_parse_bytes() -> None:
@@ -65,7 +102,9 @@ def test_oversized_config_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert proc.stderr.count("\n") == 1 and "more than the" in proc.stderr and "Traceback" not in proc.stderr
     assert not out.exists()
     small = subprocess.run(
-        [sys.executable, "-m", "fedbandits.cli", "quickstart", "--max-memory", "1M", "--out", str(out)],
+        # the quickstart's 4 runs hold 4*20*100*10*4 B of contexts and 4 per-agent learners of
+        # 2*4*20*10*10*8 B: 832,000 B (812 KiB), however its tasks split them
+        [sys.executable, "-m", "fedbandits.cli", "quickstart", "--max-memory", "512K", "--out", str(out)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -121,12 +160,12 @@ def test_reproduce_counts_the_tasks_of_its_local_pool() -> None:
     from fedbandits.sim.backends import LocalBackend
     from fedbandits.sim.runner import check_run_memory
 
-    config = _config(5, 7, 3)  # 3 runs of 2 per task: 2 tasks of 2280 B
-    assert check_run_memory(config, backend=LocalBackend(4), max_memory=10_000) == 2 * 2280
-    assert check_run_memory(config, workers=4, max_memory=10_000) == 2 * 2280
+    config = _config(5, 7, 3)  # 3 runs of 2 per task: tasks of 2 runs (2280 B) and 1 run (1140 B)
+    assert check_run_memory(config, backend=LocalBackend(4), max_memory=10_000) == 2280 + 1140
+    assert check_run_memory(config, workers=4, max_memory=10_000) == 2280 + 1140
     assert check_run_memory(config, backend=LocalBackend(1), max_memory=10_000) == 2280
-    with pytest.raises(ValueError, match=r"2 task\(s\) of 2 runs"):
-        check_run_memory(config, backend=LocalBackend(2), max_memory=4559)
+    with pytest.raises(ValueError, match=r"2 task\(s\): 1 of 2 runs, 1 of 1 run"):
+        check_run_memory(config, backend=LocalBackend(2), max_memory=3419)
 
 
 def test_data_export_max_memory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

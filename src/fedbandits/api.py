@@ -43,7 +43,10 @@ def run(
 
     ``backend="local"`` (default: ``workers`` local processes; ``"auto"``: 1) or ``"ray"`` (a Ray
     cluster at ``address``, or a local Ray instance without one; ``workers`` caps the tasks in
-    flight; ``"auto"``: twice the cluster's CPUs); the numbers are the same either way.
+    flight; ``"auto"``: twice the cluster's CPUs); the numbers are the same either way.  More than
+    one local worker re-runs the calling script in every worker process: from a script, call this
+    under ``if __name__ == "__main__":`` (without it the call is refused in one line, before any
+    process starts; :mod:`fedbandits.sim.mainguard`).
     Finished tasks are written to ``checkpoint`` (default ``out/checkpoint`` when ``out`` is
     given) as they arrive; ``resume=True`` skips those already there, as the CLI's ``--resume``.
 

@@ -1,6 +1,6 @@
 """The ``fedbandits`` command line.
 
-    fedbandits quickstart                 run the embedded default experiment
+    fedbandits quickstart                 run the embedded default experiment (2 workers where there are 2 CPUs)
     fedbandits run CONFIG.toml [--out DIR] [--workers N] [--runs N] [--seed S]
                    [--backend local|ray] [--address HOST:PORT] [--resume]
     fedbandits tune CONFIG.toml --grid GRID.toml [--out DIR] [--tuning-seed S] [--tuning-runs N]
@@ -63,6 +63,7 @@ from fedbandits.federation.cli import add_deploy_parser, run_deploy
 from fedbandits.plots import plot_results
 from fedbandits.plugins import BUILTIN, BrokenPlugin
 from fedbandits.registry import ALGORITHMS, ENVIRONMENTS, PROTOCOLS
+from fedbandits.sim.backends import usable_cpus
 from fedbandits.sim.checkpoint import TaskFailedError
 from fedbandits.sim.export import export_partition
 from fedbandits.sim.memory import parse_bytes
@@ -109,11 +110,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"fedbandits {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
-    def backend_options(p: argparse.ArgumentParser) -> None:
+    def backend_options(p: argparse.ArgumentParser, local_workers: str = "1") -> None:
         p.add_argument(
             "--workers",
             type=_positive_int,
-            help="local: worker processes (default 1); ray: tasks in flight (default: twice the cluster's CPUs)",
+            help=f"local: worker processes (default {local_workers}); ray: tasks in flight (default: twice the "
+            "cluster's CPUs)",
         )
         p.add_argument(
             "--backend",
@@ -136,9 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
             help="skip the runs already finished in OUT/checkpoint/ (every run writes it as tasks finish)",
         )
 
-    def run_options(p: argparse.ArgumentParser) -> None:
+    def run_options(p: argparse.ArgumentParser, local_workers: str = "1") -> None:
         p.add_argument("--out", type=Path, help="results folder (default: results/<experiment name>)")
-        backend_options(p)
+        backend_options(p, local_workers)
         p.add_argument(
             "--max-memory",
             metavar="SIZE",
@@ -163,10 +165,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p_quick = sub.add_parser(
         "quickstart",
-        help="run the embedded default experiment (about 20 s)",
-        description="Run the embedded default experiment (GaussianSphere, 20 agents).",
+        help="run the embedded default experiment (under a minute on 2 cores)",
+        description="Run the embedded default experiment (GaussianSphere, 20 agents, 4 runs in 2 tasks), on 2 "
+        "local worker processes where this machine has 2 CPUs.",
     )
-    run_options(p_quick)
+    run_options(p_quick, local_workers="2, or 1 on a 1-CPU machine")
 
     p_front = sub.add_parser(
         "frontier",
@@ -547,7 +550,13 @@ def _reproduce(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run(config: Config, args: argparse.Namespace) -> int:
+#: the quickstart's local workers without --workers: one per task of its 2, as far as the CPUs go
+QUICKSTART_WORKERS = 2
+
+
+def _run(config: Config, args: argparse.Namespace, local_workers: int = 1) -> int:
+    """``run`` and ``quickstart``; ``local_workers``: the local backend's workers without --workers
+    (at most the CPUs this process may use)."""
     overrides = {k: v for k, v in (("runs", args.runs), ("seed", args.seed)) if v is not None}
     if overrides:
         config = config.with_experiment(**overrides)
@@ -555,6 +564,8 @@ def _run(config: Config, args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} exists and is not a folder")
     backend = _backend_kwargs(args)
+    if args.workers is None and args.backend == "local" and local_workers > 1:
+        backend["workers"] = min(local_workers, usable_cpus())
     results = run_experiment(
         config,
         progress=not args.no_progress,
@@ -722,7 +733,7 @@ def _main(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         if args.command == "run":
             return _run(load_config(args.config), args)
         if args.command == "quickstart":
-            return _run(quickstart_config(), args)
+            return _run(quickstart_config(), args, local_workers=QUICKSTART_WORKERS)
         if args.command == "frontier":
             return _frontier(args)
         if args.command == "tune":

@@ -22,6 +22,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
 from typing import Any
 
@@ -29,6 +30,7 @@ from fedbandits._version import __version__
 from fedbandits.config import Config
 from fedbandits.envs.datahome import DATA_ENV, data_home
 from fedbandits.sim.checkpoint import TaskFailedError
+from fedbandits.sim.mainguard import check_main_guard
 from fedbandits.sim.task import ChunkResult, simulate_runs
 from fedbandits.sim.watchdog import Watchdog
 
@@ -79,6 +81,14 @@ class Progress:
 
 #: ``workers`` default: 1 local process, or twice the Ray cluster's CPUs in flight
 AUTO = "auto"
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity where the platform tells it), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no affinity on this platform
+        return max(1, os.cpu_count() or 1)
 
 
 def _check_workers(workers: int | str) -> int | None:
@@ -155,13 +165,20 @@ def _pool_context():  # type: ignore[no-untyped-def]
 
 
 class LocalBackend:
-    """Tasks in this process (``workers=1``) or in a pool of ``workers`` local processes."""
+    """Tasks in this process (``workers=1``) or in a pool of ``workers`` local processes.
+
+    The pool's workers re-run the caller's main script (:mod:`fedbandits.sim.mainguard`): more than
+    one worker from a script's top level outside ``if __name__ == "__main__":`` is refused here, in
+    one line, before any process starts -- whether or not the config has tasks enough for a pool,
+    so that a script does not start failing when its runs grow.
+    """
 
     name = "local"
 
     def __init__(self, workers: int | str = AUTO) -> None:
         count = _check_workers(workers)
         self.workers = 1 if count is None else count
+        check_main_guard(self.workers)
 
     def __enter__(self) -> LocalBackend:
         return self
@@ -203,7 +220,14 @@ class LocalBackend:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in sorted(done, key=futures.__getitem__):
                     index = futures.pop(fut)  # drop the future: it would keep the result alive
-                    yield index, fut.result()
+                    try:
+                        result = fut.result()
+                    except BrokenProcessPool:
+                        raise TaskFailedError(
+                            "a worker process ended abruptly (killed, out of memory, or it failed while starting: see "
+                            "the lines above); with a checkpoint, --resume (resume=True) skips the tasks that finished"
+                        ) from None
+                    yield index, result
             finished = True
         finally:
             if not finished:

@@ -1,12 +1,13 @@
 """The memory a simulation will hold, estimated from the validated config before anything is allocated.
 
-A task simulates ``R = runs_per_task`` runs of M agents together.  Per round the environment holds
+A task simulates R runs of M agents together: ``runs_per_task`` runs, or fewer in the last task
+(all of them when the config has fewer runs than ``runs_per_task``).  Per round the environment holds
 at least the contexts, a float32 array (R, M, K, d); every learner that keeps one ridge state per
 agent (``linucb-independent``, ``fedlinucb``, ``feducb``, ``feducb-decentralized``) holds at least
 its Gram matrix and inverse, two float64 arrays (R, M, d, d); a factorized release adds the
 batches its silos keep (:func:`_factorized_bytes`).  The estimate counts only these arrays, so
 it is a lower bound of what a task needs: a config it refuses cannot run.  ``workers`` tasks run
-at once locally.
+at once locally: the estimate counts the largest ones.
 
 Available memory is MemAvailable of /proc/meminfo (Linux) unless a bound is given
 (``--max-memory``); where neither is known nothing is refused.
@@ -20,6 +21,7 @@ from pathlib import Path
 from fedbandits.config import Config
 from fedbandits.privacy.factorization import default_band
 from fedbandits.privacy.mechanisms import packed_width
+from fedbandits.sim.task import task_chunks
 
 #: learners with a ridge state per agent: Gram matrix and inverse, float64 (R, M, d, d) each
 PER_AGENT_STATE = ("linucb-independent", "fedlinucb", "feducb", "feducb-decentralized")
@@ -39,9 +41,16 @@ def _size(config: Config, name: str) -> int:
     return int(value) if isinstance(value, int) and value > 0 else 1  # unknown until the data is read
 
 
-def task_bytes(config: Config) -> int:
-    """Estimated bytes one task of ``config`` holds (see the module docstring)."""
-    runs, agents = config.runs_per_task(), _size(config, "agents")
+def task_runs(config: Config) -> list[int]:
+    """The runs each task of ``config`` holds, in task order: ``runs_per_task`` each, the last the rest."""
+    return [len(runs) for runs in task_chunks(config)]
+
+
+def task_bytes(config: Config, runs: int | None = None) -> int:
+    """Estimated bytes a task of ``runs`` runs of ``config`` holds (default: its largest task; see the
+    module docstring)."""
+    runs = max(task_runs(config)) if runs is None else runs
+    agents = _size(config, "agents")
     arms, dim = _size(config, "arms"), _size(config, "dim")
     contexts = runs * agents * arms * dim * 4
     learners = sum(alg.name in PER_AGENT_STATE for alg in config.algorithms)
@@ -91,6 +100,18 @@ def _refuse_above(need: int, limit: int | None, what: str, detail: str, advice: 
         )
 
 
+def _tasks(held: list[int]) -> str:
+    """'2 task(s) of 12 runs', or with a partial task '2 task(s): 1 of 12 runs, 1 of 5 runs'."""
+
+    def runs(n: int) -> str:
+        return f"{n} run" if n == 1 else f"{n} runs"
+
+    sizes = sorted(set(held), reverse=True)
+    if len(sizes) == 1:
+        return f"{len(held)} task(s) of {runs(sizes[0])}"
+    return f"{len(held)} task(s): " + ", ".join(f"{held.count(n)} of {runs(n)}" for n in sizes)
+
+
 def available_bytes() -> int | None:
     """MemAvailable of /proc/meminfo, or None where it cannot be read."""
     try:
@@ -112,12 +133,12 @@ def _human(n: float) -> str:
 def check_memory(config: Config, parallel: int = 1, limit: int | None = None) -> int:
     """Raise ValueError (one line: the sizes and the estimate) if ``parallel`` tasks cannot fit.
 
-    ``limit``: a bound in bytes (``--max-memory``); default the machine's available memory.
-    Returns the estimate.
+    The ``parallel`` largest tasks of ``config`` (at most all of them) are counted with the runs
+    each really holds.  ``limit``: a bound in bytes (``--max-memory``); default the machine's
+    available memory.  Returns the estimate.
     """
-    need = task_bytes(config) * max(1, parallel)
-    detail = (
-        f"{parallel} task(s) of {config.runs_per_task()} runs, {_sizes(config)}, {len(config.algorithms)} algorithm(s)"
-    )
+    held = sorted(task_runs(config), reverse=True)[: max(1, parallel)]
+    need = sum(task_bytes(config, runs) for runs in held)
+    detail = f"{_tasks(held)}, {_sizes(config)}, {len(config.algorithms)} algorithm(s)"
     _refuse_above(need, limit, "the simulation", detail, "lower the sizes, runs_per_task or --workers")
     return need
