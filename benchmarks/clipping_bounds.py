@@ -47,12 +47,14 @@ from statistics import NormalDist
 import numpy as np
 
 import fedbandits
+from fedbandits.core.clipping import ROUNDING
 from fedbandits.sim.results import AlgorithmResult
 from fedbandits.sim.runner import run_experiment
 
 SEED, BATCH = 1001, 25
-#: the float32 rounding margin above a declared feature bound of 1 (see the module docstring)
-FLOAT32_MARGIN = 1e-6
+#: the float32 rounding margin above a declared feature bound of 1 (see the module docstring): what
+#: fedbandits.core.clipping scales without counting
+FLOAT32_MARGIN = ROUNDING
 QUANTILE = 0.99
 SIZES = ({"agents": 20, "arms": 100, "dim": 10}, {"agents": 10, "arms": 20, "dim": 5})
 ENVIRONMENTS = ("gaussian-sphere", "gap-instance")

@@ -78,6 +78,15 @@ def test_clip_norm_counts_and_bounds(rng):
     )
 
 
+def test_clip_norm_scales_float_rounding_without_counting_it():
+    """A norm above the bound by float rounding only (float32 features of norm 1 in float64) is
+    scaled, so the bound holds exactly, but not counted; 1e-5 above it counts."""
+    x = np.array([[1.0 + 1e-7, 0.0], [0.0, 1.0 + 1e-5], [0.6, 0.0]])
+    clipped, count = clip_norm(x, 1.0)
+    assert count == 1
+    np.testing.assert_array_equal(clipped, [[1.0, 0.0], [0.0, 1.0], [0.6, 0.0]])
+
+
 def test_clip_rewards_counts():
     y, count = clip_rewards(np.array([-2.0, 0.0, 0.5, 1.0, 3.0]), 0.0, 1.0)
     np.testing.assert_array_equal(y, [0.0, 0.0, 0.5, 1.0, 1.0])

@@ -99,6 +99,7 @@ from fedbandits.algorithms.clustering import (
 )
 from fedbandits.algorithms.fclub_params import CDPFCLUBDCParams, privacy_guarantee
 from fedbandits.algorithms.fclub_state import LOG_CAPACITY, FCLUBRunState
+from fedbandits.core.clipping import ROUNDING
 from fedbandits.privacy.cluster_tree import (
     ClusterTreePrivatizer,
     composed_epsilon,
@@ -403,7 +404,7 @@ class FCLUBBase(ClusteredPolicy):
             self.feature_norm_max = max(self.feature_norm_max, math.sqrt(sq))
             if sq > self.feature_bound**2:
                 x = x * (self.feature_bound / math.sqrt(sq))
-                self.clipped_features += 1
+                self.clipped_features += int(sq > (self.feature_bound * (1 + ROUNDING)) ** 2)
             if not 0.0 <= y <= self.reward_bound:
                 y = min(max(y, 0.0), self.reward_bound)
                 self.clipped_rewards += 1

@@ -45,10 +45,6 @@ class TranscriptArrays(TypedDict):
 CLIP_WARNING_SHARE = 0.05
 
 
-#: clipping a feature by at most this relative amount is float rounding, not a bound set too low
-ROUNDING = 1e-6
-
-
 class ClippingWarning(UserWarning):
     """An algorithm clipped more than :data:`CLIP_WARNING_SHARE` of its features or rewards."""
 
@@ -217,9 +213,8 @@ class Results:
     ) -> list[str]:
         """One line per algorithm that clipped more than ``threshold`` of its features or of its
         rewards, naming the bound to raise in its ``[[algorithms]]`` entry (what the CLI prints and
-        :func:`fedbandits.run` warns).  Features clipped by float rounding only (the largest norm
-        within :data:`ROUNDING` of the bound: float32 features of norm 1 often exceed 1 by 1e-7) are
-        counted and shown in the table, but do not warn: they lose nothing.
+        :func:`fedbandits.run` warns).  Float rounding is not clipping
+        (:data:`fedbandits.core.clipping.ROUNDING`): float32 features of norm 1 neither count nor warn.
 
         ``entries`` maps a run label to the label of the user's entry it was made from (the frontier
         runs one entry at several epsilons, all with its bounds): those warn once per entry, on
@@ -236,7 +231,7 @@ class Results:
             largest = max(r.get("feature_norm_max", math.inf) for r in reports)
             over = []
             feature_bound = getattr(algs[0].params, "feature_bound", math.nan)
-            if features / n > threshold and not largest <= feature_bound * (1 + ROUNDING):
+            if features / n > threshold:
                 seen = f", the largest norm {largest:.6g}" if math.isfinite(largest) else ""
                 text = f"{_percent(features / n)} of its features (feature_bound = {feature_bound:g}{seen})"
                 over.append(("feature_bound", text))
