@@ -1,0 +1,440 @@
+"""An online agent: one silo's live decisions (choose now, reward later), LinUCB or FedLinUCB.
+
+The simulator's :class:`~fedbandits.algorithms.fedlinucb.FedLinUCB` plays all runs x agents in
+lock step; an :class:`Agent` is one of those agents taken out of the loop.  It keeps the same
+pieces -- the ridge state kept by Sherman-Morrison (:class:`~fedbandits.core.ridge.RidgeState`),
+the fused ``[V^-1 | theta]`` scorer (:class:`~fedbandits.core.ucb.UCBScorer`), the clipping
+helpers, the silo's local randomizer (tree p-sums with Gaussian noise, or distributed-dp shares)
+-- so that, fed the simulator's stream with rewards posted at once, it makes the simulator's
+choices and releases its statistics (tests/test_online_parity.py).
+
+Decisions and rewards:
+
+* :meth:`Agent.choose` scores the K candidate arms and returns a :class:`Decision`; the chosen
+  arm's features wait, under the decision's id, for its reward.
+* :meth:`Agent.reward` completes a decision once: the (clipped) observation enters the batch
+  statistics of the next release, and -- for LinUCB and non-lazy FedLinUCB -- the agent's own
+  state.  A decision not rewarded within ``expiry_seconds`` expires: counted, never learned from.
+* :meth:`Agent.sync_payload` releases the completed decisions since the previous release through
+  the configured protocol; :meth:`Agent.apply_sync` adopts the federation's synced prefix.  A lazy
+  agent (the default for private protocols) acts on lambda I + the synced prefix only.
+
+Every input is checked before anything changes: a bad one raises :class:`AgentError` (a
+``ValueError``) naming the field, and the agent is as it was.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedbandits.config import Config
+from fedbandits.core.clipping import clip_norm, clip_rewards
+from fedbandits.core.ridge import RidgeState, raise_eigenvalues
+from fedbandits.core.ucb import UCBScorer
+from fedbandits.online import state as statefile
+from fedbandits.online.setup import AgentSetup
+from fedbandits.privacy.mechanisms import TreeRandomizer, pack, unpack
+from fedbandits.protocols.distributed_dp import DistributedRandomizer
+
+#: scorers kept for this many distinct numbers of arms K (each holds K x (d + 1) floats of buffers)
+MAX_SCORERS = 64
+
+
+class AgentError(ValueError):
+    """An input the agent refuses (the message names the field); nothing changed."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One choice: the arm (index into the features given), its id for :meth:`Agent.reward`,
+    and every arm's UCB score ``(K,)`` (float32, as the simulator scores)."""
+
+    arm: int
+    decision_id: str
+    scores: np.ndarray
+    context_id: str | None = None
+
+
+class Agent:
+    """One silo's online LinUCB / FedLinUCB learner.  Build it with :meth:`from_config`."""
+
+    def __init__(
+        self,
+        setup: AgentSetup,
+        *,
+        silo: int = 0,
+        seed: int | None = None,
+        expiry_seconds: float = 86400.0,
+        clock: Callable[[], float] = time.monotonic,
+        clip_rewards: bool = False,
+    ) -> None:
+        if isinstance(silo, bool) or not isinstance(silo, int) or not 0 <= silo < setup.silos:
+            raise AgentError(f"silo must be an integer in [0, {setup.silos}) ([environment] agents), got {silo!r}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+            raise AgentError(f"seed must be an integer >= 0 or None (secret OS randomness), got {seed!r}")
+        if isinstance(expiry_seconds, bool) or not isinstance(expiry_seconds, int | float) or not expiry_seconds > 0:
+            raise AgentError(f"expiry_seconds must be a number > 0, got {expiry_seconds!r}")
+        if not callable(clock):
+            raise AgentError("clock must be a callable returning seconds (e.g. time.monotonic)")
+        self.setup = setup
+        self.silo = silo
+        self.seeded = seed is not None
+        self.expiry_seconds = float(expiry_seconds)
+        self.clock = clock
+        self.clip_out_of_bound = bool(clip_rewards)
+        d = setup.dim
+        self.dim = d
+        self.reg = setup.reg
+        self.private = setup.private
+        self.lazy = setup.lazy
+        self.federated = setup.federated
+        self._radius = setup.radius()
+        self.feature_bound = setup.fed_params.feature_bound if self.private else None
+        self.reward_bound = setup.fed_params.reward_bound if self.private else None
+        self.state = RidgeState((1,), d, self.reg)
+        self.local_cov = np.zeros((1, 1, d, d))  # W_i: completed decisions since the last release
+        self.local_bias = np.zeros((1, 1, d))  # U_i
+        self.synced_cov = np.zeros((1, d, d))  # W_syn in force
+        self.synced_bias = np.zeros((1, d))  # U_syn in force
+        self.randomizer: TreeRandomizer | DistributedRandomizer | None = None
+        if self.private:
+            self.randomizer = setup.randomizer(setup.noise_stream(silo, seed))
+        self.instance = secrets.token_hex(8)  # decision ids of another agent are unknown here
+        self.counts: dict[str, int] = dict.fromkeys(COUNTERS, 0)
+        self.feature_norm_max = 0.0
+        self.pending: dict[int, tuple[np.ndarray, float]] = {}  # decision number -> (x (d,), deadline)
+        self.expired: set[int] = set()
+        self._queue: deque[tuple[float, int]] = deque()  # (deadline, number), oldest first
+        self._scorers: dict[int, UCBScorer] = {}
+        self._theta = np.zeros((1, d))
+        self._beta = 0.0
+        self._refresh()
+
+    @classmethod
+    def from_config(
+        cls,
+        config: Config | dict[str, Any] | str | Path,
+        *,
+        entry: str | None = None,
+        silo: int = 0,
+        seed: int | None = None,
+        expiry_seconds: float = 86400.0,
+        clock: Callable[[], float] = time.monotonic,
+        clip_rewards: bool = False,
+    ) -> Agent:
+        """An agent for entry ``entry`` (a label; default the first ``[[algorithms]]`` entry) of a
+        config (a Config, a dict or a TOML file's path), validated as ``fedbandits run`` does.
+
+        ``silo``: this agent's index among the ``[environment] agents`` silos.  ``seed``: None for
+        secret noise from the OS; an integer s for the simulator's noise stream of silo ``silo`` in
+        run 0 with ``noise_seed = s`` (tests, parity trials).  ``clip_rewards``: clip a reward
+        outside the private bound [-B, B] and count it (the simulator's behaviour) instead of
+        refusing it."""
+        setup = AgentSetup.from_config(config, entry)
+        return cls(setup, silo=silo, seed=seed, expiry_seconds=expiry_seconds, clock=clock, clip_rewards=clip_rewards)
+
+    # -- decisions ---------------------------------------------------------------------------
+    def choose(self, features: Any, *, context_id: str | None = None) -> Decision:
+        """Score the K candidate arms ``features (K, d)`` and choose the best (first on ties)."""
+        x = self._features(features)
+        self._expire()
+        k = x.shape[0]
+        scorer = self._scorers.get(k)
+        if scorer is None:
+            if len(self._scorers) >= MAX_SCORERS:
+                self._scorers.clear()
+            scorer = self._scorers[k] = UCBScorer(1, k, self.dim)
+        scores = scorer.scores(x[None], self.state.inv, self._theta, self._beta)[0]
+        arm = int(scores.argmax())
+        number = self.counts["decisions"]
+        deadline = self.clock() + self.expiry_seconds
+        self.pending[number] = (x[arm].astype(np.float64), deadline)
+        self._queue.append((deadline, number))
+        self.counts["decisions"] = number + 1
+        return Decision(arm, f"{self.instance}-{number}", scores.copy(), context_id)
+
+    def reward(self, decision_id: str, value: float) -> None:
+        """Complete decision ``decision_id`` with reward ``value`` (once; in any order, any delay
+        below ``expiry_seconds``)."""
+        number = self._number(decision_id)
+        y = self._reward_value("value", value)
+        self._expire()
+        entry = self.pending.pop(number, None)
+        if entry is None:
+            if number in self.expired:
+                self.counts["late_rewards"] += 1
+                raise AgentError(
+                    f"decision_id {decision_id!r} expired (no reward within expiry_seconds = {self.expiry_seconds:g}); "
+                    "its reward is refused and counted"
+                )
+            raise AgentError(f"decision_id {decision_id!r} was already rewarded; a decision takes one reward")
+        self._learn(entry[0], y)
+        self.counts["rewarded"] += 1
+
+    def partial_fit(self, features: Any, arms: Any, rewards: Any) -> None:
+        """Learn from logged, completed decisions (like MABWiser's ``partial_fit``).
+
+        ``features``: ``(n, K, d)`` -- every logged candidate set, the chosen one ``arms[i]`` -- or
+        ``(n, d)`` -- the chosen arms' features themselves (``arms`` then only checked, may be None).
+        ``rewards (n,)``.  Each row counts as one completed decision of the next release."""
+        x = np.asarray(features, dtype=np.float64) if _numeric(features) else None
+        if x is None or x.ndim not in (2, 3) or x.shape[-1] != self.dim or x.shape[0] < 1:
+            shape = getattr(x, "shape", None)
+            raise AgentError(f"features must be a numeric array (n, K, d) or (n, d) with d = {self.dim}, got {shape}")
+        n = x.shape[0]
+        if not np.isfinite(x).all():
+            raise AgentError("features must be finite, got NaN or infinite entries")
+        if x.ndim == 3 or arms is not None:
+            a = np.asarray(arms) if _numeric(arms) else None
+            limit = x.shape[1] if x.ndim == 3 else None
+            if (
+                a is None
+                or a.shape != (n,)
+                or a.dtype.kind not in "iu"
+                or (a < 0).any()
+                or (limit and (a >= limit).any())
+            ):
+                bound = f"in [0, K = {limit})" if limit else ">= 0"
+                raise AgentError(f"arms must be {n} integers {bound}, got {arms!r:.80}")
+            if x.ndim == 3:
+                x = x[np.arange(n), a]
+        y = np.asarray(rewards, dtype=np.float64) if _numeric(rewards) else None
+        if y is None or y.shape != (n,):
+            raise AgentError(f"rewards must be {n} numbers, got {rewards!r:.80}")
+        checked = [self._reward_value(f"rewards[{i}]", float(v)) for i, v in enumerate(y)]
+        for row, value in zip(x, checked, strict=True):
+            self._learn(row.copy(), value)
+        self.counts["logged"] += n
+
+    # -- synchronisation ---------------------------------------------------------------------
+    def sync_payload(self) -> np.ndarray:
+        """This silo's release for the next sync round: the batch statistics of the decisions
+        completed since the previous release, packed ``(P,)`` (upper triangle of W, then U) and
+        privatized by the protocol's local randomizer (``ldp``: a noisy tree p-sum; ``distributed-dp``:
+        encoded residues with a noise share, uint64; ``none``: exact)."""
+        if not self.federated:
+            raise AgentError(f"{self.setup.name!r} does not synchronise: sync_payload needs a fedlinucb entry")
+        releases = self.setup.releases
+        if releases is not None and self.counts["syncs"] >= releases:
+            raise AgentError(
+                f"sync_payload: the noise is calibrated for K = horizon // batch = {releases} releases, all made; "
+                "a new release would exceed the privacy budget (start a new epoch with a new config)"
+            )
+        self._expire()
+        gamma = pack(self.local_cov, self.local_bias)
+        if self.randomizer is not None:
+            payload = self.randomizer.release(gamma)[0, 0].copy()
+        else:
+            payload = gamma[0, 0].copy()
+        self.local_cov[...] = 0.0
+        self.local_bias[...] = 0.0
+        self.counts["released_samples"] += self.counts["batch_samples"]
+        self.counts["batch_samples"] = 0
+        self.counts["syncs"] += 1
+        return payload
+
+    def apply_sync(self, prefix: Any) -> None:
+        """Adopt the federation's synced prefix ``(P,)`` (the server's release after a sync round)."""
+        if not self.federated:
+            raise AgentError(f"{self.setup.name!r} does not synchronise: apply_sync needs a fedlinucb entry")
+        width = self.setup.width
+        p = np.asarray(prefix, dtype=np.float64) if _numeric(prefix) else None
+        if p is None or p.shape != (width,) or not np.isfinite(p).all():
+            raise AgentError(
+                f"prefix must be {width} finite numbers (d(d+1)/2 + d, d = {self.dim}), got {prefix!r:.80}"
+            )
+        cov, bias = unpack(p[None], self.dim)
+        gram = self.reg * np.eye(self.dim) + cov
+        repaired = 0
+        if self.private:
+            gram, repaired = raise_eigenvalues(gram, 0.1 * self.reg)
+        state_bias = bias
+        if not self.lazy and self.counts["batch_samples"]:
+            # decisions completed since the release are not in the prefix yet: keep acting on them
+            gram = gram + self.local_cov[0]
+            state_bias = bias + self.local_bias[0]
+        try:
+            self.state.set(gram, state_bias)
+        except ValueError as exc:
+            raise AgentError(f"prefix: {exc}") from None
+        self.synced_cov, self.synced_bias = cov, bias
+        self.counts["psd_repairs"] += repaired
+        self.counts["adopted"] += 1
+        self._refresh()
+
+    # -- reports -----------------------------------------------------------------------------
+    def status(self) -> dict[str, object]:
+        """Counts and the privacy spent (expires overdue decisions first)."""
+        self._expire()
+        c = self.counts
+        cal = self.setup.calibration
+        out: dict[str, object] = {
+            "algorithm": self.setup.name,
+            "label": self.setup.label,
+            "silo": self.silo,
+            "decisions": c["decisions"],
+            "rewarded": c["rewarded"],
+            "logged": c["logged"],
+            "pending": len(self.pending),
+            "expired": c["expired"],
+            "late_rewards": c["late_rewards"],
+            "batch_samples": c["batch_samples"],
+            "syncs": c["syncs"],
+            "adopted": c["adopted"],
+            "lazy": self.lazy,
+            "private": self.private,
+            "noise": "seeded (not secret)" if self.seeded else "secret (OS entropy)",
+        }
+        if self.federated:
+            out["protocol"] = self.setup.protocol
+        if cal is not None:
+            out.update(
+                {
+                    "releases_planned": cal.releases,
+                    "epsilon": cal.epsilon,
+                    "delta": cal.delta,
+                    # the calibration certifies the whole planned schedule; nothing is spent before a release
+                    "epsilon_spent": cal.epsilon_spent if c["syncs"] else 0.0,
+                    "observations": c["observations"],
+                    "feature_norm_max": self.feature_norm_max,
+                    "clipped": c["clipped_features"] + c["clipped_rewards"],
+                    "clipped_features": c["clipped_features"],
+                    "clipped_rewards": c["clipped_rewards"],
+                    "psd_repairs": c["psd_repairs"],
+                }
+            )
+        return out
+
+    # -- save / load (fedbandits.online.state) -----------------------------------------------
+    def save(self, path: str | Path) -> None:
+        """Write the whole state to ``path`` (npz + JSON, atomically; no pickle)."""
+        header, arrays = statefile.dump(self)
+        statefile.write(Path(path), header, arrays, self.clock())
+
+    @classmethod
+    def load(cls, path: str | Path, *, clock: Callable[[], float] = time.monotonic) -> Agent:
+        """An agent exactly as saved (its noise stream continues, never replays)."""
+        header, arrays = statefile.read(Path(path))
+        return statefile.restore(cls, header, arrays, clock)
+
+    def state_digest(self) -> str:
+        """SHA-256 of the whole state (what :meth:`save` writes): equal digests, equal agents."""
+        return statefile.digest(*statefile.dump(self))
+
+    # -- internals ---------------------------------------------------------------------------
+    def _features(self, features: Any) -> np.ndarray:
+        try:
+            x = np.ascontiguousarray(features, dtype=np.float32)
+        except (TypeError, ValueError):
+            raise AgentError(
+                f"features must be a numeric array (K, d = {self.dim}), got {type(features).__name__}"
+            ) from None
+        if x.ndim != 2 or x.shape[1] != self.dim or x.shape[0] < 1:
+            raise AgentError(f"features must have shape (K, d = {self.dim}) with K >= 1 arms, got {x.shape}")
+        if not np.isfinite(x).all():
+            raise AgentError("features must be finite (float32 range), got NaN or infinite entries")
+        return x
+
+    def _number(self, decision_id: object) -> int:
+        if isinstance(decision_id, str):
+            instance, _, tail = decision_id.rpartition("-")
+            if (
+                instance == self.instance
+                and tail.isascii()
+                and tail.isdigit()
+                and str(int(tail)) == tail
+                and int(tail) < self.counts["decisions"]
+            ):
+                return int(tail)
+        raise AgentError(f"decision_id {decision_id!r:.80} is unknown to this agent")
+
+    def _reward_value(self, name: str, value: object) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+            raise AgentError(f"{name} must be a finite number, got {value!r:.80}")
+        y = float(value)
+        if y != y or y in (float("inf"), float("-inf")):
+            raise AgentError(f"{name} must be a finite number, got {y}")
+        bound = self.reward_bound
+        if bound is not None and not -bound <= y <= bound and not self.clip_out_of_bound:
+            raise AgentError(f"{name} must be in [-{bound:g}, {bound:g}] (the config's reward_bound), got {y}")
+        return y
+
+    def _learn(self, x: np.ndarray, value: float) -> None:
+        """One completed decision: clip (private), then the batch statistics and (non-lazy) the state."""
+        xb = x.reshape(1, 1, self.dim)
+        yb = np.array([[value]])
+        if self.private:
+            assert self.feature_bound is not None and self.reward_bound is not None
+            self.feature_norm_max = max(self.feature_norm_max, float(np.linalg.norm(xb, axis=-1).max()))
+            xb, n_x = clip_norm(xb, self.feature_bound)
+            yb, n_y = clip_rewards(yb, -self.reward_bound, self.reward_bound)
+            self.counts["observations"] += 1
+            self.counts["clipped_features"] += n_x
+            self.counts["clipped_rewards"] += n_y
+        if not self.lazy:
+            self.state._update_unchecked(xb[0], yb[0])
+        if self.federated:
+            self.local_cov += xb[..., :, None] * xb[..., None, :]
+            self.local_bias += xb * yb[..., None]
+            self.counts["batch_samples"] += 1
+        self.counts["learned"] += 1
+        if not self.lazy:
+            self._refresh()
+
+    def _refresh(self) -> None:
+        """theta-hat and the radius after a state change (once, not per decision)."""
+        self._theta = self.state.theta()
+        self._beta = float(self._radius(float(self._radius_samples()), self.dim, self.reg))
+
+    def _radius_samples(self) -> int:
+        """n of beta(n), as the simulator counts it: LinUCB its own samples; FedLinUCB M times the
+        silo's samples (in the releases made, if lazy) -- with rewards at once, the simulator's M t."""
+        if not self.federated:
+            return self.counts["learned"]
+        own = self.counts["released_samples"] if self.lazy else self.counts["learned"]
+        return self.setup.silos * own
+
+    def _expire(self) -> None:
+        queue = self._queue
+        if not queue:
+            return
+        now = self.clock()
+        while queue and queue[0][0] <= now:
+            _, number = queue.popleft()
+            if self.pending.pop(number, None) is not None:
+                self.expired.add(number)
+                self.counts["expired"] += 1
+
+
+#: the agent's counters, saved with it
+COUNTERS = (
+    "decisions",
+    "rewarded",
+    "logged",
+    "learned",
+    "expired",
+    "late_rewards",
+    "batch_samples",
+    "released_samples",
+    "syncs",
+    "adopted",
+    "observations",
+    "clipped_features",
+    "clipped_rewards",
+    "psd_repairs",
+)
+
+
+def _numeric(value: object) -> bool:
+    try:
+        return np.asarray(value).dtype.kind in "biuf"
+    except (TypeError, ValueError):
+        return False
