@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 
 from fedbandits import Agent, config_from_dict
+from fedbandits.core.ridge import RidgeState, rank_one_update
+from fedbandits.core.ucb import UCBScorer, projection, score_one
 from fedbandits.online import Aggregator
 from fedbandits.privacy.mechanisms import pack
 from fedbandits.registry import ALGORITHMS, ENVIRONMENTS, PolicyContext
@@ -130,3 +132,27 @@ def test_a_different_noise_seed_breaks_parity():
     agents = [Agent.from_config(config, silo=i, seed=12, clip_rewards=True) for i in range(AGENTS)]
     _, prefixes = play_agents(config, env, rounds, agents, Aggregator.from_config(config))
     assert not np.array_equal(prefixes[0], sim_prefixes[0])
+
+
+def test_one_learner_scoring_and_update_are_the_batched_arithmetic_bit_for_bit():
+    """The agent's fast paths (no batch axis) against the simulator's batched pieces, on random states:
+    every score and every entry of V, V^-1 and u equal exactly."""
+    rng = np.random.default_rng(0)
+    d = 10
+    state = RidgeState((1, 1), d, 0.7)
+    gram, inv, bias = state.gram[0, 0].copy(), state.inv[0, 0].copy(), state.bias[0, 0].copy()
+    for step in range(300):
+        x = rng.standard_normal(d) / 3
+        y = float(rng.standard_normal())
+        state._update_unchecked(x[None, None], np.array([[y]]))
+        rank_one_update(gram, inv, bias, x, y)
+        if step % 30 == 0:
+            k = int(rng.integers(1, 120))
+            feats = rng.standard_normal((k, d)).astype(np.float32)
+            theta = state.theta()
+            beta = float(rng.uniform(0.1, 3))
+            batched = UCBScorer(1, k, d).scores(feats[None], state.inv[0], theta[0], beta)[0]
+            np.testing.assert_array_equal(score_one(feats, projection(inv, theta[0, 0]), beta), batched)
+    np.testing.assert_array_equal(gram, state.gram[0, 0])
+    np.testing.assert_array_equal(inv, state.inv[0, 0])
+    np.testing.assert_array_equal(bias, state.bias[0, 0])
