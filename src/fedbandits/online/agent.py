@@ -43,6 +43,7 @@ from fedbandits.core.ridge import RidgeState, raise_eigenvalues, rank_one_update
 from fedbandits.core.ucb import projection, score_one
 from fedbandits.online import state as statefile
 from fedbandits.online.setup import AgentSetup
+from fedbandits.privacy.guarantee import not_covering_adaptivity
 from fedbandits.privacy.mechanisms import TreeRandomizer, pack, unpack
 from fedbandits.protocols.distributed_dp import DistributedRandomizer
 
@@ -314,8 +315,12 @@ class Agent:
                     "clipped_features": c["clipped_features"],
                     "clipped_rewards": c["clipped_rewards"],
                     "psd_repairs": c["psd_repairs"],
+                    "guarantee": cal.guarantee,
+                    "guarantee_reason": cal.guarantee_reason,
                 }
             )
+            if not self.lazy:  # decisions act on unreleased data: the simulator withdraws the guarantee too
+                out = not_covering_adaptivity(out)
         return out
 
     # -- save / load (fedbandits.online.state) -----------------------------------------------
