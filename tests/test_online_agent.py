@@ -325,6 +325,10 @@ def test_corrupt_truncated_and_other_version_files_are_refused(tmp_path):
     np.savez(tmp_path / "tampered.npz", header=np.frombuffer(blob, dtype=np.uint8), **tampered)
     with pytest.raises(StateFileError, match="corrupt or truncated"):
         Agent.load(tmp_path / "tampered.npz")
+    header_only = {k: v for k, v in header.items() if k != "counts"}  # checksum right, content wrong
+    statefile.write(tmp_path / "short.npz", header_only, arrays, 0.0)
+    with pytest.raises(StateFileError, match="corrupt or truncated"):
+        Agent.load(tmp_path / "short.npz")
     with pytest.raises(StateFileError, match="no such state file"):
         Agent.load(tmp_path / "missing.npz")
     assert issubclass(StateFileError, ValueError)
@@ -428,3 +432,23 @@ def test_entry_picks_the_labelled_algorithm_and_the_toml_path_works(tmp_path):
     agent.sync_payload()
     assert 0 < agent.status()["epsilon_spent"] <= 1.0
     assert Agent.from_config(toml).status()["algorithm"] == "linucb-independent"
+
+
+def test_a_non_lazy_agent_keeps_acting_on_decisions_completed_after_its_release():
+    """FedLinUCB with ``none`` (lazy false): after apply_sync the state is lambda I + the prefix + the
+    decisions completed since the release -- none lost, none counted twice."""
+    agent = Agent.from_config(config(NONE), seed=0)
+    rng = np.random.default_rng(12)
+    rows = []
+    for step in range(4):
+        x = features(rng)
+        d = agent.choose(x)
+        agent.reward(d.decision_id, 0.1 * step)
+        rows.append(x[d.arm].astype(np.float32).astype(np.float64))
+        if step == 2:
+            payload = agent.sync_payload()  # the first three
+    agent.apply_sync(payload)  # a federation of this silo alone
+    chosen = np.array(rows)
+    np.testing.assert_allclose(agent.state.gram[0], np.eye(DIM) + chosen.T @ chosen, rtol=1e-13)
+    np.testing.assert_allclose(agent.state.bias[0], chosen.T @ (0.1 * np.arange(4)), rtol=1e-13, atol=1e-15)
+    assert agent.status()["batch_samples"] == 1  # the fourth waits for the next release

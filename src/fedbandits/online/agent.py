@@ -332,8 +332,14 @@ class Agent:
     @classmethod
     def load(cls, path: str | Path, *, clock: Callable[[], float] = time.monotonic) -> Agent:
         """An agent exactly as saved (its noise stream continues, never replays)."""
-        header, arrays = statefile.read(Path(path))
-        return statefile.restore(cls, header, arrays, clock)
+        path = Path(path)
+        header, arrays = statefile.read(path)
+        try:
+            return statefile.restore(cls, header, arrays, clock)
+        except statefile.StateFileError:
+            raise
+        except (KeyError, TypeError, ValueError, IndexError):  # a well-formed archive of the wrong content
+            raise statefile.StateFileError(f"{path} is not an agent state file (corrupt or truncated)") from None
 
     def state_digest(self) -> str:
         """SHA-256 of the whole state (what :meth:`save` writes): equal digests, equal agents."""
