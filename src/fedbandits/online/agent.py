@@ -42,14 +42,11 @@ from fedbandits.config import Config
 from fedbandits.core.ridge import RidgeState, raise_eigenvalues, rank_one_update
 from fedbandits.core.ucb import projection, score_one
 from fedbandits.online import state as statefile
+from fedbandits.online.inputs import AgentError, check_features, check_logs, check_prefix, check_reward
 from fedbandits.online.setup import AgentSetup
 from fedbandits.privacy.guarantee import not_covering_adaptivity
 from fedbandits.privacy.mechanisms import TreeRandomizer, pack, unpack
 from fedbandits.protocols.distributed_dp import DistributedRandomizer
-
-
-class AgentError(ValueError):
-    """An input the agent refuses (the message names the field); nothing changed."""
 
 
 @dataclass(frozen=True)
@@ -152,7 +149,7 @@ class Agent:
     # -- decisions ---------------------------------------------------------------------------
     def choose(self, features: Any, *, context_id: str | None = None) -> Decision:
         """Score the K candidate arms ``features (K, d)`` and choose the best (first on ties)."""
-        x = self._features(features)
+        x = check_features(features, self.dim)
         self._expire()
         if self._stale:
             self._refresh()
@@ -190,35 +187,12 @@ class Agent:
         ``features``: ``(n, K, d)`` -- every logged candidate set, the chosen one ``arms[i]`` -- or
         ``(n, d)`` -- the chosen arms' features themselves (``arms`` then only checked, may be None).
         ``rewards (n,)``.  Each row counts as one completed decision of the next release."""
-        x = np.asarray(features, dtype=np.float64) if _numeric(features) else None
-        if x is None or x.ndim not in (2, 3) or x.shape[-1] != self.dim or x.shape[0] < 1:
-            shape = getattr(x, "shape", None)
-            raise AgentError(f"features must be a numeric array (n, K, d) or (n, d) with d = {self.dim}, got {shape}")
-        n = x.shape[0]
-        if not np.isfinite(x).all():
-            raise AgentError("features must be finite, got NaN or infinite entries")
-        if x.ndim == 3 or arms is not None:
-            a = np.asarray(arms) if _numeric(arms) else None
-            limit = x.shape[1] if x.ndim == 3 else None
-            if (
-                a is None
-                or a.shape != (n,)
-                or a.dtype.kind not in "iu"
-                or (a < 0).any()
-                or (limit and (a >= limit).any())
-            ):
-                bound = f"in [0, K = {limit})" if limit else ">= 0"
-                raise AgentError(f"arms must be {n} integers {bound}, got {arms!r:.80}")
-            if x.ndim == 3:
-                x = x[np.arange(n), a]
-        y = np.asarray(rewards, dtype=np.float64) if _numeric(rewards) else None
-        if y is None or y.shape != (n,):
-            raise AgentError(f"rewards must be {n} numbers, got {rewards!r:.80}")
+        x, y = check_logs(features, arms, rewards, self.dim)
         checked = [self._reward_value(f"rewards[{i}]", float(v)) for i, v in enumerate(y)]
         for row, value in zip(x, checked, strict=True):
             self._learn(self.counts["sequence"], row.copy(), value)
             self.counts["sequence"] += 1  # a logged row is a decision made elsewhere: it takes a number
-        self.counts["logged"] += n
+        self.counts["logged"] += len(y)
 
     # -- synchronisation ---------------------------------------------------------------------
     def sync_payload(self) -> np.ndarray:
@@ -250,12 +224,7 @@ class Agent:
         """Adopt the federation's synced prefix ``(P,)`` (the server's release after a sync round)."""
         if not self.federated:
             raise AgentError(f"{self.setup.name!r} does not synchronise: apply_sync needs a fedlinucb entry")
-        width = self.setup.width
-        p = np.asarray(prefix, dtype=np.float64) if _numeric(prefix) else None
-        if p is None or p.shape != (width,) or not np.isfinite(p).all():
-            raise AgentError(
-                f"prefix must be {width} finite numbers (d(d+1)/2 + d, d = {self.dim}), got {prefix!r:.80}"
-            )
+        p = check_prefix(prefix, self.setup.width, self.dim)
         cov, bias = unpack(p[None], self.dim)
         gram = self.reg * np.eye(self.dim) + cov
         repaired = 0
@@ -346,23 +315,6 @@ class Agent:
         return statefile.digest(*statefile.dump(self))
 
     # -- internals ---------------------------------------------------------------------------
-    def _features(self, features: Any) -> np.ndarray:
-        try:
-            if getattr(features, "dtype", None) == np.float32:
-                x = np.ascontiguousarray(features)
-            else:
-                with np.errstate(over="ignore"):  # a value beyond float32 becomes inf, refused below
-                    x = np.ascontiguousarray(features, dtype=np.float32)
-        except (TypeError, ValueError):
-            raise AgentError(
-                f"features must be a numeric array (K, d = {self.dim}), got {type(features).__name__}"
-            ) from None
-        if x.ndim != 2 or x.shape[1] != self.dim or x.shape[0] < 1:
-            raise AgentError(f"features must have shape (K, d = {self.dim}) with K >= 1 arms, got {x.shape}")
-        if not np.isfinite(x).all():
-            raise AgentError("features must be finite (float32 range), got NaN or infinite entries")
-        return x
-
     def _number(self, decision_id: object) -> int:
         if isinstance(decision_id, str):
             instance, _, tail = decision_id.rpartition("-")
@@ -377,15 +329,7 @@ class Agent:
         raise AgentError(f"decision_id {decision_id!r:.80} is unknown to this agent")
 
     def _reward_value(self, name: str, value: object) -> float:
-        if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
-            raise AgentError(f"{name} must be a finite number, got {value!r:.80}")
-        y = float(value)
-        if y != y or y in (float("inf"), float("-inf")):
-            raise AgentError(f"{name} must be a finite number, got {y}")
-        bound = self.reward_bound
-        if bound is not None and not -bound <= y <= bound and not self.clip_out_of_bound:
-            raise AgentError(f"{name} must be in [-{bound:g}, {bound:g}] (the config's reward_bound), got {y}")
-        return y
+        return check_reward(name, value, None if self.clip_out_of_bound else self.reward_bound)
 
     def _learn(self, number: int, x: np.ndarray, value: float) -> None:
         """One completed decision: clip (private), then the batch statistics and (non-lazy) the state."""
@@ -466,10 +410,3 @@ COUNTERS = (
     "clipped_rewards",
     "psd_repairs",
 )
-
-
-def _numeric(value: object) -> bool:
-    try:
-        return np.asarray(value).dtype.kind in "biuf"
-    except (TypeError, ValueError):
-        return False
