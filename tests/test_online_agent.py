@@ -452,3 +452,23 @@ def test_a_non_lazy_agent_keeps_acting_on_decisions_completed_after_its_release(
     np.testing.assert_allclose(agent.state.gram[0], np.eye(DIM) + chosen.T @ chosen, rtol=1e-13)
     np.testing.assert_allclose(agent.state.bias[0], chosen.T @ (0.1 * np.arange(4)), rtol=1e-13, atol=1e-15)
     assert agent.status()["batch_samples"] == 1  # the fourth waits for the next release
+
+
+def test_status_of_a_distributed_dp_agent_and_unbounded_non_private_rewards():
+    cfg = config({"name": "fedlinucb", "batch": 10, "protocol": "distributed-dp", "epsilon": 1.0, "delta": 1e-3})
+    agent = Agent.from_config(cfg, seed=0)
+    status = agent.status()
+    assert (status["protocol"], status["private"], status["lazy"], status["guarantee"]) == (
+        "distributed-dp",
+        True,
+        True,
+        "formal",
+    )
+    agent.sync_payload()
+    assert 0 < agent.status()["epsilon_spent"] <= 1.0
+    plain = Agent.from_config(config(NONE), seed=0)  # non-private: any finite reward is learned as given
+    d = plain.choose(features(np.random.default_rng(13)))
+    plain.reward(d.decision_id, 250.0)
+    assert plain.status()["rewarded"] == 1 and "clipped" not in plain.status()
+    unsafe = Agent.from_config(config({**LDP, "lazy": False}), seed=0)
+    assert unsafe.status()["guarantee"] == "no formal guarantee"
