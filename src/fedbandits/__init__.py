@@ -9,6 +9,7 @@ The flow of one run through the modules:
     sim/task.py        simulate_runs: builds env + policy (+ its protocol) and loops over time
     envs/, algorithms/, protocols/   contexts and rewards; actions and local statistics; the private sync P=(R, S, A)
     sim/results.py     Results: regret curves, communication and privacy spent, saved with the config
+    online/            Agent: one silo's live decisions (choose, reward later, sync), from the same config
     sim/reports.py, plots.py         the per-algorithm reports merged over tasks; the figures
 
 Where a newcomer's code goes: a new algorithm in algorithms/ (its entry in registry.py), a new
@@ -16,18 +17,21 @@ protocol in protocols/ (its entry in protocols/catalog.py; its mechanism and cal
 a new environment in envs/ (its entry in registry.py); then its entry point in pyproject.toml
 (plugins.py loads every name from the entry points; a third-party package adds its own the same way,
 docs/extending.md).  A module imports only its own room and lower ones (core, plugins < envs,
-privacy < protocols < algorithms < registry < config < sim < experiments, federation, audit < cli);
+privacy < protocols < algorithms < registry < config < online < sim < experiments, federation, audit < cli);
 tests/test_imports.py checks it.
 """
 
 from fedbandits._version import __version__
 from fedbandits.api import quickstart_config, run, tune
 from fedbandits.config import Config, ConfigError, config_from_dict, load_config, loads_config
+from fedbandits.online import Agent, Decision
 from fedbandits.sim.results import Results
 
 __all__ = [
+    "Agent",
     "Config",
     "ConfigError",
+    "Decision",
     "Results",
     "__version__",
     "config_from_dict",

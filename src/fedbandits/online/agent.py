@@ -1,0 +1,412 @@
+"""An online agent: one silo's live decisions (choose now, reward later), LinUCB or FedLinUCB.
+
+The simulator's :class:`~fedbandits.algorithms.fedlinucb.FedLinUCB` plays all runs x agents in
+lock step; an :class:`Agent` is one of those agents taken out of the loop.  It keeps the same
+pieces -- the ridge state kept by Sherman-Morrison (:class:`~fedbandits.core.ridge.RidgeState`,
+updated by its one-learner form :func:`~fedbandits.core.ridge.rank_one_update`), the fused
+``[V^-1 | theta]`` scoring (:func:`~fedbandits.core.ucb.score_one`, :class:`~fedbandits.core.ucb.UCBScorer`'s
+arithmetic for one learner; the projection is built once per state change, not per decision), the
+clipping rule, the silo's local randomizer (tree p-sums with Gaussian noise, or distributed-dp shares)
+-- so that, fed the simulator's stream with rewards posted at once, it makes the simulator's
+choices and releases its statistics (tests/test_online_parity.py).
+
+Decisions and rewards:
+
+* :meth:`Agent.choose` scores the K candidate arms and returns a :class:`Decision`; the chosen
+  arm's features wait, under the decision's id, for its reward.
+* :meth:`Agent.reward` completes a decision once: the (clipped) observation enters the batch
+  statistics of the next release, and -- for LinUCB and non-lazy FedLinUCB -- the agent's own
+  state.  A decision not rewarded within ``expiry_seconds`` expires: counted, never learned from.
+* :meth:`Agent.sync_payload` releases the completed decisions since the previous release through
+  the configured protocol; :meth:`Agent.apply_sync` adopts the federation's synced prefix.  A lazy
+  agent (the default for private protocols) acts on lambda I + the synced prefix only.
+
+Every input is checked before anything changes: a bad one raises :class:`AgentError` (a
+``ValueError``) naming the field, and the agent is as it was.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedbandits.config import Config
+from fedbandits.core.ridge import RidgeState, raise_eigenvalues, rank_one_update
+from fedbandits.core.ucb import projection, score_one
+from fedbandits.online import state as statefile
+from fedbandits.online.inputs import AgentError, check_features, check_logs, check_prefix, check_reward
+from fedbandits.online.setup import AgentSetup
+from fedbandits.privacy.guarantee import not_covering_adaptivity
+from fedbandits.privacy.mechanisms import TreeRandomizer, pack, unpack
+from fedbandits.protocols.distributed_dp import DistributedRandomizer
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One choice: the arm (index into the features given), its id for :meth:`Agent.reward`,
+    and every arm's UCB score ``(K,)`` (float32, as the simulator scores)."""
+
+    arm: int
+    decision_id: str
+    scores: np.ndarray
+    context_id: str | None = None
+
+
+class Agent:
+    """One silo's online LinUCB / FedLinUCB learner.  Build it with :meth:`from_config`."""
+
+    def __init__(
+        self,
+        setup: AgentSetup,
+        *,
+        silo: int = 0,
+        seed: int | None = None,
+        expiry_seconds: float = 86400.0,
+        clock: Callable[[], float] = time.monotonic,
+        clip_rewards: bool = False,
+    ) -> None:
+        if isinstance(silo, bool) or not isinstance(silo, int) or not 0 <= silo < setup.silos:
+            raise AgentError(f"silo must be an integer in [0, {setup.silos}) ([environment] agents), got {silo!r}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+            raise AgentError(f"seed must be an integer >= 0 or None (secret OS randomness), got {seed!r}")
+        if isinstance(expiry_seconds, bool) or not isinstance(expiry_seconds, int | float) or not expiry_seconds > 0:
+            raise AgentError(f"expiry_seconds must be a number > 0, got {expiry_seconds!r}")
+        if not callable(clock):
+            raise AgentError("clock must be a callable returning seconds (e.g. time.monotonic)")
+        self.setup = setup
+        self.silo = silo
+        self.seeded = seed is not None
+        self.expiry_seconds = float(expiry_seconds)
+        self.clock = clock
+        self.clip_out_of_bound = bool(clip_rewards)
+        d = setup.dim
+        self.dim = d
+        self.reg = setup.reg
+        self.private = setup.private
+        self.lazy = setup.lazy
+        self.federated = setup.federated
+        self._radius = setup.radius()
+        self.feature_bound = setup.fed_params.feature_bound if self.private else None
+        self.reward_bound = setup.fed_params.reward_bound if self.private else None
+        self.state = RidgeState((1,), d, self.reg)
+        #: the (clipped) completed decisions since the last release, by decision number: W_i and U_i are
+        #: summed from them in decision order at the release, so the order rewards arrive in is irrelevant
+        self.completed: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.synced_cov = np.zeros((1, d, d))  # W_syn in force
+        self.synced_bias = np.zeros((1, d))  # U_syn in force
+        self.randomizer: TreeRandomizer | DistributedRandomizer | None = None
+        if self.private:
+            self.randomizer = setup.randomizer(setup.noise_stream(silo, seed))
+        # decision ids carry the agent's instance: another agent's ids are unknown here.  A seeded
+        # (test) agent's instance is derived, so two agents built alike issue the same ids
+        self.instance = (
+            hashlib.sha256(f"{setup.label}:{silo}:{seed}".encode()).hexdigest()[:16]
+            if seed is not None
+            else secrets.token_hex(8)
+        )
+        self.counts: dict[str, int] = dict.fromkeys(COUNTERS, 0)
+        self.feature_norm_max = 0.0
+        self.pending: dict[int, tuple[np.ndarray, float]] = {}  # decision number -> (x (d,), deadline)
+        self.expired: set[int] = set()
+        self._queue: deque[tuple[float, int]] = deque()  # (deadline, number), oldest first
+        self._theta = np.zeros((1, d))
+        self._proj = np.zeros((d, d + 1), dtype=np.float32)
+        self._stale = True  # theta, [V^-1 | theta] and beta are recomputed at the next decision
+        self._beta = 0.0
+        self._refresh()
+
+    @classmethod
+    def from_config(
+        cls,
+        config: Config | dict[str, Any] | str | Path,
+        *,
+        entry: str | None = None,
+        silo: int = 0,
+        seed: int | None = None,
+        expiry_seconds: float = 86400.0,
+        clock: Callable[[], float] = time.monotonic,
+        clip_rewards: bool = False,
+    ) -> Agent:
+        """An agent for entry ``entry`` (a label; default the first ``[[algorithms]]`` entry) of a
+        config (a Config, a dict or a TOML file's path), validated as ``fedbandits run`` does.
+
+        ``silo``: this agent's index among the ``[environment] agents`` silos.  ``seed``: None for
+        secret noise from the OS; an integer s for the simulator's noise stream of silo ``silo`` in
+        run 0 with ``noise_seed = s`` (tests, parity trials).  ``clip_rewards``: clip a reward
+        outside the private bound [-B, B] and count it (the simulator's behaviour) instead of
+        refusing it."""
+        setup = AgentSetup.from_config(config, entry)
+        return cls(setup, silo=silo, seed=seed, expiry_seconds=expiry_seconds, clock=clock, clip_rewards=clip_rewards)
+
+    # -- decisions ---------------------------------------------------------------------------
+    def choose(self, features: Any, *, context_id: str | None = None) -> Decision:
+        """Score the K candidate arms ``features (K, d)`` and choose the best (first on ties)."""
+        x = check_features(features, self.dim)
+        self._expire()
+        if self._stale:
+            self._refresh()
+        scores = score_one(x, self._proj, self._beta)
+        arm = int(scores.argmax())
+        number = self.counts["sequence"]
+        deadline = self.clock() + self.expiry_seconds
+        self.pending[number] = (x[arm].astype(np.float64), deadline)
+        self._queue.append((deadline, number))
+        self.counts["sequence"] = number + 1
+        self.counts["decisions"] += 1
+        return Decision(arm, f"{self.instance}-{number}", scores, context_id)
+
+    def reward(self, decision_id: str, value: float) -> None:
+        """Complete decision ``decision_id`` with reward ``value`` (once; in any order, any delay
+        below ``expiry_seconds``)."""
+        number = self._number(decision_id)
+        y = self._reward_value("value", value)
+        self._expire()
+        entry = self.pending.pop(number, None)
+        if entry is None:
+            if number in self.expired:
+                self.counts["late_rewards"] += 1
+                raise AgentError(
+                    f"decision_id {decision_id!r} expired (no reward within expiry_seconds = {self.expiry_seconds:g}); "
+                    "its reward is refused and counted"
+                )
+            raise AgentError(f"decision_id {decision_id!r} was already rewarded; a decision takes one reward")
+        self._learn(number, entry[0], y)
+        self.counts["rewarded"] += 1
+
+    def partial_fit(self, features: Any, arms: Any, rewards: Any) -> None:
+        """Learn from logged, completed decisions (like MABWiser's ``partial_fit``).
+
+        ``features``: ``(n, K, d)`` -- every logged candidate set, the chosen one ``arms[i]`` -- or
+        ``(n, d)`` -- the chosen arms' features themselves (``arms`` then only checked, may be None).
+        ``rewards (n,)``.  Each row counts as one completed decision of the next release."""
+        x, y = check_logs(features, arms, rewards, self.dim)
+        checked = [self._reward_value(f"rewards[{i}]", float(v)) for i, v in enumerate(y)]
+        for row, value in zip(x, checked, strict=True):
+            self._learn(self.counts["sequence"], row.copy(), value)
+            self.counts["sequence"] += 1  # a logged row is a decision made elsewhere: it takes a number
+        self.counts["logged"] += len(y)
+
+    # -- synchronisation ---------------------------------------------------------------------
+    def sync_payload(self) -> np.ndarray:
+        """This silo's release for the next sync round: the batch statistics of the decisions
+        completed since the previous release, packed ``(P,)`` (upper triangle of W, then U) and
+        privatized by the protocol's local randomizer (``ldp``: a noisy tree p-sum; ``distributed-dp``:
+        encoded residues with a noise share, uint64; ``none``: exact)."""
+        if not self.federated:
+            raise AgentError(f"{self.setup.name!r} does not synchronise: sync_payload needs a fedlinucb entry")
+        releases = self.setup.releases
+        if releases is not None and self.counts["syncs"] >= releases:
+            raise AgentError(
+                f"sync_payload: the noise is calibrated for K = horizon // batch = {releases} releases, all made; "
+                "a new release would exceed the privacy budget (start a new epoch with a new config)"
+            )
+        self._expire()
+        local_cov, local_bias = self._batch_statistics()
+        gamma = pack(local_cov, local_bias)
+        if self.randomizer is not None:
+            payload = self.randomizer.release(gamma)[0, 0].copy()
+        else:
+            payload = gamma[0, 0].copy()
+        self.counts["released_samples"] += len(self.completed)
+        self.completed = {}
+        self.counts["syncs"] += 1
+        return payload
+
+    def apply_sync(self, prefix: Any) -> None:
+        """Adopt the federation's synced prefix ``(P,)`` (the server's release after a sync round)."""
+        if not self.federated:
+            raise AgentError(f"{self.setup.name!r} does not synchronise: apply_sync needs a fedlinucb entry")
+        p = check_prefix(prefix, self.setup.width, self.dim)
+        cov, bias = unpack(p[None], self.dim)
+        gram = self.reg * np.eye(self.dim) + cov
+        repaired = 0
+        if self.private:
+            gram, repaired = raise_eigenvalues(gram, 0.1 * self.reg)
+        state_bias = bias
+        if not self.lazy and self.completed:
+            # decisions completed since the release are not in the prefix yet: keep acting on them
+            local_cov, local_bias = self._batch_statistics()
+            gram = gram + local_cov[0]
+            state_bias = bias + local_bias[0]
+        try:
+            self.state.set(gram, state_bias)
+        except ValueError as exc:
+            raise AgentError(f"prefix: {exc}") from None
+        self.synced_cov, self.synced_bias = cov, bias
+        self.counts["psd_repairs"] += repaired
+        self.counts["adopted"] += 1
+        self._refresh()
+
+    # -- reports -----------------------------------------------------------------------------
+    def status(self) -> dict[str, object]:
+        """Counts and the privacy spent (expires overdue decisions first)."""
+        self._expire()
+        c = self.counts
+        cal = self.setup.calibration
+        out: dict[str, object] = {
+            "algorithm": self.setup.name,
+            "label": self.setup.label,
+            "silo": self.silo,
+            "decisions": c["decisions"],
+            "rewarded": c["rewarded"],
+            "logged": c["logged"],
+            "pending": len(self.pending),
+            "expired": c["expired"],
+            "late_rewards": c["late_rewards"],
+            "batch_samples": len(self.completed),
+            "syncs": c["syncs"],
+            "adopted": c["adopted"],
+            "lazy": self.lazy,
+            "private": self.private,
+            "noise": "seeded (not secret)" if self.seeded else "secret (OS entropy)",
+        }
+        if self.federated:
+            out["protocol"] = self.setup.protocol
+        if cal is not None:
+            out.update(
+                {
+                    "releases_planned": cal.releases,
+                    "epsilon": cal.epsilon,
+                    "delta": cal.delta,
+                    # the calibration certifies the whole planned schedule; nothing is spent before a release
+                    "epsilon_spent": cal.epsilon_spent if c["syncs"] else 0.0,
+                    "observations": c["observations"],
+                    "feature_norm_max": self.feature_norm_max,
+                    "clipped": c["clipped_features"] + c["clipped_rewards"],
+                    "clipped_features": c["clipped_features"],
+                    "clipped_rewards": c["clipped_rewards"],
+                    "psd_repairs": c["psd_repairs"],
+                    "guarantee": cal.guarantee,
+                    "guarantee_reason": cal.guarantee_reason,
+                }
+            )
+            if not self.lazy:  # decisions act on unreleased data: the simulator withdraws the guarantee too
+                out = not_covering_adaptivity(out)
+        return out
+
+    # -- save / load (fedbandits.online.state) -----------------------------------------------
+    def save(self, path: str | Path) -> None:
+        """Write the whole state to ``path`` (npz + JSON, atomically; no pickle)."""
+        header, arrays = statefile.dump(self)
+        statefile.write(Path(path), header, arrays, self.clock())
+
+    @classmethod
+    def load(cls, path: str | Path, *, clock: Callable[[], float] = time.monotonic) -> Agent:
+        """An agent exactly as saved (its noise stream continues, never replays)."""
+        path = Path(path)
+        header, arrays = statefile.read(path)
+        try:
+            return statefile.restore(cls, header, arrays, clock)
+        except statefile.StateFileError:
+            raise
+        except (KeyError, TypeError, ValueError, IndexError):  # a well-formed archive of the wrong content
+            raise statefile.StateFileError(f"{path} is not an agent state file (corrupt or truncated)") from None
+
+    def state_digest(self) -> str:
+        """SHA-256 of the whole state (what :meth:`save` writes): equal digests, equal agents."""
+        return statefile.digest(*statefile.dump(self))
+
+    # -- internals ---------------------------------------------------------------------------
+    def _number(self, decision_id: object) -> int:
+        if isinstance(decision_id, str):
+            instance, _, tail = decision_id.rpartition("-")
+            if (
+                instance == self.instance
+                and tail.isascii()
+                and tail.isdigit()
+                and str(int(tail)) == tail
+                and int(tail) < self.counts["sequence"]
+            ):
+                return int(tail)
+        raise AgentError(f"decision_id {decision_id!r:.80} is unknown to this agent")
+
+    def _reward_value(self, name: str, value: object) -> float:
+        return check_reward(name, value, None if self.clip_out_of_bound else self.reward_bound)
+
+    def _learn(self, number: int, x: np.ndarray, value: float) -> None:
+        """One completed decision: clip (private), then the batch statistics and (non-lazy) the state."""
+        if self.private:
+            # core.clipping's clip_norm and clip_rewards on one observation, the norm computed once
+            assert self.feature_bound is not None and self.reward_bound is not None
+            norm = np.linalg.norm(x, axis=-1, keepdims=True)
+            size = float(norm[0])
+            self.feature_norm_max = max(self.feature_norm_max, size)
+            if size > self.feature_bound:
+                x = x * (self.feature_bound / norm)
+                self.counts["clipped_features"] += 1
+            if not -self.reward_bound <= value <= self.reward_bound:
+                value = min(max(value, -self.reward_bound), self.reward_bound)
+                self.counts["clipped_rewards"] += 1
+            self.counts["observations"] += 1
+        if not self.lazy:
+            rank_one_update(self.state.gram[0], self.state.inv[0], self.state.bias[0], x, value)
+        if self.federated:
+            self.completed[number] = (x, np.array([value]))
+        self.counts["learned"] += 1
+        if not self.lazy:
+            self._stale = True
+
+    def _batch_statistics(self) -> tuple[np.ndarray, np.ndarray]:
+        """W_i ``(1, 1, d, d)`` and U_i ``(1, 1, d)`` of the completed decisions, added in decision order
+        exactly as the simulator adds a silo's rounds (the same operations, so the same bits)."""
+        d = self.dim
+        cov, bias = np.zeros((1, 1, d, d)), np.zeros((1, 1, d))
+        for number in sorted(self.completed):
+            x, y = self.completed[number]
+            xb = x.reshape(1, 1, d)
+            cov += xb[..., :, None] * xb[..., None, :]
+            bias += xb * y.reshape(1, 1)[..., None]
+        return cov, bias
+
+    def _refresh(self) -> None:
+        """theta-hat, [V^-1 | theta] and the radius after a state change (once, not per decision)."""
+        self._theta = self.state.theta()
+        self._proj = projection(self.state.inv[0], self._theta[0])
+        self._beta = float(self._radius(float(self._radius_samples()), self.dim, self.reg))
+        self._stale = False
+
+    def _radius_samples(self) -> int:
+        """n of beta(n), as the simulator counts it: LinUCB its own samples; FedLinUCB M times the
+        silo's samples (in the releases made, if lazy) -- with rewards at once, the simulator's M t."""
+        if not self.federated:
+            return self.counts["learned"]
+        own = self.counts["released_samples"] if self.lazy else self.counts["learned"]
+        return self.setup.silos * own
+
+    def _expire(self) -> None:
+        queue = self._queue
+        if not queue:
+            return
+        now = self.clock()
+        while queue and queue[0][0] <= now:
+            _, number = queue.popleft()
+            if self.pending.pop(number, None) is not None:
+                self.expired.add(number)
+                self.counts["expired"] += 1
+
+
+#: the agent's counters, saved with it
+COUNTERS = (
+    "sequence",
+    "decisions",
+    "rewarded",
+    "logged",
+    "learned",
+    "expired",
+    "late_rewards",
+    "released_samples",
+    "syncs",
+    "adopted",
+    "observations",
+    "clipped_features",
+    "clipped_rewards",
+    "psd_repairs",
+)

@@ -1,0 +1,196 @@
+"""What an online agent derives from a config, with exactly the code the simulator uses.
+
+One ``[[algorithms]]`` entry of an ordinary, validated fedbandits config (the same names and the
+same errors as ``fedbandits run``) fixes everything: the ridge regulariser lambda, the confidence
+radius, the federation size M (``[environment] agents``), the dimension d, the number of releases
+K = T // B the noise is calibrated for, the calibration itself and each silo's noise stream.
+:class:`AgentSetup` computes them once; :class:`fedbandits.online.agent.Agent` (a silo) and
+:class:`fedbandits.online.aggregator.Aggregator` (the server's analyzer) are built from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedbandits.algorithms.base import LinUCBParams
+from fedbandits.algorithms.fedlinucb import FedLinUCBParams, calibrate_protocol
+from fedbandits.config import Config, ConfigError, config_from_dict, load_config
+from fedbandits.core.seeding import noise_rngs
+from fedbandits.core.ucb import ConfidenceRadius
+from fedbandits.privacy.calibration import NoiseCalibration
+from fedbandits.privacy.distributed_noise import DistributedCalibration
+from fedbandits.privacy.mechanisms import TreeRandomizer, packed_width, protocol_streams, silo_noise_rng
+from fedbandits.protocols.distributed_dp import DistributedRandomizer
+from fedbandits.registry import private_regularizer
+
+#: the algorithms an agent runs: a standalone LinUCB silo, or one silo of a FedLinUCB federation
+AGENT_ALGORITHMS = ("linucb-independent", "fedlinucb")
+#: the protocols a FedLinUCB agent synchronises through (tree mechanism): the same silo-side
+#: pieces as the deployment (:mod:`fedbandits.federation.silo`)
+AGENT_PROTOCOLS = ("none", "ldp", "distributed-dp")
+
+
+def as_config(source: Config | dict[str, Any] | str | Path) -> Config:
+    """A validated Config from a Config, a dict shaped like the TOML, or a TOML file's path."""
+    if isinstance(source, Config):
+        return source
+    if isinstance(source, dict):
+        return config_from_dict(source)
+    if isinstance(source, str | Path):
+        return load_config(source)
+    raise ConfigError(f"config must be a Config, a dict or a TOML file's path, got {type(source).__name__}")
+
+
+@dataclass(frozen=True)
+class AgentSetup:
+    """The chosen entry of a config and every constant derived from it."""
+
+    config: Config
+    index: int  # the entry's position in [[algorithms]]
+    dim: int
+    silos: int  # M: the federation's size (1 silo for a standalone LinUCB is fine)
+    reg: float  # lambda, as the simulator's factory chooses it
+    calibration: NoiseCalibration | DistributedCalibration | None
+
+    @classmethod
+    def from_config(cls, source: Config | dict[str, Any] | str | Path, entry: str | None = None) -> AgentSetup:
+        config = as_config(source)
+        index = _entry_index(config, entry)
+        alg = config.algorithms[index]
+        where = f"algorithms[{index + 1}]"
+        if alg.name not in AGENT_ALGORITHMS:
+            raise ConfigError(
+                f"{where}.name: an agent runs {' or '.join(map(repr, AGENT_ALGORITHMS))}, got {alg.name!r}"
+            )
+        env = config.environment
+        dim = getattr(env.params, "dim", 0) or 0
+        if not isinstance(dim, int) or dim < 1:
+            raise ConfigError(
+                f"environment.dim: an agent needs the feature dimension stated as an integer >= 1, got {dim!r}"
+            )
+        silos = int(getattr(env.params, "agents", 1))
+        params = alg.params
+        reg = float(params.reg)
+        calibration = None
+        if isinstance(params, FedLinUCBParams):
+            if params.protocol not in AGENT_PROTOCOLS:
+                raise ConfigError(
+                    f"{where}.protocol: an agent synchronises through {', '.join(map(repr, AGENT_PROTOCOLS))}, "
+                    f"got {params.protocol!r}"
+                )
+            if params.mechanism != "tree":
+                raise ConfigError(
+                    f"{where}.mechanism: an agent releases tree p-sums ('tree'), got {params.mechanism!r}"
+                )
+            horizon = config.experiment.horizon
+            if params.private:
+                try:
+                    cal = calibrate_protocol(params, horizon=horizon, agents=silos, dim=dim)
+                    assert isinstance(cal, NoiseCalibration | DistributedCalibration)
+                    calibration = cal
+                    if params.regularizer != "fixed":
+                        reg = private_regularizer(params, cal, silos, dim, horizon)
+                except ValueError as exc:
+                    raise ConfigError(f"{where} ({alg.name}): {exc}") from None
+        return cls(config, index, dim, silos, reg, calibration)
+
+    # -- the entry ---------------------------------------------------------------------------
+    @property
+    def label(self) -> str:
+        return str(self.config.algorithms[self.index].label)
+
+    @property
+    def name(self) -> str:
+        return str(self.config.algorithms[self.index].name)
+
+    @property
+    def params(self) -> LinUCBParams:
+        return self.config.algorithms[self.index].params  # type: ignore[no-any-return]
+
+    @property
+    def federated(self) -> bool:
+        return isinstance(self.params, FedLinUCBParams)
+
+    @property
+    def fed_params(self) -> FedLinUCBParams:
+        params = self.params
+        assert isinstance(params, FedLinUCBParams)
+        return params
+
+    @property
+    def private(self) -> bool:
+        return self.calibration is not None
+
+    @property
+    def lazy(self) -> bool:
+        return self.federated and bool(self.fed_params.lazy)
+
+    @property
+    def protocol(self) -> str | None:
+        return self.fed_params.protocol if self.federated else None
+
+    @property
+    def masked(self) -> bool:
+        return isinstance(self.calibration, DistributedCalibration)
+
+    @property
+    def horizon(self) -> int:
+        return self.config.experiment.horizon
+
+    @property
+    def releases(self) -> int | None:
+        """K = T // B: the releases the noise is calibrated for (None: unlimited, non-private)."""
+        return self.horizon // self.fed_params.batch if self.private else None
+
+    @property
+    def width(self) -> int:
+        """P: the packed width of one release (upper triangle of W, then U)."""
+        return packed_width(self.dim)
+
+    def radius(self) -> ConfidenceRadius:
+        return self.params.confidence_radius()
+
+    def sigma(self) -> np.ndarray:
+        """The noise std of every packed entry, as :class:`GaussianTreeProtocol` sets it (ldp)."""
+        cal = self.calibration
+        assert isinstance(cal, NoiseCalibration)
+        n_tri = self.dim * (self.dim + 1) // 2
+        return np.concatenate([np.full(n_tri, cal.sigma_cov), np.full(self.dim, cal.sigma_bias)])
+
+    # -- noise -------------------------------------------------------------------------------
+    def noise_stream(self, silo: int, seed: int | None) -> np.random.Generator:
+        """Silo ``silo``'s privacy-noise stream.  ``seed=None``: fresh OS entropy (secret, for real
+        use).  ``seed=s``: the stream the simulator gives silo ``silo`` in run 0 of a config whose
+        ``noise_seed`` (or ``seed``) is s, derived as the deployment's ``derived`` noise source does."""
+        if seed is None:
+            return np.random.Generator(np.random.SFC64(np.random.SeedSequence()))
+        run_rng = noise_rngs(seed, [0], self.config.noise_stream(self.index))[0]
+        return silo_noise_rng(protocol_streams(run_rng)[0], self.silos, silo)
+
+    def randomizer(self, stream: np.random.Generator) -> TreeRandomizer | DistributedRandomizer | None:
+        """The silo's local randomizer R, drawing from ``stream`` (None without privacy): the
+        simulator's own classes for one silo, as the deployment's silo builds them."""
+        cal = self.calibration
+        placeholder = [np.random.Generator(np.random.SFC64(0))]  # replaced by the silo's stream below
+        if isinstance(cal, DistributedCalibration):
+            dist = DistributedRandomizer(1, 1, cal.codec(self.dim), cal.share_sigma, placeholder, cal.releases)
+            dist.silo_rngs = [[stream]]
+            return dist
+        if isinstance(cal, NoiseCalibration):
+            tree = TreeRandomizer(1, 1, self.sigma(), placeholder, cal.releases)
+            tree.silo_rngs = [[stream]]
+            return tree
+        return None
+
+
+def _entry_index(config: Config, entry: str | None) -> int:
+    if entry is None:
+        return 0
+    labels = [a.label for a in config.algorithms]
+    if entry not in labels:
+        raise ConfigError(f"entry: no [[algorithms]] entry labelled {entry!r}; labels: {labels}")
+    return labels.index(entry)

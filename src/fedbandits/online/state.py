@@ -1,0 +1,209 @@
+"""An agent's state file: plain arrays and one JSON header in an ``.npz`` archive, versioned.
+
+What is saved is the whole agent: the config (as data, validated again on load), the ridge
+statistics and inverse, the synced prefix in force, the batch statistics of the next release,
+the pending decisions (features and deadlines), the expired ids, every counter, the local
+randomizer's tree and the exact position of its noise stream (so a loaded agent continues the
+stream: released noise is never redrawn, and noise not yet drawn is never replayed).
+
+Safety: the archive is read with ``allow_pickle=False`` and the header with ``json``: loading a
+state file runs no code from it.  A SHA-256 of the content is kept in the header, so a
+corrupted or truncated file is refused, as is a file of another format version.  A seeded or
+secret noise stream's state is in the file: treat the file as secret (it predicts the noise).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tempfile
+import zipfile
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedbandits._version import __version__
+from fedbandits.config import ConfigError, config_from_dict
+from fedbandits.online.setup import AgentSetup
+from fedbandits.privacy.mechanisms import TreeRandomizer
+
+# the agent is typed Any here: this module is imported by fedbandits.online.agent, never the reverse
+Agent = Any
+
+#: the state file's format; a file of another format is refused
+FORMAT = 1
+KIND = "fedbandits-agent"
+
+
+class StateFileError(ValueError):
+    """A state file that cannot be loaded (corrupt, truncated, another format); nothing was changed."""
+
+
+def dump(agent: Agent) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The agent's whole state: a JSON-able header and named arrays."""
+    numbers = np.array(sorted(agent.pending), dtype=np.int64)
+    done = np.array(sorted(agent.completed), dtype=np.int64)
+    d = agent.dim
+    header: dict[str, Any] = {
+        "kind": KIND,
+        "format": FORMAT,
+        "fedbandits": __version__,
+        "config": agent.setup.config.to_dict(),
+        "entry": agent.setup.label,
+        "silo": agent.silo,
+        "seeded": agent.seeded,
+        "expiry_seconds": agent.expiry_seconds,
+        "clip_rewards": agent.clip_out_of_bound,
+        "instance": agent.instance,
+        "counts": dict(agent.counts),
+        "feature_norm_max": agent.feature_norm_max,
+        "noise": None,
+        "releases_made": 0,
+    }
+    arrays: dict[str, np.ndarray] = {
+        "gram": agent.state.gram,
+        "inv": agent.state.inv,
+        "bias": agent.state.bias,
+        "completed_numbers": done,
+        "completed_x": np.array([agent.completed[int(n)][0] for n in done], dtype=np.float64).reshape(-1, d),
+        "completed_y": np.array([agent.completed[int(n)][1][0] for n in done], dtype=np.float64),
+        "synced_cov": agent.synced_cov,
+        "synced_bias": agent.synced_bias,
+        "pending_numbers": numbers,
+        "pending_x": np.array([agent.pending[int(n)][0] for n in numbers], dtype=np.float64).reshape(-1, d),
+        "pending_deadlines": np.array([agent.pending[int(n)][1] for n in numbers], dtype=np.float64),
+        "expired": np.array(sorted(agent.expired), dtype=np.int64),
+    }
+    r = agent.randomizer
+    if r is not None:
+        header["noise"] = _plain(r.silo_rngs[0][0].bit_generator.state)
+        header["releases_made"] = r.k
+        arrays["tree_exact"] = r.exact
+        if isinstance(r, TreeRandomizer):
+            arrays["tree_noisy"] = r.noisy
+    return header, arrays
+
+
+def digest(header: dict[str, Any], arrays: dict[str, np.ndarray]) -> str:
+    """SHA-256 of a state (header without its own checksum and the save time, then every array)."""
+    h = hashlib.sha256()
+    kept = {k: v for k, v in header.items() if k not in ("sha256", "clock")}
+    h.update(json.dumps(kept, sort_keys=True, separators=(",", ":")).encode())
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        h.update(f"{name}:{a.dtype.str}:{a.shape}".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def write(path: Path, header: dict[str, Any], arrays: dict[str, np.ndarray], now: float) -> None:
+    """Write atomically: a crash leaves the old file or the new one, never half of one."""
+    header = {**header, "clock": now}
+    header["sha256"] = digest(header, arrays)
+    buffer = io.BytesIO()
+    text = json.dumps(header, sort_keys=True).encode()
+    np.savez(buffer, header=np.frombuffer(text, dtype=np.uint8), **arrays)  # type: ignore[arg-type]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(buffer.getvalue())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Header and arrays of a state file, checked; :class:`StateFileError` in one line otherwise."""
+    broken = StateFileError(f"{path} is not an agent state file (corrupt or truncated)")
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            arrays = {name: archive[name] for name in archive.files}
+    except FileNotFoundError:
+        raise StateFileError(f"{path}: no such state file") from None
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile):
+        raise broken from None
+    try:
+        header = json.loads(arrays.pop("header").tobytes().decode())
+    except (KeyError, ValueError, UnicodeDecodeError):
+        raise broken from None
+    if not isinstance(header, dict) or header.get("kind") != KIND:
+        raise broken
+    if header.get("format") != FORMAT:
+        raise StateFileError(f"{path} was written by agent format {header.get('format')!r}; this is {FORMAT}")
+    if header.get("sha256") != digest(header, arrays):
+        raise broken
+    return header, arrays
+
+
+def restore(
+    cls: type[Agent], header: dict[str, Any], arrays: dict[str, np.ndarray], clock: Callable[[], float]
+) -> Agent:
+    """The saved agent, rebuilt from its config and then given back every saved number."""
+    try:
+        setup = AgentSetup.from_config(config_from_dict(header["config"]), header["entry"])
+    except ConfigError as exc:
+        raise StateFileError(f"the state file's config no longer validates: {exc}") from None
+    agent = cls(
+        setup,
+        silo=header["silo"],
+        expiry_seconds=header["expiry_seconds"],
+        clock=clock,
+        clip_rewards=header["clip_rewards"],
+    )
+    agent.seeded = bool(header["seeded"])
+    agent.instance = str(header["instance"])
+    agent.counts.update({k: int(v) for k, v in header["counts"].items()})
+    agent.feature_norm_max = float(header["feature_norm_max"])
+    agent.state.gram[...] = arrays["gram"]
+    agent.state.inv[...] = arrays["inv"]
+    agent.state.bias[...] = arrays["bias"]
+    agent.completed = {
+        int(n): (arrays["completed_x"][i].copy(), arrays["completed_y"][i : i + 1].copy())
+        for i, n in enumerate(arrays["completed_numbers"])
+    }
+    agent.synced_cov = arrays["synced_cov"].copy()
+    agent.synced_bias = arrays["synced_bias"].copy()
+    # deadlines are on the agent's clock: shift them by the time that clock moved since the save
+    offset = clock() - float(header["clock"])
+    deadlines = arrays["pending_deadlines"] + offset if offset else arrays["pending_deadlines"]
+    numbers = [int(n) for n in arrays["pending_numbers"]]
+    agent.pending = {n: (arrays["pending_x"][i].copy(), float(deadlines[i])) for i, n in enumerate(numbers)}
+    agent._queue = deque(sorted((deadline, n) for n, (_, deadline) in agent.pending.items()))
+    agent.expired = {int(n) for n in arrays["expired"]}
+    r = agent.randomizer
+    if r is not None:
+        r.silo_rngs[0][0].bit_generator.state = _numpy_state(header["noise"])
+        r.k = int(header["releases_made"])
+        r.exact[...] = arrays["tree_exact"]
+        if isinstance(r, TreeRandomizer):
+            r.noisy[...] = arrays["tree_noisy"]
+    agent._refresh()
+    return agent
+
+
+def _plain(value: Any) -> Any:
+    """A bit generator's state as JSON: arrays as lists of Python ints (exact)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, np.ndarray):
+        return {"uint64": [int(v) for v in value.ravel()]}
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
+
+
+def _numpy_state(value: Any) -> Any:
+    if isinstance(value, dict):
+        if set(value) == {"uint64"}:
+            return np.array(value["uint64"], dtype=np.uint64)
+        return {k: _numpy_state(v) for k, v in value.items()}
+    return value
