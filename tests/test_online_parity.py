@@ -102,7 +102,15 @@ FEDERATED = [
         id="ldp",
     ),
     pytest.param(
-        {"name": "fedlinucb", "batch": 4, "protocol": "distributed-dp", "epsilon": 1.0, "delta": 1e-3}, id="ddp"
+        {
+            "name": "fedlinucb",
+            "batch": 4,
+            "protocol": "distributed-dp",
+            "epsilon": 1.0,
+            "delta": 1e-3,
+            "feature_bound": 0.9,
+        },
+        id="ddp",
     ),
 ]
 

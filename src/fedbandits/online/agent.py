@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from fedbandits.config import Config
+from fedbandits.core.clipping import ROUNDING
 from fedbandits.core.ridge import RidgeState, raise_eigenvalues, rank_one_update
 from fedbandits.core.ucb import projection, score_one
 from fedbandits.online import state as statefile
@@ -341,7 +342,7 @@ class Agent:
             self.feature_norm_max = max(self.feature_norm_max, size)
             if size > self.feature_bound:
                 x = x * (self.feature_bound / norm)
-                self.counts["clipped_features"] += 1
+                self.counts["clipped_features"] += int(size > self.feature_bound * (1 + ROUNDING))
             if not -self.reward_bound <= value <= self.reward_bound:
                 value = min(max(value, -self.reward_bound), self.reward_bound)
                 self.counts["clipped_rewards"] += 1
