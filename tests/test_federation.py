@@ -145,7 +145,7 @@ def test_hand_started_silo_draws_secret_noise_and_withholds_its_report(tmp_path:
 
 @pytest.mark.parametrize("largest", [-1.0, math.nan, math.inf, "1.0", True, None])
 def test_a_shared_report_states_a_finite_largest_feature_norm(largest: object) -> None:
-    """The largest norm tells rounding-level clipping from a bound set too low (the clipping warning)."""
+    """A silo states the largest feature norm it saw (the bound that would clip none, shown to the operator)."""
     spec = _spec("ldp")
     counts = {"served": 40, "skipped_releases": 0, "clipped_features": 9, "clipped_rewards": 13, "psd_repairs": 0}
     meta = {"silo_id": 1, "digest": spec.digest, "phase": "finish", "round": spec.releases + 1, **counts}

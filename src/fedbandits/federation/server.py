@@ -173,7 +173,7 @@ def validate_release(
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             return f"silo {silo}: report field {key} must be a non-negative integer, got {shown(v)}"
         counts[key] = v
-    # the largest feature norm the silo saw: tells rounding-level clipping from a bound set too low
+    # the largest feature norm the silo saw: the bound that would clip none (shown with the clipping counts)
     largest = meta.get("feature_norm_max")
     if isinstance(largest, bool) or not isinstance(largest, int | float) or not 0 <= largest < math.inf:
         return f"silo {silo}: report field feature_norm_max must be a finite number >= 0, got {shown(largest)}"
