@@ -25,7 +25,7 @@ from fedbandits.experiments.tune import (
     tune_plan,
     tuning_seed,
 )
-from fedbandits.sim.memory import task_bytes
+from fedbandits.sim.memory import task_bytes, task_runs
 
 CONFIG = """
 [experiment]
@@ -149,8 +149,10 @@ def test_the_tuning_experiment_runs_every_candidate_together_and_counts_them_in_
     private = [a.params for a in plan.tuning.algorithms[2:]]
     assert all(p.protocol == "ldp" and p.batch == 20 and p.epsilon == 1.0 for p in private)
     # four ridge learners now, against three in the config: the estimate holds every candidate
-    per_learner = 2 * config.runs_per_task() * 3 * 3 * 3 * 8
-    assert task_bytes(plan.tuning) - task_bytes(config) == per_learner
+    # (both counted at the tuning's task of 3 runs: the estimate counts the runs a task holds)
+    assert max(task_runs(plan.tuning)) == 3
+    per_learner = 2 * 3 * 3 * 3 * 3 * 8  # (gram, inverse) x runs x agents x d x d float64
+    assert task_bytes(plan.tuning) - task_bytes(config, runs=3) == per_learner
 
 
 def test_default_tuning_seed_steps_over_the_report_seeds() -> None:

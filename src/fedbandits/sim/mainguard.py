@@ -43,12 +43,13 @@ def check_main_guard(workers: int) -> None:
         # a worker re-running the script (multiprocessing makes __mp_main__ an alias of __main__
         # in every other process, and of the re-run script once it has run): an exception here would
         # print pages of traceback before the worker exits, so say it in one line and exit
-        print(
+        # one write of the whole line: print() writes the text and its newline apart, and two workers'
+        # lines then interleave on the shared stderr
+        sys.stderr.write(
             f"fedbandits: error: a worker process re-ran the main script and reached workers = {workers} again: "
-            f"put the script's work under `{GUARD}`",
-            file=sys.stderr,
-            flush=True,
+            f"put the script's work under `{GUARD}`\n"
         )
+        sys.stderr.flush()
         raise SystemExit(1)
     path = _rerun_script(main)
     if path is None:
