@@ -32,11 +32,13 @@ Learners, each in the same loop ``arm = learner.choose(features_t); learner.lear
   context), the same linear model; reg is fixed at 1 there, as in every other learner here.
 
 Equal tuning (docs/tuning.md's rule): each learner's main exploration parameter gets the same style of
-grid -- 6 values about 3x apart around the library's default -- on a tuning seed (1000) that no
-report run uses; per stream and learner the value with the largest total reward on the tuning run wins
-(= the smallest pseudo-regret on the synthetic stream, where reward noise is common to all), ties to the
-first in grid order; the tuned value is then reported on ``--runs`` other seeds (2023, 2024, ...).  A
-winner on a grid edge is flagged ``(edge)``.  Nothing else is tuned: every library's defaults otherwise.
+grid -- 6 values about 3x apart around the library's default -- on a tuning seed (1000; with
+``--tuning-runs N`` seeds 1000..1000+N-1, scores summed) that no report run uses; per stream and
+learner the value with the largest total reward on the tuning runs wins (= the smallest pseudo-regret
+on the synthetic stream, where reward noise is common to all arms), ties to the first in grid order;
+the tuned value is then reported on ``--runs`` other seeds (2023, 2024, ...).  A winner on a grid edge
+is flagged ``(edge)``.  Nothing else is tuned: every library's defaults otherwise.  On the supervised
+streams a tuning run is the same examples in another order (the data sets are small).
 
 Speed: decisions per second = T / wall time of the loop above (choose + reward/learn, in-process, one
 thread of BLAS), from the report runs; p50 is the median of per-decision times (perf_counter_ns around
@@ -47,7 +49,7 @@ its round t // M): independent LinUCB agents (no communication), FedLinUCB with 
 and ``distributed-dp`` at epsilon = 1 (delta = 1e-4, batch B), every silo a ``fedbandits.Agent``; every B
 rounds each silo's ``sync_payload()`` goes to an in-process aggregator whose prefix every silo adopts with
 ``apply_sync``; and, for reference, one agent that sees all users in order (the centralised LinUCB).
-beta is tuned per line on the tuning seed as above.
+beta is tuned per line on the tuning seed as above, on the LinUCB grid widened by one value at each end.
 
 The last line: ``ratios: vw-epsilon=X ...``, our agent's decisions per second over each peer's on the
 synthetic stream (d = 10, K = 100), measured in the same run.
@@ -375,10 +377,19 @@ class Row:
 
 
 def tune_and_report(
-    peer: Peer, kind: str, make_stream: Callable[[int], Stream], runs: int, log: Callable[[str], None]
+    peer: Peer,
+    kind: str,
+    make_stream: Callable[[int], Stream],
+    runs: int,
+    log: Callable[[str], None],
+    tuning_runs: int = 1,
 ) -> Row:
-    tuning = make_stream(TUNING_SEED)
-    scores = [play(peer.make(tuning, value, TUNING_SEED), tuning).reward for value in peer.grid]
+    # tuning runs on seeds 1000, 1001, ...: none is a report seed (2023, 2024, ...)
+    tunings = [make_stream(TUNING_SEED + i) for i in range(tuning_runs)]
+    scores = [
+        sum(play(peer.make(tuning, value, TUNING_SEED + i), tuning).reward for i, tuning in enumerate(tunings))
+        for value in peer.grid
+    ]
     best = int(np.argmax(scores))  # first maximum: ties go to the first value in grid order
     value = peer.grid[best]
     plays = []
@@ -430,7 +441,10 @@ HEADER = (
 
 # ------------------------------------------------------------------------------------- federation
 
-#: (label, algorithm, extra config fields); every line's beta is tuned like the single-machine rows
+#: (label, algorithm, extra config fields); every line's beta is tuned like the single-machine rows, on a
+#: grid two steps wider (the private protocols' noise-aware default radius is 10, at the LinUCB grid's top;
+#: with the LinUCB grid, both private lines and the independent agents won on its edges)
+FEDERATED_GRID = (0.01, *LINUCB_GRID, 30.0)
 FEDERATED_LINES: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("centralised (1 agent, all users)", "linucb-independent", {}),
     ("independent (M agents)", "linucb-independent", {}),
@@ -498,15 +512,25 @@ def federated_play(
 
 
 def federated_rows(
-    silos: int, rounds: int, batch: int, runs: int, dim: int, arms: int, log: Callable[[str], None]
+    silos: int,
+    rounds: int,
+    batch: int,
+    runs: int,
+    dim: int,
+    arms: int,
+    log: Callable[[str], None],
+    tuning_runs: int = 1,
 ) -> list[FedRow]:
     rows = []
-    tuning = synthetic_stream(TUNING_SEED, rounds, agents=silos, arms=arms, dim=dim)
+    tunings = [synthetic_stream(TUNING_SEED + i, rounds, agents=silos, arms=arms, dim=dim) for i in range(tuning_runs)]
     reports = [synthetic_stream(REPORT_SEED + r, rounds, agents=silos, arms=arms, dim=dim) for r in range(runs)]
     for line in FEDERATED_LINES:
-        scores = [federated_play(line, tuning, beta, TUNING_SEED, batch)[0] for beta in LINUCB_GRID]
+        scores = [
+            sum(federated_play(line, tuning, beta, TUNING_SEED + i, batch)[0] for i, tuning in enumerate(tunings))
+            for beta in FEDERATED_GRID
+        ]
         best = int(np.argmax(scores))
-        beta = LINUCB_GRID[best]
+        beta = FEDERATED_GRID[best]
         results = [federated_play(line, reports[r], beta, REPORT_SEED + r, batch) for r in range(runs)]
         regrets = np.array([res[1] for res in results])
         wall = sum(res[2] for res in results)
@@ -516,7 +540,7 @@ def federated_rows(
             rounds=rounds,
             batch=batch,
             beta=beta,
-            edge=best in (0, len(LINUCB_GRID) - 1),
+            edge=best in (0, len(FEDERATED_GRID) - 1),
             tuning_scores=[float(s) for s in scores],
             runs=runs,
             average_reward=float(np.mean([res[0] for res in results]) / (silos * rounds)),
@@ -612,6 +636,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--supervised", default="digits,breast-cancer", help=f"comma-separated, among {', '.join(SUPERVISED)}"
     )
     parser.add_argument("--runs", type=int, default=None, help="report runs per row (default 2; quick 1)")
+    parser.add_argument(
+        "--tuning-runs", type=int, default=1, help="tuning runs per candidate, seeds 1000, 1001, ... (default 1)"
+    )
     parser.add_argument("--silos", type=int, default=None, help="federated M (default 20; quick 4)")
     parser.add_argument("--silo-rounds", type=int, default=None, help="federated rounds per silo (default 1000)")
     parser.add_argument("--batch", type=int, default=25, help="federated sync period B (default 25)")
@@ -629,7 +656,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in supervised:
         if name not in SUPERVISED:
             parser.error(f"--supervised: {name!r} is not one of {', '.join(SUPERVISED)}")
-    for name, value in (("--horizon", horizon), ("--runs", runs), ("--silos", silos), ("--batch", args.batch)):
+    checks = (("--horizon", horizon), ("--runs", runs), ("--tuning-runs", args.tuning_runs), ("--silos", silos))
+    for name, value in (*checks, ("--batch", args.batch)):
         if value < 1:
             parser.error(f"{name} must be >= 1, got {value}")
 
@@ -644,7 +672,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     versions = {name: metadata.version(name) for name in ("fedbandits", "vowpalwabbit", "mabwiser", "coba", "numpy")}
     versions["python"] = platform.python_version()
     log(f"bake-off: {' '.join(f'{k} {v}' for k, v in versions.items())}; {os.cpu_count()} CPUs (shared, loaded)")
-    log(f"tuning seed {TUNING_SEED}, report seeds {REPORT_SEED}..{REPORT_SEED + runs - 1}")
+    tuning_seeds = f"{TUNING_SEED}..{TUNING_SEED + args.tuning_runs - 1}" if args.tuning_runs > 1 else f"{TUNING_SEED}"
+    log(f"tuning seed(s) {tuning_seeds}, report seeds {REPORT_SEED}..{REPORT_SEED + runs - 1}")
     log(HEADER)
     cpu0, wall0 = time.process_time(), time.perf_counter()
     synthetic = f"synthetic d=10 K=100 T={horizon}"
@@ -668,7 +697,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         probe = make(TUNING_SEED)
         makers.append((f"{name} K={probe.arms} d={probe.dim} T={probe.horizon}", make))
-    rows = [tune_and_report(peer, kind, make, runs, log) for kind, make in makers for peer in PEERS]
+    rows = [tune_and_report(peer, kind, make, runs, log, args.tuning_runs) for kind, make in makers for peer in PEERS]
 
     fed: list[FedRow] = []
     if not args.no_federated:
@@ -678,7 +707,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{silos * silo_rounds} users split round-robin), B = {args.batch}, delta = 1e-4"
         )
         log(FED_HEADER)
-        fed = federated_rows(silos, silo_rounds, args.batch, runs, 10, 100, log)
+        fed = federated_rows(silos, silo_rounds, args.batch, runs, 10, 100, log, args.tuning_runs)
     log(f"total: {time.process_time() - cpu0:.1f} s CPU (user + sys), {time.perf_counter() - wall0:.1f} s wall")
 
     if args.figure is not None:
@@ -688,9 +717,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         record = {
             "versions": versions,
-            "tuning_seed": TUNING_SEED,
+            "tuning_seeds": [TUNING_SEED + i for i in range(args.tuning_runs)],
             "report_seeds": [REPORT_SEED + r for r in range(runs)],
             "grids": {peer.name: {peer.parameter: list(peer.grid)} for peer in PEERS},
+            "federated_grid": {"beta": list(FEDERATED_GRID)},
             "rows": [asdict(row) for row in rows],
             "federated": [asdict(row) for row in fed],
         }
