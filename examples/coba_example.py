@@ -81,13 +81,13 @@ def main() -> None:
         # one experiment per environment, since our agent's dimension depends on the environment
         learners = [our_learner(environments), *coba_learners()]
         result = coba.Experiment(environments, learners).run(processes=1, quiet=True)
-        table = result.interactions.to_pandas()
-        means = table.groupby("learner_id")["reward"].mean()
-        print(f"\n{title}: average reward over {int(table.groupby('learner_id').size().iloc[0])} interactions")
+        rows = list(result.interactions.to_dicts())  # or .to_pandas() with pandas installed
+        print(f"\n{title}: average reward over {sum(r['learner_id'] == 0 for r in rows)} interactions")
         for learner_id, name in enumerate(names):
-            print(f"  {name:<30} {means[learner_id]:.3f}")
-        ours = table[table["learner_id"] == 0]
-        assert np.all(ours["probability"] == 1.0)  # deterministic choices, stated as such
+            mean = np.mean([r["reward"] for r in rows if r["learner_id"] == learner_id])
+            print(f"  {name:<30} {mean:.3f}")
+        # deterministic choices, stated as such
+        assert all(r["probability"] == 1.0 for r in rows if r["learner_id"] == 0)
         # coba's own plots work too, e.g. result.plot_learners() (needs matplotlib)
 
 

@@ -42,6 +42,11 @@ def interactions(environments: coba.Environments) -> list[dict]:
     return list(environment.read())
 
 
+def logged(result: object, column: str) -> list:
+    """One column of a coba result's interactions, in order (to_dicts: coba alone, without pandas)."""
+    return [row[column] for row in result.interactions.to_dicts()]  # type: ignore[attr-defined]
+
+
 def test_importing_fedbandits_does_not_import_coba() -> None:
     code = "import sys, fedbandits; assert 'coba' not in sys.modules, 'fedbandits imported coba'"
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -88,10 +93,10 @@ def test_coba_experiment_probabilities_and_choices_are_the_agents() -> None:
     config = linucb_config(dim, horizon=60, beta=0.3)
     learner = CobaLearner.from_config(config, params={"beta": 0.3})
     result = coba.Experiment(environments, [learner]).run(processes=1, quiet=True)
-    table = result.interactions.to_pandas()
-    assert len(table) == 60
-    assert (table["probability"] == 1.0).all()
-    assert result.learners.to_pandas().loc[0, "family"] == "fedbandits"
+    probabilities = logged(result, "probability")
+    assert len(probabilities) == 60
+    assert all(p == 1.0 for p in probabilities)
+    assert [row["family"] for row in result.learners.to_dicts()] == ["fedbandits"]
 
     twin = Agent.from_config(config)
     featurizer = ActionContextFeatures()
@@ -101,7 +106,7 @@ def test_coba_experiment_probabilities_and_choices_are_the_agents() -> None:
         decision = twin.choose(featurizer(interaction["context"], actions))
         chosen.append(actions[decision.arm])
         twin.reward(decision.decision_id, float(interaction["rewards"](actions[decision.arm])))
-    assert table["action"].tolist() == chosen
+    assert logged(result, "action") == chosen
     # the twin's choices are not one constant action (else the comparison shows little)
     assert len(set(chosen)) == 3
 
@@ -121,7 +126,7 @@ def test_the_adapter_learns_on_iris_and_on_a_linear_synthetic_environment() -> N
     result = coba.Experiment(environments, [CobaLearner.from_config(linucb_config(dim, 150, 0.3))]).run(
         processes=1, quiet=True
     )
-    assert result.interactions.to_pandas()["reward"].mean() > 0.6
+    assert np.mean(logged(result, "reward")) > 0.6
 
     synthetic = coba.Environments.from_linear_synthetic(
         1000, n_actions=5, n_context_features=5, n_action_features=5, seed=7
@@ -132,7 +137,7 @@ def test_the_adapter_learns_on_iris_and_on_a_linear_synthetic_environment() -> N
     result = coba.Experiment(synthetic, [CobaLearner.from_config(linucb_config(dim, 1000))]).run(
         processes=1, quiet=True
     )
-    ours = result.interactions.to_pandas()["reward"].to_numpy()[500:]
+    ours = np.array(logged(result, "reward"))[500:]
     rewards = np.array([[s["rewards"](a) for a in s["actions"]] for s in stream])[500:]
     best, uniform = rewards.max(axis=1), rewards.mean(axis=1)
     assert ((best - ours).sum() / (best - uniform).sum()) < 0.5
