@@ -84,3 +84,29 @@ class UCBScorer:
     def select(self, features: np.ndarray, inv: np.ndarray, theta: np.ndarray, beta: np.ndarray | float) -> np.ndarray:
         """Index of the arm of maximal UCB per learner (first one on ties), shape ``(N,)``."""
         return self.scores(features, inv, theta, beta).argmax(axis=1)
+
+
+def projection(inv: np.ndarray, theta: np.ndarray) -> np.ndarray:
+    """``[V^{-1} | theta]`` of one learner, ``(d, d+1)`` float32: what :class:`UCBScorer` builds per call,
+    built once per state change by a learner that scores one decision at a time."""
+    dim = theta.shape[-1]
+    proj = np.empty((dim, dim + 1), dtype=np.float32)
+    proj[:, :dim] = inv
+    proj[:, dim] = theta
+    return proj
+
+
+def score_one(features: np.ndarray, proj: np.ndarray, beta: float) -> np.ndarray:
+    """UCB of the K arms ``features (K, d)`` (float32, C-contiguous) of one learner, ``(K,)`` float32.
+
+    The same operations as :meth:`UCBScorer.scores` on one learner, without the batch axis, so the
+    same numbers bit for bit (tests/test_online_parity.py checks it); for the online agent, whose
+    K changes from call to call."""
+    dim = proj.shape[0]
+    prod = features @ proj
+    width = np.einsum("kd,kd->k", prod[:, :dim], features)
+    np.maximum(width, 0.0, out=width)
+    np.sqrt(width, out=width)
+    width *= np.float32(beta)
+    width += prod[:, dim]
+    return width

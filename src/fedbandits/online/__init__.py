@@ -10,8 +10,9 @@ See docs/online.md.  The package sits above config (it is built from a validated
 registry) and below sim (the simulator never needs it).
 """
 
-from fedbandits.online.agent import Agent, AgentError, Decision
+from fedbandits.online.agent import Agent, Decision
 from fedbandits.online.aggregator import Aggregator
+from fedbandits.online.inputs import AgentError
 from fedbandits.online.setup import AGENT_ALGORITHMS, AGENT_PROTOCOLS, AgentSetup
 from fedbandits.online.state import FORMAT, StateFileError
 

@@ -2,9 +2,11 @@
 
 The simulator's :class:`~fedbandits.algorithms.fedlinucb.FedLinUCB` plays all runs x agents in
 lock step; an :class:`Agent` is one of those agents taken out of the loop.  It keeps the same
-pieces -- the ridge state kept by Sherman-Morrison (:class:`~fedbandits.core.ridge.RidgeState`),
-the fused ``[V^-1 | theta]`` scorer (:class:`~fedbandits.core.ucb.UCBScorer`), the clipping
-helpers, the silo's local randomizer (tree p-sums with Gaussian noise, or distributed-dp shares)
+pieces -- the ridge state kept by Sherman-Morrison (:class:`~fedbandits.core.ridge.RidgeState`,
+updated by its one-learner form :func:`~fedbandits.core.ridge.rank_one_update`), the fused
+``[V^-1 | theta]`` scoring (:func:`~fedbandits.core.ucb.score_one`, :class:`~fedbandits.core.ucb.UCBScorer`'s
+arithmetic for one learner; the projection is built once per state change, not per decision), the
+clipping rule, the silo's local randomizer (tree p-sums with Gaussian noise, or distributed-dp shares)
 -- so that, fed the simulator's stream with rewards posted at once, it makes the simulator's
 choices and releases its statistics (tests/test_online_parity.py).
 
@@ -25,6 +27,7 @@ Every input is checked before anything changes: a bad one raises :class:`AgentEr
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 import time
 from collections import deque
@@ -36,20 +39,14 @@ from typing import Any
 import numpy as np
 
 from fedbandits.config import Config
-from fedbandits.core.clipping import clip_norm, clip_rewards
-from fedbandits.core.ridge import RidgeState, raise_eigenvalues
-from fedbandits.core.ucb import UCBScorer
+from fedbandits.core.ridge import RidgeState, raise_eigenvalues, rank_one_update
+from fedbandits.core.ucb import projection, score_one
 from fedbandits.online import state as statefile
+from fedbandits.online.inputs import AgentError, check_features, check_logs, check_prefix, check_reward
 from fedbandits.online.setup import AgentSetup
+from fedbandits.privacy.guarantee import not_covering_adaptivity
 from fedbandits.privacy.mechanisms import TreeRandomizer, pack, unpack
 from fedbandits.protocols.distributed_dp import DistributedRandomizer
-
-#: scorers kept for this many distinct numbers of arms K (each holds K x (d + 1) floats of buffers)
-MAX_SCORERS = 64
-
-
-class AgentError(ValueError):
-    """An input the agent refuses (the message names the field); nothing changed."""
 
 
 @dataclass(frozen=True)
@@ -100,21 +97,29 @@ class Agent:
         self.feature_bound = setup.fed_params.feature_bound if self.private else None
         self.reward_bound = setup.fed_params.reward_bound if self.private else None
         self.state = RidgeState((1,), d, self.reg)
-        self.local_cov = np.zeros((1, 1, d, d))  # W_i: completed decisions since the last release
-        self.local_bias = np.zeros((1, 1, d))  # U_i
+        #: the (clipped) completed decisions since the last release, by decision number: W_i and U_i are
+        #: summed from them in decision order at the release, so the order rewards arrive in is irrelevant
+        self.completed: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.synced_cov = np.zeros((1, d, d))  # W_syn in force
         self.synced_bias = np.zeros((1, d))  # U_syn in force
         self.randomizer: TreeRandomizer | DistributedRandomizer | None = None
         if self.private:
             self.randomizer = setup.randomizer(setup.noise_stream(silo, seed))
-        self.instance = secrets.token_hex(8)  # decision ids of another agent are unknown here
+        # decision ids carry the agent's instance: another agent's ids are unknown here.  A seeded
+        # (test) agent's instance is derived, so two agents built alike issue the same ids
+        self.instance = (
+            hashlib.sha256(f"{setup.label}:{silo}:{seed}".encode()).hexdigest()[:16]
+            if seed is not None
+            else secrets.token_hex(8)
+        )
         self.counts: dict[str, int] = dict.fromkeys(COUNTERS, 0)
         self.feature_norm_max = 0.0
         self.pending: dict[int, tuple[np.ndarray, float]] = {}  # decision number -> (x (d,), deadline)
         self.expired: set[int] = set()
         self._queue: deque[tuple[float, int]] = deque()  # (deadline, number), oldest first
-        self._scorers: dict[int, UCBScorer] = {}
         self._theta = np.zeros((1, d))
+        self._proj = np.zeros((d, d + 1), dtype=np.float32)
+        self._stale = True  # theta, [V^-1 | theta] and beta are recomputed at the next decision
         self._beta = 0.0
         self._refresh()
 
@@ -144,22 +149,19 @@ class Agent:
     # -- decisions ---------------------------------------------------------------------------
     def choose(self, features: Any, *, context_id: str | None = None) -> Decision:
         """Score the K candidate arms ``features (K, d)`` and choose the best (first on ties)."""
-        x = self._features(features)
+        x = check_features(features, self.dim)
         self._expire()
-        k = x.shape[0]
-        scorer = self._scorers.get(k)
-        if scorer is None:
-            if len(self._scorers) >= MAX_SCORERS:
-                self._scorers.clear()
-            scorer = self._scorers[k] = UCBScorer(1, k, self.dim)
-        scores = scorer.scores(x[None], self.state.inv, self._theta, self._beta)[0]
+        if self._stale:
+            self._refresh()
+        scores = score_one(x, self._proj, self._beta)
         arm = int(scores.argmax())
-        number = self.counts["decisions"]
+        number = self.counts["sequence"]
         deadline = self.clock() + self.expiry_seconds
         self.pending[number] = (x[arm].astype(np.float64), deadline)
         self._queue.append((deadline, number))
-        self.counts["decisions"] = number + 1
-        return Decision(arm, f"{self.instance}-{number}", scores.copy(), context_id)
+        self.counts["sequence"] = number + 1
+        self.counts["decisions"] += 1
+        return Decision(arm, f"{self.instance}-{number}", scores, context_id)
 
     def reward(self, decision_id: str, value: float) -> None:
         """Complete decision ``decision_id`` with reward ``value`` (once; in any order, any delay
@@ -176,7 +178,7 @@ class Agent:
                     "its reward is refused and counted"
                 )
             raise AgentError(f"decision_id {decision_id!r} was already rewarded; a decision takes one reward")
-        self._learn(entry[0], y)
+        self._learn(number, entry[0], y)
         self.counts["rewarded"] += 1
 
     def partial_fit(self, features: Any, arms: Any, rewards: Any) -> None:
@@ -185,34 +187,12 @@ class Agent:
         ``features``: ``(n, K, d)`` -- every logged candidate set, the chosen one ``arms[i]`` -- or
         ``(n, d)`` -- the chosen arms' features themselves (``arms`` then only checked, may be None).
         ``rewards (n,)``.  Each row counts as one completed decision of the next release."""
-        x = np.asarray(features, dtype=np.float64) if _numeric(features) else None
-        if x is None or x.ndim not in (2, 3) or x.shape[-1] != self.dim or x.shape[0] < 1:
-            shape = getattr(x, "shape", None)
-            raise AgentError(f"features must be a numeric array (n, K, d) or (n, d) with d = {self.dim}, got {shape}")
-        n = x.shape[0]
-        if not np.isfinite(x).all():
-            raise AgentError("features must be finite, got NaN or infinite entries")
-        if x.ndim == 3 or arms is not None:
-            a = np.asarray(arms) if _numeric(arms) else None
-            limit = x.shape[1] if x.ndim == 3 else None
-            if (
-                a is None
-                or a.shape != (n,)
-                or a.dtype.kind not in "iu"
-                or (a < 0).any()
-                or (limit and (a >= limit).any())
-            ):
-                bound = f"in [0, K = {limit})" if limit else ">= 0"
-                raise AgentError(f"arms must be {n} integers {bound}, got {arms!r:.80}")
-            if x.ndim == 3:
-                x = x[np.arange(n), a]
-        y = np.asarray(rewards, dtype=np.float64) if _numeric(rewards) else None
-        if y is None or y.shape != (n,):
-            raise AgentError(f"rewards must be {n} numbers, got {rewards!r:.80}")
+        x, y = check_logs(features, arms, rewards, self.dim)
         checked = [self._reward_value(f"rewards[{i}]", float(v)) for i, v in enumerate(y)]
         for row, value in zip(x, checked, strict=True):
-            self._learn(row.copy(), value)
-        self.counts["logged"] += n
+            self._learn(self.counts["sequence"], row.copy(), value)
+            self.counts["sequence"] += 1  # a logged row is a decision made elsewhere: it takes a number
+        self.counts["logged"] += len(y)
 
     # -- synchronisation ---------------------------------------------------------------------
     def sync_payload(self) -> np.ndarray:
@@ -229,15 +209,14 @@ class Agent:
                 "a new release would exceed the privacy budget (start a new epoch with a new config)"
             )
         self._expire()
-        gamma = pack(self.local_cov, self.local_bias)
+        local_cov, local_bias = self._batch_statistics()
+        gamma = pack(local_cov, local_bias)
         if self.randomizer is not None:
             payload = self.randomizer.release(gamma)[0, 0].copy()
         else:
             payload = gamma[0, 0].copy()
-        self.local_cov[...] = 0.0
-        self.local_bias[...] = 0.0
-        self.counts["released_samples"] += self.counts["batch_samples"]
-        self.counts["batch_samples"] = 0
+        self.counts["released_samples"] += len(self.completed)
+        self.completed = {}
         self.counts["syncs"] += 1
         return payload
 
@@ -245,22 +224,18 @@ class Agent:
         """Adopt the federation's synced prefix ``(P,)`` (the server's release after a sync round)."""
         if not self.federated:
             raise AgentError(f"{self.setup.name!r} does not synchronise: apply_sync needs a fedlinucb entry")
-        width = self.setup.width
-        p = np.asarray(prefix, dtype=np.float64) if _numeric(prefix) else None
-        if p is None or p.shape != (width,) or not np.isfinite(p).all():
-            raise AgentError(
-                f"prefix must be {width} finite numbers (d(d+1)/2 + d, d = {self.dim}), got {prefix!r:.80}"
-            )
+        p = check_prefix(prefix, self.setup.width, self.dim)
         cov, bias = unpack(p[None], self.dim)
         gram = self.reg * np.eye(self.dim) + cov
         repaired = 0
         if self.private:
             gram, repaired = raise_eigenvalues(gram, 0.1 * self.reg)
         state_bias = bias
-        if not self.lazy and self.counts["batch_samples"]:
+        if not self.lazy and self.completed:
             # decisions completed since the release are not in the prefix yet: keep acting on them
-            gram = gram + self.local_cov[0]
-            state_bias = bias + self.local_bias[0]
+            local_cov, local_bias = self._batch_statistics()
+            gram = gram + local_cov[0]
+            state_bias = bias + local_bias[0]
         try:
             self.state.set(gram, state_bias)
         except ValueError as exc:
@@ -286,7 +261,7 @@ class Agent:
             "pending": len(self.pending),
             "expired": c["expired"],
             "late_rewards": c["late_rewards"],
-            "batch_samples": c["batch_samples"],
+            "batch_samples": len(self.completed),
             "syncs": c["syncs"],
             "adopted": c["adopted"],
             "lazy": self.lazy,
@@ -309,8 +284,12 @@ class Agent:
                     "clipped_features": c["clipped_features"],
                     "clipped_rewards": c["clipped_rewards"],
                     "psd_repairs": c["psd_repairs"],
+                    "guarantee": cal.guarantee,
+                    "guarantee_reason": cal.guarantee_reason,
                 }
             )
+            if not self.lazy:  # decisions act on unreleased data: the simulator withdraws the guarantee too
+                out = not_covering_adaptivity(out)
         return out
 
     # -- save / load (fedbandits.online.state) -----------------------------------------------
@@ -322,27 +301,20 @@ class Agent:
     @classmethod
     def load(cls, path: str | Path, *, clock: Callable[[], float] = time.monotonic) -> Agent:
         """An agent exactly as saved (its noise stream continues, never replays)."""
-        header, arrays = statefile.read(Path(path))
-        return statefile.restore(cls, header, arrays, clock)
+        path = Path(path)
+        header, arrays = statefile.read(path)
+        try:
+            return statefile.restore(cls, header, arrays, clock)
+        except statefile.StateFileError:
+            raise
+        except (KeyError, TypeError, ValueError, IndexError):  # a well-formed archive of the wrong content
+            raise statefile.StateFileError(f"{path} is not an agent state file (corrupt or truncated)") from None
 
     def state_digest(self) -> str:
         """SHA-256 of the whole state (what :meth:`save` writes): equal digests, equal agents."""
         return statefile.digest(*statefile.dump(self))
 
     # -- internals ---------------------------------------------------------------------------
-    def _features(self, features: Any) -> np.ndarray:
-        try:
-            x = np.ascontiguousarray(features, dtype=np.float32)
-        except (TypeError, ValueError):
-            raise AgentError(
-                f"features must be a numeric array (K, d = {self.dim}), got {type(features).__name__}"
-            ) from None
-        if x.ndim != 2 or x.shape[1] != self.dim or x.shape[0] < 1:
-            raise AgentError(f"features must have shape (K, d = {self.dim}) with K >= 1 arms, got {x.shape}")
-        if not np.isfinite(x).all():
-            raise AgentError("features must be finite (float32 range), got NaN or infinite entries")
-        return x
-
     def _number(self, decision_id: object) -> int:
         if isinstance(decision_id, str):
             instance, _, tail = decision_id.rpartition("-")
@@ -351,48 +323,55 @@ class Agent:
                 and tail.isascii()
                 and tail.isdigit()
                 and str(int(tail)) == tail
-                and int(tail) < self.counts["decisions"]
+                and int(tail) < self.counts["sequence"]
             ):
                 return int(tail)
         raise AgentError(f"decision_id {decision_id!r:.80} is unknown to this agent")
 
     def _reward_value(self, name: str, value: object) -> float:
-        if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
-            raise AgentError(f"{name} must be a finite number, got {value!r:.80}")
-        y = float(value)
-        if y != y or y in (float("inf"), float("-inf")):
-            raise AgentError(f"{name} must be a finite number, got {y}")
-        bound = self.reward_bound
-        if bound is not None and not -bound <= y <= bound and not self.clip_out_of_bound:
-            raise AgentError(f"{name} must be in [-{bound:g}, {bound:g}] (the config's reward_bound), got {y}")
-        return y
+        return check_reward(name, value, None if self.clip_out_of_bound else self.reward_bound)
 
-    def _learn(self, x: np.ndarray, value: float) -> None:
+    def _learn(self, number: int, x: np.ndarray, value: float) -> None:
         """One completed decision: clip (private), then the batch statistics and (non-lazy) the state."""
-        xb = x.reshape(1, 1, self.dim)
-        yb = np.array([[value]])
         if self.private:
+            # core.clipping's clip_norm and clip_rewards on one observation, the norm computed once
             assert self.feature_bound is not None and self.reward_bound is not None
-            self.feature_norm_max = max(self.feature_norm_max, float(np.linalg.norm(xb, axis=-1).max()))
-            xb, n_x = clip_norm(xb, self.feature_bound)
-            yb, n_y = clip_rewards(yb, -self.reward_bound, self.reward_bound)
+            norm = np.linalg.norm(x, axis=-1, keepdims=True)
+            size = float(norm[0])
+            self.feature_norm_max = max(self.feature_norm_max, size)
+            if size > self.feature_bound:
+                x = x * (self.feature_bound / norm)
+                self.counts["clipped_features"] += 1
+            if not -self.reward_bound <= value <= self.reward_bound:
+                value = min(max(value, -self.reward_bound), self.reward_bound)
+                self.counts["clipped_rewards"] += 1
             self.counts["observations"] += 1
-            self.counts["clipped_features"] += n_x
-            self.counts["clipped_rewards"] += n_y
         if not self.lazy:
-            self.state._update_unchecked(xb[0], yb[0])
+            rank_one_update(self.state.gram[0], self.state.inv[0], self.state.bias[0], x, value)
         if self.federated:
-            self.local_cov += xb[..., :, None] * xb[..., None, :]
-            self.local_bias += xb * yb[..., None]
-            self.counts["batch_samples"] += 1
+            self.completed[number] = (x, np.array([value]))
         self.counts["learned"] += 1
         if not self.lazy:
-            self._refresh()
+            self._stale = True
+
+    def _batch_statistics(self) -> tuple[np.ndarray, np.ndarray]:
+        """W_i ``(1, 1, d, d)`` and U_i ``(1, 1, d)`` of the completed decisions, added in decision order
+        exactly as the simulator adds a silo's rounds (the same operations, so the same bits)."""
+        d = self.dim
+        cov, bias = np.zeros((1, 1, d, d)), np.zeros((1, 1, d))
+        for number in sorted(self.completed):
+            x, y = self.completed[number]
+            xb = x.reshape(1, 1, d)
+            cov += xb[..., :, None] * xb[..., None, :]
+            bias += xb * y.reshape(1, 1)[..., None]
+        return cov, bias
 
     def _refresh(self) -> None:
-        """theta-hat and the radius after a state change (once, not per decision)."""
+        """theta-hat, [V^-1 | theta] and the radius after a state change (once, not per decision)."""
         self._theta = self.state.theta()
+        self._proj = projection(self.state.inv[0], self._theta[0])
         self._beta = float(self._radius(float(self._radius_samples()), self.dim, self.reg))
+        self._stale = False
 
     def _radius_samples(self) -> int:
         """n of beta(n), as the simulator counts it: LinUCB its own samples; FedLinUCB M times the
@@ -416,13 +395,13 @@ class Agent:
 
 #: the agent's counters, saved with it
 COUNTERS = (
+    "sequence",
     "decisions",
     "rewarded",
     "logged",
     "learned",
     "expired",
     "late_rewards",
-    "batch_samples",
     "released_samples",
     "syncs",
     "adopted",
@@ -431,10 +410,3 @@ COUNTERS = (
     "clipped_rewards",
     "psd_repairs",
 )
-
-
-def _numeric(value: object) -> bool:
-    try:
-        return np.asarray(value).dtype.kind in "biuf"
-    except (TypeError, ValueError):
-        return False

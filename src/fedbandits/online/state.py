@@ -47,6 +47,7 @@ class StateFileError(ValueError):
 def dump(agent: Agent) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """The agent's whole state: a JSON-able header and named arrays."""
     numbers = np.array(sorted(agent.pending), dtype=np.int64)
+    done = np.array(sorted(agent.completed), dtype=np.int64)
     d = agent.dim
     header: dict[str, Any] = {
         "kind": KIND,
@@ -68,8 +69,9 @@ def dump(agent: Agent) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         "gram": agent.state.gram,
         "inv": agent.state.inv,
         "bias": agent.state.bias,
-        "local_cov": agent.local_cov,
-        "local_bias": agent.local_bias,
+        "completed_numbers": done,
+        "completed_x": np.array([agent.completed[int(n)][0] for n in done], dtype=np.float64).reshape(-1, d),
+        "completed_y": np.array([agent.completed[int(n)][1][0] for n in done], dtype=np.float64),
         "synced_cov": agent.synced_cov,
         "synced_bias": agent.synced_bias,
         "pending_numbers": numbers,
@@ -164,8 +166,10 @@ def restore(
     agent.state.gram[...] = arrays["gram"]
     agent.state.inv[...] = arrays["inv"]
     agent.state.bias[...] = arrays["bias"]
-    agent.local_cov[...] = arrays["local_cov"]
-    agent.local_bias[...] = arrays["local_bias"]
+    agent.completed = {
+        int(n): (arrays["completed_x"][i].copy(), arrays["completed_y"][i : i + 1].copy())
+        for i, n in enumerate(arrays["completed_numbers"])
+    }
     agent.synced_cov = arrays["synced_cov"].copy()
     agent.synced_bias = arrays["synced_bias"].copy()
     # deadlines are on the agent's clock: shift them by the time that clock moved since the save

@@ -1,0 +1,83 @@
+"""The online agent's boundary: every input checked before anything changes, one error naming the field.
+
+Checks are cheap by design (a shape, a dtype, one finiteness pass): they run on every decision.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+class AgentError(ValueError):
+    """An input the agent refuses (the message names the field); nothing changed."""
+
+
+def numeric(value: object) -> bool:
+    """Whether ``value`` reads as a real numeric array (a bool array counts, as numpy casts it)."""
+    try:
+        return np.asarray(value).dtype.kind in "biuf"
+    except (TypeError, ValueError):
+        return False
+
+
+def check_features(features: Any, dim: int) -> np.ndarray:
+    """The candidate arms ``(K, d)``, K >= 1, as C-contiguous float32 (what the scorer multiplies)."""
+    try:
+        if getattr(features, "dtype", None) == np.float32:
+            x = np.ascontiguousarray(features)
+        else:
+            with np.errstate(over="ignore"):  # a value beyond float32 becomes inf, refused below
+                x = np.ascontiguousarray(features, dtype=np.float32)
+    except (TypeError, ValueError):
+        raise AgentError(f"features must be a numeric array (K, d = {dim}), got {type(features).__name__}") from None
+    if x.ndim != 2 or x.shape[1] != dim or x.shape[0] < 1:
+        raise AgentError(f"features must have shape (K, d = {dim}) with K >= 1 arms, got {x.shape}")
+    if not np.isfinite(x).all():
+        raise AgentError("features must be finite (float32 range), got NaN or infinite entries")
+    return x
+
+
+def check_reward(name: str, value: object, bound: float | None) -> float:
+    """A finite reward, within [-bound, bound] if a bound is enforced."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise AgentError(f"{name} must be a finite number, got {value!r:.80}")
+    y = float(value)
+    if y != y or y in (float("inf"), float("-inf")):
+        raise AgentError(f"{name} must be a finite number, got {y}")
+    if bound is not None and not -bound <= y <= bound:
+        raise AgentError(f"{name} must be in [-{bound:g}, {bound:g}] (the config's reward_bound), got {y}")
+    return y
+
+
+def check_logs(features: Any, arms: Any, rewards: Any, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """Logged decisions for ``partial_fit``: the chosen rows ``(n, d)`` float64 and the rewards ``(n,)``
+    (only shaped here; each reward is checked with :func:`check_reward` by the agent)."""
+    x = np.asarray(features, dtype=np.float64) if numeric(features) else None
+    if x is None or x.ndim not in (2, 3) or x.shape[-1] != dim or x.shape[0] < 1:
+        shape = getattr(x, "shape", None)
+        raise AgentError(f"features must be a numeric array (n, K, d) or (n, d) with d = {dim}, got {shape}")
+    n = x.shape[0]
+    if not np.isfinite(x).all():
+        raise AgentError("features must be finite, got NaN or infinite entries")
+    if x.ndim == 3 or arms is not None:
+        a = np.asarray(arms) if numeric(arms) else None
+        limit = x.shape[1] if x.ndim == 3 else None
+        if a is None or a.shape != (n,) or a.dtype.kind not in "iu" or (a < 0).any() or (limit and (a >= limit).any()):
+            bound = f"in [0, K = {limit})" if limit else ">= 0"
+            raise AgentError(f"arms must be {n} integers {bound}, got {arms!r:.80}")
+        if x.ndim == 3:
+            x = x[np.arange(n), a]
+    y = np.asarray(rewards, dtype=np.float64) if numeric(rewards) else None
+    if y is None or y.shape != (n,):
+        raise AgentError(f"rewards must be {n} numbers, got {rewards!r:.80}")
+    return x, y
+
+
+def check_prefix(prefix: Any, width: int, dim: int) -> np.ndarray:
+    """A synced prefix: ``width`` = d(d+1)/2 + d finite numbers, float64."""
+    p = np.asarray(prefix, dtype=np.float64) if numeric(prefix) else None
+    if p is None or p.shape != (width,) or not np.isfinite(p).all():
+        raise AgentError(f"prefix must be {width} finite numbers (d(d+1)/2 + d, d = {dim}), got {prefix!r:.80}")
+    return p
