@@ -227,6 +227,7 @@ ROOMS: dict[str, float] = {
     "sim": 6,  # the time loop, backends, checkpoints and results of a configured run
     "plots": 7,  # figures of sim results
     "api": 7,  # the Python entry point: config + sim + plots
+    "integrations": 7,  # adapters to other libraries (coba): on the online agent; the package never imports them
     "experiments": 7,  # paper figures and claims, run through sim
     "federation": 7,  # the real deployment, checked against sim
     "audit": 7,  # attacks and privacy audits of configured runs
