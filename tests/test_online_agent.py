@@ -318,7 +318,7 @@ def test_corrupt_truncated_and_other_version_files_are_refused(tmp_path):
     header = {k: v for k, v in header.items() if k not in ("sha256", "clock")}
     other = tmp_path / "other.npz"
     statefile.write(other, {**header, "format": 99}, arrays, 0.0)
-    with pytest.raises(StateFileError, match=r"was written by agent format 99; this is 1$"):
+    with pytest.raises(StateFileError, match=r"was written by agent format 99; this is 2$"):
         Agent.load(other)
     tampered = dict(arrays, gram=arrays["gram"] * 2)  # checksum of the original header: refused
     blob = json.dumps({**header, "clock": 0.0, "sha256": statefile.digest(header, arrays)}).encode()
@@ -472,3 +472,168 @@ def test_status_of_a_distributed_dp_agent_and_unbounded_non_private_rewards():
     assert plain.status()["rewarded"] == 1 and "clipped" not in plain.status()
     unsafe = Agent.from_config(config({**LDP, "lazy": False}), seed=0)
     assert unsafe.status()["guarantee"] == "no formal guarantee"
+
+
+# -- noise sources: secret ("os", the default) and derived (seed=s) ------------------------------
+DDP = {"name": "fedlinucb", "batch": 10, "protocol": "distributed-dp", "epsilon": 1.0, "delta": 1e-3}
+
+
+def test_without_a_seed_the_noise_is_the_deployed_silos_secret_noise():
+    """seed=None draws the deployed silo's samplers from the OS CSPRNG: no pseudo-random stream at all,
+    and two agents built alike and fed alike release different noise; seed=s is the simulator's class."""
+    from fedbandits.federation.spec import make_spec
+    from fedbandits.privacy.discrete_gaussian import SecretTreeRandomizer
+    from fedbandits.privacy.mechanisms import TreeRandomizer
+    from fedbandits.protocols.distributed_dp import DistributedRandomizer, SecretDistributedRandomizer
+
+    cfg = config(LDP)
+    secret = [Agent.from_config(cfg) for _ in range(2)]
+    for agent in secret:
+        assert type(agent.randomizer) is SecretTreeRandomizer and agent.randomizer.silo_rngs == []
+        assert agent.noise_source == "os" and agent.status()["noise_source"] == "os"
+    # the calibration is the deployment's own (shared code), not a copy of it
+    assert secret[0].setup.secret_noise() == make_spec(cfg).secret_noise()
+    noise = secret[0].setup.secret_noise()
+    np.testing.assert_array_equal(
+        secret[0].randomizer.sigma, [noise.sigma_cov] * (DIM * (DIM + 1) // 2) + [noise.sigma_bias] * DIM
+    )
+    assert secret[0].randomizer.grid == noise.grid
+    rng = [np.random.default_rng(3), np.random.default_rng(3)]
+    for agent, r in zip(secret, rng, strict=True):
+        for _ in range(4):
+            agent.reward(agent.choose(features(r)).decision_id, 0.5)
+    first, second = (agent.sync_payload() for agent in secret)
+    assert not np.array_equal(first, second)
+    assert type(Agent.from_config(cfg, seed=5).randomizer) is TreeRandomizer
+    assert Agent.from_config(cfg, seed=5).status()["noise_source"] == "derived"
+
+    masked = [Agent.from_config(config(DDP)) for _ in range(2)]
+    assert all(type(a.randomizer) is SecretDistributedRandomizer for a in masked)
+    assert not np.array_equal(masked[0].sync_payload(), masked[1].sync_payload())
+    assert type(Agent.from_config(config(DDP), seed=5).randomizer) is DistributedRandomizer
+
+
+def test_secret_noise_has_the_calibrated_scale():
+    """The secret noise of every released node, divided by the deployment's secret sigma of its entry,
+    must be standard normal.  d = 10 (P = 65 entries), K = 80 releases, each node with a few rewarded
+    decisions; node k's exact value is summed here from the chosen features (independently of the
+    agent), and the release is g * (round(node / g) + Z), so payload - node = g Z up to g / 2 =
+    sigma / 8192 at most (negligible).  The noise is secret, so this test cannot be seeded: its
+    thresholds are set for both error rates.  n = 80 x 65 = 5200 values; m = mean(z^2) has mean
+    (sigma_true / sigma)^2 and sd sqrt(2 / n) (sigma_true / sigma)^2 = 0.0196 at the right scale: it
+    leaves [0.905, 1.1] with probability < 1e-6 (4.8 and 5.1 sd).  At 0.9 sigma m is about 0.81 with
+    sd 0.016 (below 0.905 except with probability 2e-9); at 1.1 sigma about 1.21 with sd 0.024 (above
+    1.1 except with probability 3e-6); the simulator's continuous sigma (1 / 1.13 of the secret one
+    here) gives about 0.78.  The mean of z is within 5 standard errors of 0 (fails with p < 6e-7)."""
+    from fedbandits.federation.spec import make_spec
+    from fedbandits.privacy.tree import lowest_set_bit
+
+    d = 10
+    cfg = config_from_dict(
+        {
+            "experiment": {"seed": 1, "horizon": 800},
+            "environment": {"name": "gaussian-sphere", "agents": 2, "arms": 5, "dim": d},
+            "algorithms": [LDP],
+        }
+    )
+    secret = make_spec(cfg).secret_noise()
+    assert secret is not None and secret.scale > 1.05 and secret.epsilon_spent <= 1.0
+    n_tri = d * (d + 1) // 2
+    sigma = np.concatenate([np.full(n_tri, secret.sigma_cov), np.full(d, secret.sigma_bias)])
+    agent = Agent.from_config(cfg)
+    assert agent.setup.releases == 80
+    rng = np.random.default_rng(21)
+    gammas, z = [], []
+    for k in range(1, 81):
+        gamma = np.zeros(n_tri + d)
+        for _ in range(3):
+            x = rng.standard_normal((5, d))
+            x /= np.linalg.norm(x, axis=1, keepdims=True)
+            decision = agent.choose(x)
+            y = float(rng.uniform(-1, 1))
+            agent.reward(decision.decision_id, y)
+            chosen = x[decision.arm].astype(np.float32).astype(np.float64)
+            norm = np.linalg.norm(chosen)
+            chosen = chosen / norm if norm > 1 else chosen  # clipped to the feature bound 1, as the agent does
+            gamma += pack(np.outer(chosen, chosen)[None, None], (chosen * y)[None, None])[0, 0]
+        gammas.append(gamma)
+        node = np.sum(gammas[k - (1 << lowest_set_bit(k)) :], axis=0)  # the tree node released at k
+        payload = agent.sync_payload()
+        assert np.array_equal(payload / secret.grid, np.rint(payload / secret.grid))  # on the grid
+        z.append((payload - node) / sigma)
+    z = np.concatenate(z)
+    assert z.size == 5200
+    m = float(np.mean(z**2))
+    assert 0.905 < m < 1.1, m
+    assert abs(z.mean()) < 5 / np.sqrt(z.size)
+
+
+@pytest.mark.parametrize("algorithm", [LDP, DDP], ids=["ldp", "distributed-dp"])
+def test_save_and_load_with_secret_noise_never_redraws_a_released_node(tmp_path, algorithm):
+    """Saved mid-batch after 2 releases (ldp: the level-1 node holds releases 1-2 with its noise): the
+    file holds no noise stream, the state round-trips bit for bit, and the loaded agent re-uses the
+    released node's noise when the tree goes on (release 3 is a new level-0 node, drawn fresh: it
+    differs from the never-saved agent's), while its own new nodes sit on the secret grid."""
+    clock = FakeClock()
+    agent = Agent.from_config(config(algorithm), expiry_seconds=30.0, clock=clock)
+    rng = np.random.default_rng(8)
+    for step in range(25):
+        d = agent.choose(features(rng))
+        if step % 4:
+            agent.reward(d.decision_id, 0.25)
+        if step in (9, 19):
+            agent.apply_sync(agent.sync_payload())
+    assert agent.status()["pending"] > 0 and agent.status()["batch_samples"] > 0  # mid-batch
+    path = tmp_path / "secret.npz"
+    agent.save(path)
+    header, arrays = statefile.read(path)
+    assert header["noise_source"] == "os" and header["noise"] is None and header["releases_made"] == 2
+    loaded = Agent.load(path, clock=clock)
+    assert type(loaded.randomizer) is type(agent.randomizer) and loaded.noise_source == "os"
+    assert loaded.state_digest() == agent.state_digest() and loaded.status() == agent.status()
+    loaded.save(tmp_path / "again.npz")
+    assert statefile.digest(*statefile.read(tmp_path / "again.npz")) == statefile.digest(header, arrays)
+    np.testing.assert_array_equal(loaded.randomizer.exact, agent.randomizer.exact)
+    if algorithm is LDP:
+        released = agent.randomizer.noisy[1, 0, 0].copy()  # node of releases 1-2, sent at release 2
+        assert np.abs(released).max() > 0
+        np.testing.assert_array_equal(loaded.randomizer.noisy[1, 0, 0], released)
+    for twin in (agent, loaded):
+        d = twin.choose(features(np.random.default_rng(9)))
+        twin.reward(d.decision_id, 0.5)
+    third = [twin.sync_payload() for twin in (agent, loaded)]
+    assert not np.array_equal(*third)  # release 3: a new node, fresh secret noise in each
+    np.testing.assert_array_equal(loaded.randomizer.exact, agent.randomizer.exact)  # same data
+    if algorithm is LDP:
+        np.testing.assert_array_equal(loaded.randomizer.noisy[1, 0, 0], released)  # never redrawn
+        np.testing.assert_array_equal(loaded.randomizer.prefix()[0, 0], released + third[1])
+        grid = loaded.setup.secret_noise().grid
+        assert np.array_equal(third[1] / grid, np.rint(third[1] / grid))
+
+
+def test_status_states_the_noise_source_and_the_secret_noise_report():
+    """os: the sampler, its grid and sigmas and what it spends (the deployment's report, meeting the
+    target); derived: says it is not secret; non-lazy: the guarantee is withdrawn as for the deployment."""
+    from fedbandits.federation.spec import make_spec
+
+    cfg = config(LDP)
+    agent = Agent.from_config(cfg)
+    report = make_spec(cfg).privacy_report()
+    status = agent.status()
+    assert status["epsilon_spent"] == 0.0
+    for key in ("grid", "sigma_cov", "sigma_bias", "rho", "epsilon_spent", "scale"):
+        assert status[f"secret_noise_{key}"] == report[f"secret_noise_{key}"], key
+    assert status["noise_sampler"] == report["secret_noise_sampler"]
+    assert status["guarantee"] == report["guarantee"] == "formal"
+    agent.sync_payload()
+    assert agent.status()["epsilon_spent"] == report["secret_noise_epsilon_spent"] <= 1.0
+    derived = Agent.from_config(cfg, seed=1).status()
+    assert derived["noise_source"] == "derived" and "not secret" in str(derived["noise_sampler"])
+    assert "secret_noise_sigma_cov" not in derived
+    masked = Agent.from_config(config(DDP)).status()
+    assert masked["noise_source"] == "os" and "shares" in str(masked["noise_sampler"])
+    eager_cfg = config({**LDP, "lazy": False})
+    eager = Agent.from_config(eager_cfg).status()
+    eager_report = make_spec(eager_cfg).privacy_report()
+    assert eager["guarantee"] == eager_report["guarantee"] == "no formal guarantee"
+    assert eager["guarantee_reason"] == eager_report["guarantee_reason"]

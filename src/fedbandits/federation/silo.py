@@ -28,7 +28,6 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass, field
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -39,11 +38,14 @@ from fedbandits.envs.base import Round
 from fedbandits.envs.files import DataFiles
 from fedbandits.federation.secure_aggregation import Roster, SecAggClient
 from fedbandits.federation.spec import DeploySpec, load_pickle, save_pickle
-from fedbandits.privacy.discrete_gaussian import SecretTreeRandomizer, sample_discrete_gaussian
+from fedbandits.privacy.discrete_gaussian import SecretTreeRandomizer
 from fedbandits.privacy.mechanisms import TreeRandomizer, pack, protocol_streams, silo_noise_rng, unpack
 from fedbandits.privacy.tree import lowest_set_bit
 from fedbandits.protocols.base import Protocol
-from fedbandits.protocols.distributed_dp import DistributedRandomizer
+
+# SecretDistributedRandomizer lives in protocols (the online agent uses it too); importing it here
+# also keeps silo state files pickled before the move loadable (pickle finds it under this module)
+from fedbandits.protocols.distributed_dp import DistributedRandomizer, SecretDistributedRandomizer
 from fedbandits.sim.seeding import env_rngs, noise_rngs
 from fedbandits.sim.task import time_grid
 
@@ -99,16 +101,6 @@ class SiloFedLinUCB(FedLinUCB):
             gram = self._repair(gram)
         self.state.set(gram[:, None], bias[:, None])
         self.synced_cov, self.synced_bias = cov, bias
-
-
-class SecretDistributedRandomizer(DistributedRandomizer):
-    """One deployed silo's ``distributed-dp`` randomizer with secret shares: every share is an exact
-    discrete Gaussian N_Z(0, s^2) drawn with the OS CSPRNG -- exactly the law the calibration assumes
-    (KLS21 Prop. 14), so no separate accounting is needed.  Nothing secret is kept in the object."""
-
-    def _shares(self, width: int) -> np.ndarray:
-        s2 = Fraction(self.sigma) ** 2
-        return np.array([sample_discrete_gaussian(s2) for _ in range(width)], dtype=np.int64).reshape(1, 1, width)
 
 
 @dataclass

@@ -28,7 +28,7 @@ from fedbandits.algorithms.fedlinucb import FedLinUCBParams, calibrate_protocol
 from fedbandits.config import Config, ConfigError, config_from_dict
 from fedbandits.envs.files import read_data_file
 from fedbandits.privacy.calibration import NoiseCalibration
-from fedbandits.privacy.discrete_gaussian import SecretNoise, calibrate_secret_noise
+from fedbandits.privacy.discrete_gaussian import SECRET_SHARES_SAMPLER, SecretNoise, secret_noise_for
 from fedbandits.privacy.distributed_noise import DistributedCalibration
 from fedbandits.privacy.guarantee import not_covering_adaptivity
 from fedbandits.privacy.mechanisms import packed_width
@@ -157,10 +157,7 @@ class DeploySpec:
         cal = self.calibration()
         if not isinstance(cal, NoiseCalibration):
             return None  # none, or distributed-dp: its shares are exact discrete Gaussians by design
-        sens = self.params.privacy_spec().sensitivity()
-        return calibrate_secret_noise(
-            cal.sigma_cov, cal.sigma_bias, sens.cov, sens.bias, self.dim(), cal.nodes, cal.epsilon, cal.delta
-        )
+        return secret_noise_for(cal, self.params.privacy_spec().sensitivity(), self.dim())
 
     def privacy_report(self) -> dict[str, object]:
         """The calibration (what ``derived`` trial noise spends, as in the simulator) and the secret
@@ -174,8 +171,7 @@ class DeploySpec:
                 report = not_covering_adaptivity(report)
         if self.masked:
             report["secret_noise_sampler"] = (
-                "exact discrete Gaussian shares (Canonne, Kamath & Steinke 2020), OS CSPRNG; secure aggregation by "
-                "pairwise masking (Bonawitz et al. 2017)"
+                f"{SECRET_SHARES_SAMPLER}; secure aggregation by pairwise masking (Bonawitz et al. 2017)"
             )
         return report
 

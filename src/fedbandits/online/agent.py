@@ -7,8 +7,10 @@ updated by its one-learner form :func:`~fedbandits.core.ridge.rank_one_update`),
 ``[V^-1 | theta]`` scoring (:func:`~fedbandits.core.ucb.score_one`, :class:`~fedbandits.core.ucb.UCBScorer`'s
 arithmetic for one learner; the projection is built once per state change, not per decision), the
 clipping rule, the silo's local randomizer (tree p-sums with Gaussian noise, or distributed-dp shares)
--- so that, fed the simulator's stream with rewards posted at once, it makes the simulator's
-choices and releases its statistics (tests/test_online_parity.py).
+-- so that, fed the simulator's stream with rewards posted at once and a seed (``derived`` noise),
+it makes the simulator's choices and releases its statistics (tests/test_online_parity.py).
+Without a seed (the default) the noise is the deployed silo's secret noise: an exact discrete
+Gaussian drawn from the OS CSPRNG (``noise_source = "os"``).
 
 Decisions and rewards:
 
@@ -45,6 +47,7 @@ from fedbandits.core.ucb import projection, score_one
 from fedbandits.online import state as statefile
 from fedbandits.online.inputs import AgentError, check_features, check_logs, check_prefix, check_reward
 from fedbandits.online.setup import AgentSetup
+from fedbandits.privacy.discrete_gaussian import SECRET_SHARES_SAMPLER
 from fedbandits.privacy.guarantee import not_covering_adaptivity
 from fedbandits.privacy.mechanisms import TreeRandomizer, pack, unpack
 from fedbandits.protocols.distributed_dp import DistributedRandomizer
@@ -84,7 +87,6 @@ class Agent:
             raise AgentError("clock must be a callable returning seconds (e.g. time.monotonic)")
         self.setup = setup
         self.silo = silo
-        self.seeded = seed is not None
         self.expiry_seconds = float(expiry_seconds)
         self.clock = clock
         self.clip_out_of_bound = bool(clip_rewards)
@@ -103,9 +105,13 @@ class Agent:
         self.completed: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.synced_cov = np.zeros((1, d, d))  # W_syn in force
         self.synced_bias = np.zeros((1, d))  # U_syn in force
+        #: where the privacy noise comes from: "os" (seed=None, the default: the deployed silo's exact
+        #: discrete Gaussian from the OS CSPRNG, nothing secret kept) or "derived" (seed=s: the
+        #: simulator's stream, for tests and parity trials -- whoever knows s knows the noise)
+        self.noise_source = "os" if seed is None else "derived"
         self.randomizer: TreeRandomizer | DistributedRandomizer | None = None
         if self.private:
-            self.randomizer = setup.randomizer(setup.noise_stream(silo, seed))
+            self.randomizer = setup.randomizer(None if seed is None else setup.noise_stream(silo, seed))
         # decision ids carry the agent's instance: another agent's ids are unknown here.  A seeded
         # (test) agent's instance is derived, so two agents built alike issue the same ids
         self.instance = (
@@ -139,9 +145,10 @@ class Agent:
         """An agent for entry ``entry`` (a label; default the first ``[[algorithms]]`` entry) of a
         config (a Config, a dict or a TOML file's path), validated as ``fedbandits run`` does.
 
-        ``silo``: this agent's index among the ``[environment] agents`` silos.  ``seed``: None for
-        secret noise from the OS; an integer s for the simulator's noise stream of silo ``silo`` in
-        run 0 with ``noise_seed = s`` (tests, parity trials).  ``clip_rewards``: clip a reward
+        ``silo``: this agent's index among the ``[environment] agents`` silos.  ``seed``: None (noise
+        source ``os``) for the deployed silo's secret noise, an exact discrete Gaussian from the OS
+        CSPRNG; an integer s (``derived``) for the simulator's noise stream of silo ``silo`` in run 0
+        with ``noise_seed = s`` (tests, parity trials: not secret).  ``clip_rewards``: clip a reward
         outside the private bound [-B, B] and count it (the simulator's behaviour) instead of
         refusing it."""
         setup = AgentSetup.from_config(config, entry)
@@ -267,7 +274,7 @@ class Agent:
             "adopted": c["adopted"],
             "lazy": self.lazy,
             "private": self.private,
-            "noise": "seeded (not secret)" if self.seeded else "secret (OS entropy)",
+            "noise_source": self.noise_source if self.private else None,  # None: no noise at all
         }
         if self.federated:
             out["protocol"] = self.setup.protocol
@@ -289,9 +296,34 @@ class Agent:
                     "guarantee_reason": cal.guarantee_reason,
                 }
             )
+            out.update(self._noise_report())
             if not self.lazy:  # decisions act on unreleased data: the simulator withdraws the guarantee too
                 out = not_covering_adaptivity(out)
         return out
+
+    def _noise_report(self) -> dict[str, object]:
+        """The noise in force, as the deployment's privacy_report states it: for ``os`` the sampler,
+        and for ``ldp`` its grid, per-entry sigma and what it spends of the (epsilon, delta) target by
+        the zCDP accounting of what is sampled (its own calibration, slightly above the continuous
+        sigma's)."""
+        if self.noise_source == "derived":
+            sampler = (
+                "discrete Gaussian shares (float acceptance test) from the seeded noise stream"
+                if self.setup.masked
+                else "continuous Gaussian from the seeded noise stream"
+            )
+            return {"noise_sampler": sampler + " (derived: not secret, for tests and parity trials)"}
+        if self.setup.masked:
+            return {"noise_sampler": SECRET_SHARES_SAMPLER}
+        secret = self.setup.secret_noise()
+        assert secret is not None
+        report = secret.report()
+        return {
+            "noise_sampler": report.pop("secret_noise_sampler"),
+            **report,
+            # what the secret noise spends (zCDP accounting, meets the target), not the continuous calibration's
+            "epsilon_spent": secret.epsilon_spent if self.counts["syncs"] else 0.0,
+        }
 
     # -- save / load (fedbandits.online.state) -----------------------------------------------
     def save(self, path: str | Path) -> None:

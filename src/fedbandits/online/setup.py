@@ -11,6 +11,7 @@ K = T // B the noise is calibrated for, the calibration itself and each silo's n
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +23,10 @@ from fedbandits.config import Config, ConfigError, config_from_dict, load_config
 from fedbandits.core.seeding import noise_rngs
 from fedbandits.core.ucb import ConfidenceRadius
 from fedbandits.privacy.calibration import NoiseCalibration
+from fedbandits.privacy.discrete_gaussian import SecretNoise, SecretTreeRandomizer, secret_noise_for
 from fedbandits.privacy.distributed_noise import DistributedCalibration
 from fedbandits.privacy.mechanisms import TreeRandomizer, packed_width, protocol_streams, silo_noise_rng
-from fedbandits.protocols.distributed_dp import DistributedRandomizer
+from fedbandits.protocols.distributed_dp import DistributedRandomizer, SecretDistributedRandomizer
 from fedbandits.registry import private_regularizer
 
 #: the algorithms an agent runs: a standalone LinUCB silo, or one silo of a FedLinUCB federation
@@ -158,29 +160,60 @@ class AgentSetup:
         """The noise std of every packed entry, as :class:`GaussianTreeProtocol` sets it (ldp)."""
         cal = self.calibration
         assert isinstance(cal, NoiseCalibration)
+        return self.packed(cal.sigma_cov, cal.sigma_bias)
+
+    def packed(self, cov: float, bias: float) -> np.ndarray:
+        """One value per packed entry: ``cov`` for the d(d+1)/2 covariance entries, ``bias`` for the d bias ones."""
         n_tri = self.dim * (self.dim + 1) // 2
-        return np.concatenate([np.full(n_tri, cal.sigma_cov), np.full(self.dim, cal.sigma_bias)])
+        return np.concatenate([np.full(n_tri, cov), np.full(self.dim, bias)])
+
+    def secret_noise(self) -> SecretNoise | None:
+        """``ldp``'s secret noise: an exact discrete Gaussian on a grid, calibrated on its own to meet
+        (epsilon, delta) by zCDP accounting of what is sampled -- the deployed silo's
+        (:func:`fedbandits.privacy.discrete_gaussian.secret_noise_for`, computed once).  None for
+        ``none`` and ``distributed-dp`` (its shares are exact discrete Gaussians by design)."""
+        return self._secret_noise
+
+    @cached_property
+    def _secret_noise(self) -> SecretNoise | None:
+        cal = self.calibration
+        if not isinstance(cal, NoiseCalibration):
+            return None
+        return secret_noise_for(cal, self.fed_params.privacy_spec().sensitivity(), self.dim)
 
     # -- noise -------------------------------------------------------------------------------
-    def noise_stream(self, silo: int, seed: int | None) -> np.random.Generator:
-        """Silo ``silo``'s privacy-noise stream.  ``seed=None``: fresh OS entropy (secret, for real
-        use).  ``seed=s``: the stream the simulator gives silo ``silo`` in run 0 of a config whose
-        ``noise_seed`` (or ``seed``) is s, derived as the deployment's ``derived`` noise source does."""
-        if seed is None:
-            return np.random.Generator(np.random.SFC64(np.random.SeedSequence()))
+    def noise_stream(self, silo: int, seed: int) -> np.random.Generator:
+        """Silo ``silo``'s ``derived`` noise stream: the stream the simulator gives silo ``silo`` in
+        run 0 of a config whose ``noise_seed`` (or ``seed``) is ``seed``, derived as the deployment's
+        ``derived`` noise source does (tests, parity trials: whoever knows the seed knows the noise)."""
         run_rng = noise_rngs(seed, [0], self.config.noise_stream(self.index))[0]
         return silo_noise_rng(protocol_streams(run_rng)[0], self.silos, silo)
 
-    def randomizer(self, stream: np.random.Generator) -> TreeRandomizer | DistributedRandomizer | None:
-        """The silo's local randomizer R, drawing from ``stream`` (None without privacy): the
-        simulator's own classes for one silo, as the deployment's silo builds them."""
+    def randomizer(self, stream: np.random.Generator | None) -> TreeRandomizer | DistributedRandomizer | None:
+        """The silo's local randomizer R (None without privacy), as the deployment's silo builds it.
+
+        ``stream=None`` (noise source ``os``, the default): the secret samplers of a deployed silo --
+        :class:`SecretTreeRandomizer` (an exact discrete Gaussian with :meth:`secret_noise`'s sigma and
+        grid) for ``ldp``, :class:`SecretDistributedRandomizer` (exact discrete Gaussian shares) for
+        ``distributed-dp``, both drawing from the OS CSPRNG.  A stream (noise source ``derived``): the
+        simulator's own classes for one silo, drawing from it."""
         cal = self.calibration
         placeholder = [np.random.Generator(np.random.SFC64(0))]  # replaced by the silo's stream below
         if isinstance(cal, DistributedCalibration):
+            if stream is None:
+                secret = SecretDistributedRandomizer(
+                    1, 1, cal.codec(self.dim), cal.share_sigma, placeholder, cal.releases
+                )
+                secret.silo_rngs = []  # no pseudo-random stream: the shares come from the OS CSPRNG
+                return secret
             dist = DistributedRandomizer(1, 1, cal.codec(self.dim), cal.share_sigma, placeholder, cal.releases)
             dist.silo_rngs = [[stream]]
             return dist
         if isinstance(cal, NoiseCalibration):
+            if stream is None:
+                noise = self.secret_noise()
+                assert noise is not None
+                return SecretTreeRandomizer(self.packed(noise.sigma_cov, noise.sigma_bias), noise.grid, cal.releases)
             tree = TreeRandomizer(1, 1, self.sigma(), placeholder, cal.releases)
             tree.silo_rngs = [[stream]]
             return tree

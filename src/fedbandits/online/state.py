@@ -2,14 +2,19 @@
 
 What is saved is the whole agent: the config (as data, validated again on load), the ridge
 statistics and inverse, the synced prefix in force, the batch statistics of the next release,
-the pending decisions (features and deadlines), the expired ids, every counter, the local
-randomizer's tree and the exact position of its noise stream (so a loaded agent continues the
-stream: released noise is never redrawn, and noise not yet drawn is never replayed).
+the pending decisions (features and deadlines), the expired ids, every counter, the noise source
+and the local randomizer's tree: its exact nodes and the released noisy nodes (``ldp``), which a
+loaded agent re-uses, never redraws.  With ``derived`` noise the exact position of its noise
+stream is saved too (a loaded agent continues the stream: noise not yet drawn is never replayed);
+with ``os`` noise (the default) there is no stream -- a loaded agent draws every new node's noise
+fresh from the OS CSPRNG.
 
 Safety: the archive is read with ``allow_pickle=False`` and the header with ``json``: loading a
 state file runs no code from it.  A SHA-256 of the content is kept in the header, so a
-corrupted or truncated file is refused, as is a file of another format version.  A seeded or
-secret noise stream's state is in the file: treat the file as secret (it predicts the noise).
+corrupted or truncated file is refused, as is a file of another format version.  A ``derived``
+noise stream's state is in the file: treat that file as secret (it predicts the noise still to be
+drawn).  An ``os`` file holds no secret noise (released nodes only, which were sent anyway), but it
+holds the users' unreleased statistics and pending decisions: keep it as private as the data.
 """
 
 from __future__ import annotations
@@ -35,8 +40,9 @@ from fedbandits.privacy.mechanisms import TreeRandomizer
 # the agent is typed Any here: this module is imported by fedbandits.online.agent, never the reverse
 Agent = Any
 
-#: the state file's format; a file of another format is refused
-FORMAT = 1
+#: the state file's format; a file of another format is refused (2: the noise source, and ``os``
+#: noise with no stream)
+FORMAT = 2
 KIND = "fedbandits-agent"
 
 
@@ -56,7 +62,7 @@ def dump(agent: Agent) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         "config": agent.setup.config.to_dict(),
         "entry": agent.setup.label,
         "silo": agent.silo,
-        "seeded": agent.seeded,
+        "noise_source": agent.noise_source,
         "expiry_seconds": agent.expiry_seconds,
         "clip_rewards": agent.clip_out_of_bound,
         "instance": agent.instance,
@@ -81,7 +87,8 @@ def dump(agent: Agent) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     }
     r = agent.randomizer
     if r is not None:
-        header["noise"] = _plain(r.silo_rngs[0][0].bit_generator.state)
+        if agent.noise_source == "derived":
+            header["noise"] = _plain(r.silo_rngs[0][0].bit_generator.state)
         header["releases_made"] = r.k
         arrays["tree_exact"] = r.exact
         if isinstance(r, TreeRandomizer):
@@ -152,14 +159,19 @@ def restore(
         setup = AgentSetup.from_config(config_from_dict(header["config"]), header["entry"])
     except ConfigError as exc:
         raise StateFileError(f"the state file's config no longer validates: {exc}") from None
+    source = header["noise_source"]
+    if source not in ("os", "derived"):
+        raise ValueError(f"noise_source {source!r}")
     agent = cls(
         setup,
         silo=header["silo"],
+        # derived: any seed builds the simulator's randomizer, its stream's saved position is set below;
+        # os: the secret randomizer, no stream
+        seed=0 if source == "derived" else None,
         expiry_seconds=header["expiry_seconds"],
         clock=clock,
         clip_rewards=header["clip_rewards"],
     )
-    agent.seeded = bool(header["seeded"])
     agent.instance = str(header["instance"])
     agent.counts.update({k: int(v) for k, v in header["counts"].items()})
     agent.feature_norm_max = float(header["feature_norm_max"])
@@ -181,7 +193,8 @@ def restore(
     agent.expired = {int(n) for n in arrays["expired"]}
     r = agent.randomizer
     if r is not None:
-        r.silo_rngs[0][0].bit_generator.state = _numpy_state(header["noise"])
+        if source == "derived":
+            r.silo_rngs[0][0].bit_generator.state = _numpy_state(header["noise"])
         r.k = int(header["releases_made"])
         r.exact[...] = arrays["tree_exact"]
         if isinstance(r, TreeRandomizer):

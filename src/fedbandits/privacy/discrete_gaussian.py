@@ -40,7 +40,9 @@ import numpy as np
 
 from fedbandits.core.lazy import lazy_module
 from fedbandits.core.validation import check_float, check_int
+from fedbandits.privacy.calibration import NoiseCalibration
 from fedbandits.privacy.mechanisms import TreeRandomizer
+from fedbandits.privacy.sensitivity import Sensitivity
 
 optimize = lazy_module("scipy.optimize")  # used to calibrate
 
@@ -197,6 +199,18 @@ def calibrate_secret_noise(
         scale = lo
     rho = release_rho(scale * sigma_cov, scale * sigma_bias, grid, sens_cov, sens_bias, dim, nodes)
     return SecretNoise(scale * sigma_cov, scale * sigma_bias, grid, rho, zcdp_epsilon(rho, delta), scale)
+
+
+def secret_noise_for(cal: NoiseCalibration, sens: Sensitivity, dim: int) -> SecretNoise:
+    """The secret noise meeting a calibration's own (epsilon, delta) for its tree (``cal.nodes``
+    p-sums per user), with sensitivities ``sens``: what a deployed silo and an online agent draw."""
+    return calibrate_secret_noise(
+        cal.sigma_cov, cal.sigma_bias, sens.cov, sens.bias, dim, cal.nodes, cal.epsilon, cal.delta
+    )
+
+
+#: the report line of ``distributed-dp``'s secret shares (their law is the one the calibration assumes)
+SECRET_SHARES_SAMPLER = "exact discrete Gaussian shares (Canonne, Kamath & Steinke 2020), OS CSPRNG"
 
 
 class SecretTreeRandomizer(TreeRandomizer):

@@ -30,9 +30,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from fractions import Fraction
 
 import numpy as np
 
+from fedbandits.privacy.discrete_gaussian import sample_discrete_gaussian
 from fedbandits.privacy.distributed_noise import DistributedCalibration, ModularCodec, sample_shares
 from fedbandits.privacy.factorization import BandedEncoder, Factorization, FactorizedAnalyzer, factorize
 from fedbandits.privacy.guarantee import NOT_FORMAL
@@ -102,6 +104,17 @@ class DistributedRandomizer:
         return np.stack(
             [np.stack([sample_shares(rng, self.sigma, width) for rng in silos]) for silos in self.silo_rngs]
         )
+
+
+class SecretDistributedRandomizer(DistributedRandomizer):
+    """One silo's ``distributed-dp`` randomizer with secret shares (a deployed silo's, or an online
+    agent's): every share is an exact discrete Gaussian N_Z(0, s^2) drawn with the OS CSPRNG --
+    exactly the law the calibration assumes (KLS21 Prop. 14), so no separate accounting is needed.
+    Nothing secret is kept in the object: a node is released once, with a fresh share."""
+
+    def _shares(self, width: int) -> np.ndarray:
+        s2 = Fraction(self.sigma) ** 2
+        return np.array([sample_discrete_gaussian(s2) for _ in range(width)], dtype=np.int64).reshape(1, 1, width)
 
 
 class ModularTreeAnalyzer:
