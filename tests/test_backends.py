@@ -229,6 +229,22 @@ def test_resume_with_a_pool_and_transcripts(tmp_path):
     assert not plain.folder.exists()
 
 
+def test_a_shared_local_pool_runs_every_task_in_its_workers():
+    # shared=True (reproduce with --workers > 1): one pool serves every config, even a config of one
+    # task runs in a worker (the driver only merges), and the numbers are those of one process
+    config = _config(runs=2)  # one task of runs_per_task = 2
+    assert len(task_chunks(config)) == 1
+    with open_backend("local", 2, shared=True) as backend:
+        results = run_experiment(config, backend=backend)
+        pool = backend._pool
+        assert pool is not None and pool._processes  # not run in this process
+        again = run_experiment(config, backend=backend)
+        assert backend._pool is pool
+    assert backend._pool is None  # closed with the backend
+    assert_identical(results, run_experiment(config))
+    assert_identical(again, results)
+
+
 def test_resume_needs_a_checkpoint():
     with pytest.raises(ValueError, match="checkpoint"):
         run_experiment(_config(), resume=True)

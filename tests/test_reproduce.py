@@ -158,6 +158,28 @@ def test_every_experiment_runs_end_to_end(tiny_all: tuple[Path, list]) -> None:
     assert "eps spent" in report and "sdp-amplification / paper" in report
 
 
+def test_every_experiment_at_once_on_two_workers_gives_the_same_numbers(
+    tiny_all: tuple[Path, list], tmp_path: Path
+) -> None:
+    # workers = 2: the experiments run at once from threads, their tasks on one shared pool (a config of
+    # one task in a worker too); each task depends only on its config and runs, so nothing may change
+    _, sequential = tiny_all
+    together = reproduce("all", "tiny", out=tmp_path, causes="none", workers=2)
+    assert [o.experiment.name for o in together] == list(EXPERIMENTS)
+    for a, b in zip(sequential, together, strict=True):
+        assert [r.status for r in a.claims] == [r.status for r in b.claims]
+        assert list(a.panel_results) == list(b.panel_results)
+        for panel, results in a.panel_results.items():
+            other = b.panel_results[panel].algorithms
+            assert list(results.algorithms) == list(other)
+            for lab, res in results.algorithms.items():
+                np.testing.assert_array_equal(res.curves, other[lab].curves)
+                np.testing.assert_array_equal(res.per_agent, other[lab].per_agent)
+                np.testing.assert_array_equal(res.messages, other[lab].messages)
+        assert (tmp_path / a.experiment.name / "figure.png").read_bytes().startswith(PNG_MAGIC)
+    assert (tmp_path / "report.md").is_file()
+
+
 def test_report_shows_failures(tiny_all: tuple[Path, list]) -> None:
     out, outcomes = tiny_all
     report = (out / "report.md").read_text(encoding="utf-8")

@@ -30,8 +30,10 @@ alone), writing ``DIR/<name>/powered/claim-<i>/``, and reports the verdict with 
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +50,9 @@ from fedbandits.plots import _pyplot, plot_results, save_figure
 from fedbandits.sim.backends import open_backend
 from fedbandits.sim.results import Results
 from fedbandits.sim.runner import check_run_memory, run_experiment
+
+#: matplotlib's pyplot is not thread-safe: experiments running at once draw one at a time
+_PLOTTING = threading.Lock()
 
 
 def resolve(name: str, scale: str = "quick", runs: int | None = None) -> list[Experiment]:
@@ -121,9 +126,11 @@ def _run_panels(
         sub = folder / _slug(panel) if panel else folder
         results.save(sub)
         if plots:
-            plot_results(results, sub)
+            with _PLOTTING:
+                plot_results(results, sub)
         panels[panel] = results
-    draw_figure(panels, experiment, folder / "figure.png")
+    with _PLOTTING:
+        draw_figure(panels, experiment, folder / "figure.png")
     return panels
 
 
@@ -244,27 +251,77 @@ def reproduce(
         for _, raw in [*e.configs(), *(c for cause in e.causes for c in cause_configs(e, cause, every))]:
             check_run_memory(config_from_dict(raw), workers, backend, max_memory)
     started = time.perf_counter()
-    opened = open_backend(backend, workers, address, max_retries) if isinstance(backend, str) else None
+    shared = backend == "local" and isinstance(workers, int) and workers > 1 and len(experiments) > 1
+    opened = open_backend(backend, workers, address, max_retries, shared=shared) if isinstance(backend, str) else None
+    options: dict[str, Any] = {
+        "workers": "auto" if opened is not None else workers,
+        "backend": opened if opened is not None else backend,
+        "checkpoint": out / "checkpoint",
+        "resume": resume,
+        "log": log,
+        "causes": causes,
+        "powered": powered,
+        "max_memory": max_memory,
+    }
     try:
-        outcomes = [
-            run_one(
-                e,
-                out,
-                workers="auto" if opened is not None else workers,
-                progress=progress,
-                backend=opened if opened is not None else backend,
-                checkpoint=out / "checkpoint",
-                resume=resume,
-                log=log,
-                causes=causes,
-                powered=powered,
-                max_memory=max_memory,
-            )
-            for e in experiments
-        ]
+        if shared:
+            outcomes = _run_concurrently(experiments, out, progress, log, started, options)
+        else:
+            outcomes = [run_one(e, out, progress=progress, **options) for e in experiments]
     finally:
         if opened is not None:
             opened.close()
     wall = time.perf_counter() - started
     (out / "report.md").write_text(report(outcomes, scale, wall), encoding="utf-8")
     return outcomes
+
+
+def _run_concurrently(
+    experiments: list[Experiment],
+    out: Path,
+    progress: bool,
+    log: Callable[[str], None] | None,
+    started: float,
+    options: dict[str, Any],
+) -> list[Outcome]:
+    """:func:`run_one` of every experiment at once, each in a thread of this process, on one shared pool
+    of local workers: the tasks of every base run, then of every cause and powered run as its base
+    finishes, queue for the same workers, so they stay busy while this process merges results,
+    writes files and draws figures.  Every task's result depends only on its config and runs, so the
+    numbers are those of running the experiments one after the other.  The longest experiments
+    start first (their base runs gate their cause runs); ``progress``: one line per finished
+    experiment through ``log`` instead of a bar per config.  The first error stops every
+    experiment (the caller closes the pool) and is raised."""
+
+    order = sorted(range(len(experiments)), key=lambda i: -_work(experiments[i]))
+    finished = 0
+    outcomes: dict[int, Outcome] = {}
+    threads = ThreadPoolExecutor(len(experiments), thread_name_prefix="fedbandits-reproduce")
+    try:
+        futures = {threads.submit(run_one, experiments[i], out, progress=False, **options): i for i in order}
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in sorted(done, key=futures.__getitem__):
+                i = futures[fut]
+                outcomes[i] = fut.result()  # the first error is raised here
+                finished += 1
+                if progress and log is not None:
+                    o = outcomes[i]
+                    log(
+                        f"{o.experiment.name} done ({finished} of {len(experiments)}; "
+                        f"{time.perf_counter() - started:.0f} s since the start)"
+                    )
+    finally:
+        threads.shutdown(wait=False, cancel_futures=True)
+    return [outcomes[i] for i in range(len(experiments))]
+
+
+def _work(experiment: Experiment) -> int:
+    """A rough size of an experiment's base run, to start the longest first: rounds x runs x agents x
+    algorithms, summed over panels."""
+    total = 0
+    for _, raw in experiment.configs():
+        exp, env = raw["experiment"], raw["environment"]
+        total += exp["horizon"] * exp["runs"] * env.get("agents", 1) * len(raw["algorithms"])
+    return total
