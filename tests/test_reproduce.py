@@ -295,7 +295,7 @@ def test_power_statements_in_the_report(tiny_all: tuple[Path, list]) -> None:
 def test_cli_causes_and_page(tmp_path: Path) -> None:
     page = tmp_path / "docs" / "reproduction.md"
     argv = ["reproduce", "zhou-fig3d", "--scale", "tiny", "--out", str(tmp_path / "r"), "--no-progress"]
-    code, out, err = _invoke([*argv, "--causes", "none", "--page", str(page)])
+    code, out, err = _invoke([*argv, "--page", str(page)])  # no --causes: none is the tiny scale's default
     assert code == 0, err
     assert f"page: {page}" in out and (tmp_path / "docs" / "reproduction" / "zhou-fig3d.png").is_file()
     text = page.read_text(encoding="utf-8")
@@ -304,7 +304,8 @@ def test_cli_causes_and_page(tmp_path: Path) -> None:
     (outcome,) = reproduce("zhou-fig3d", "tiny", out=tmp_path / "r", causes="none", resume=True, workers=1)
     unsettled = sum(r.status in (NOT_REPRODUCED, INCONCLUSIVE) for r in outcome.claims)
     assert "made without the one-change cause runs (`--causes none`)" in text
-    assert "`fedbandits reproduce zhou-fig3d --scale tiny --causes none`" in text  # the figure's own command
+    # the figure's own command: no --causes flag, none being the scale's default
+    assert "`fedbandits reproduce zhou-fig3d --scale tiny`; base run" in text
     assert (
         (f"not run for this page (`--causes none`); {unsettled} claim(s) not settled" in text)
         == (unsettled > 0)

@@ -14,8 +14,9 @@ without redoing finished runs.  ``backend="ray"`` runs the tasks on a Ray cluste
 local processes, with the same results bit for bit.
 
 ``causes`` (``--causes``; :mod:`fedbandits.experiments.causes`) chooses when an experiment's
-one-change cause runs run: ``"unsettled"`` (default: when a claim is not reproduced or
-inconclusive), ``"all"`` or ``"none"``; each writes ``DIR/<name>/causes/<cause>/``.  A cause run
+one-change cause runs run: ``"unsettled"`` (when a claim is not reproduced or inconclusive),
+``"all"`` or ``"none"``; None (default): ``"unsettled"`` at the paper and published scales, else
+``"none"``; each writes ``DIR/<name>/causes/<cause>/``.  A cause run
 plays only the algorithms of the claims it is for (the unsettled ones; every claim with
 ``"all"``), with the noise streams of the base config, and checks only those claims.  The report
 (:mod:`fedbandits.experiments.report`) gives every inconclusive claim a power statement
@@ -38,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from fedbandits.config import config_from_dict
-from fedbandits.experiments.causes import CAUSE_MODES, cause_claims, cause_configs, claim_keys, wants_causes
+from fedbandits.experiments.causes import cause_claims, cause_configs, causes_mode, claim_keys, wants_causes
 from fedbandits.experiments.claims import ClaimResult, check
 from fedbandits.experiments.figures import EXPERIMENTS, Experiment, get_experiment
 from fedbandits.experiments.outcome import CauseOutcome, Cost, Outcome, PoweredOutcome
@@ -223,7 +224,7 @@ def reproduce(
     max_retries: int = 3,
     log: Callable[[str], None] | None = None,
     max_memory: int | None = None,
-    causes: str = "unsettled",
+    causes: str | None = None,
     powered: str | None = None,
 ) -> list[Outcome]:
     """Run ``name`` (or ``"all"``), save everything under ``out`` and write ``out/report.md``.
@@ -231,15 +232,15 @@ def reproduce(
     ``backend``, ``workers``, ``address`` and ``max_retries`` choose where tasks run (one Ray
     connection serves every experiment); finished tasks go to ``out/checkpoint/`` and
     ``resume=True`` skips those already there.  ``causes``: when to run the cause runs
-    (``"unsettled"``, ``"all"`` or ``"none"``, see :mod:`fedbandits.experiments.causes`);
+    (``"unsettled"``, ``"all"`` or ``"none"``; None: the scale's default, see
+    :mod:`fedbandits.experiments.causes`);
     ``powered``: whether to rerun affordable inconclusive claims (``"affordable"`` or ``"none"``;
     None: the scale's default, see :mod:`fedbandits.experiments.powered`).  Every figure's configs
     are validated, and their memory estimated against ``max_memory`` bytes (default: the available
     memory), before anything runs (:func:`fedbandits.sim.runner.check_run_memory`).
     """
 
-    if causes not in CAUSE_MODES:
-        raise ValueError(f"causes must be one of {', '.join(map(repr, CAUSE_MODES))}, got {causes!r}")
+    causes = causes_mode(causes, scale)
     powered = powered_mode(powered, scale)
     experiments = resolve(name, scale, runs)
     out = Path(out)
