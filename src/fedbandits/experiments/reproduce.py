@@ -247,9 +247,11 @@ def reproduce(
     if out.exists() and not out.is_dir():
         raise ValueError(f"out {out} exists and is not a folder")
     for e in experiments:  # validate every config and check its memory before running anything
-        # (a cause run plays at most the algorithms of every claim: its memory is at most this one's)
+        # (a cause run plays at most the algorithms of every claim: its memory is at most this one's;
+        # without cause runs their configs are not built: calibrating their noise is most of this loop)
         every = claim_keys(e.claims)
-        for _, raw in [*e.configs(), *(c for cause in e.causes for c in cause_configs(e, cause, every))]:
+        causes_run = e.causes if causes != "none" else ()
+        for _, raw in [*e.configs(), *(c for cause in causes_run for c in cause_configs(e, cause, every))]:
             check_run_memory(config_from_dict(raw), workers, backend, max_memory)
     started = time.perf_counter()
     shared = backend == "local" and isinstance(workers, int) and workers > 1 and len(experiments) > 1
