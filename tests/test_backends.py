@@ -9,6 +9,7 @@ import json
 import random
 import subprocess
 import sys
+import threading
 import time
 from contextlib import redirect_stderr, redirect_stdout
 from io import StringIO
@@ -243,6 +244,35 @@ def test_a_shared_local_pool_runs_every_task_in_its_workers():
     assert backend._pool is None  # closed with the backend
     assert_identical(results, run_experiment(config))
     assert_identical(again, results)
+
+
+def test_closing_a_shared_pool_wakes_the_runs_waiting_on_it():
+    # reproduce's experiments wait on one shared pool from threads; after an error or an interruption
+    # its owner closes it, and every waiting run must end (a queued future cancelled by the pool's
+    # shutdown wakes no waiter: without the check the threads, and the process, would hang)
+    config = _config(horizon=100_000, runs=4)  # two tasks of many seconds each: still running when closed
+    backend = open_backend("local", 2, shared=True)
+    errors: list[BaseException] = []
+
+    def one() -> None:
+        try:
+            run_experiment(config, backend=backend)
+        except Exception as exc:  # which error depends on the moment of the close
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one) for _ in range(3)]
+    for t in threads:
+        t.start()
+    time.sleep(3)
+    started = time.monotonic()
+    backend.close()
+    for t in threads:
+        t.join(timeout=30)
+    assert not any(t.is_alive() for t in threads)
+    assert len(errors) == 3 and all(isinstance(e, RuntimeError) for e in errors), errors
+    assert time.monotonic() - started < 30
+    with pytest.raises(RuntimeError, match="closed"):  # a closed shared pool takes no new run
+        run_experiment(config, backend=backend)
 
 
 def test_resume_needs_a_checkpoint():

@@ -78,6 +78,9 @@ class Progress:
 
 #: ``workers`` default: 1 local process, or twice the Ray cluster's CPUs in flight
 AUTO = "auto"
+#: seconds between a shared local pool's checks that it was not closed under a run
+SHARED_POLL = 0.5
+SHARED_CLOSED = "the shared local pool was closed while this run waited for its tasks"
 
 
 def _check_workers(workers: int | str) -> int | None:
@@ -165,6 +168,7 @@ class LocalBackend:
         self._pool: ProcessPoolExecutor | None = None
         self._futures: set[Future[ChunkResult]] = set()
         self._lock = threading.Lock()
+        self._closed = threading.Event()
 
     def __enter__(self) -> LocalBackend:
         return self
@@ -176,6 +180,7 @@ class LocalBackend:
         """Stop the shared pool: tasks still queued are dropped and running ones stopped (after an error
         or an interruption their results could no longer be recorded)."""
         with self._lock:
+            self._closed.set()  # wakes the runs waiting on the pool (see run)
             pool, self._pool = self._pool, None
             unfinished = any(not f.done() for f in self._futures)
             self._futures.clear()
@@ -184,6 +189,8 @@ class LocalBackend:
 
     def _shared_pool(self) -> ProcessPoolExecutor:
         with self._lock:
+            if self._closed.is_set():
+                raise RuntimeError(SHARED_CLOSED)
             if self._pool is None:
                 self._pool = _new_pool(self.workers)
             return self._pool
@@ -214,7 +221,11 @@ class LocalBackend:
                     self._futures.update(futures)
             pending = set(futures)
             while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                # a shared pool's runs wake up now and then: when its owner closes it (an error or an
+                # interruption elsewhere) their queued futures are cancelled without waking a waiter
+                done, pending = wait(pending, SHARED_POLL if self.shared else None, FIRST_COMPLETED)
+                if not done and self._closed.is_set():
+                    raise RuntimeError(SHARED_CLOSED)
                 for fut in sorted(done, key=futures.__getitem__):
                     index = futures.pop(fut)  # drop the future: it would keep the result alive
                     if self.shared:
