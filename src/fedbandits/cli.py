@@ -195,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_rep.add_argument(
         "--scale",
         default="quick",
-        help="quick (shrunk; about 4 min with --workers 2 on 2 cores: 6-7 min of compute, without cause runs, its "
+        help="quick (shrunk; about 3 min with --workers 2 on 2 cores: 5 min of compute, without cause runs, its "
         "default), paper (published settings where one machine holds them, else the "
         "largest scale the report states), published (published settings everywhere: Dubey & Pentland's T = 10^7 "
         "needs a cluster, --backend ray) or tiny",

@@ -27,7 +27,7 @@ The default (None, :func:`causes_mode`) is ``"unsettled"`` at the scales that se
 (``paper``, ``published``) and ``"none"`` at ``quick`` and ``tiny``, which are for trying the tool:
 with their few runs most claims are unsettled, so the cause runs would replay the unsettled claims'
 curves of nearly every figure once per cause: at the quick scale they took 2.3 times the base runs'
-compute (the whole run 3.3 times as long: 21 min of CPU instead of 6-7), for verdicts with as few
+compute (the whole run took 3.3 times as long), for verdicts with as few
 runs as the base run's.
 
 :func:`describe` turns a claim's status under the base and a cause into the report's sentence

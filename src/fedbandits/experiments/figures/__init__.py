@@ -13,8 +13,8 @@ Scales:
   reason and the cluster command are in ``Experiment.shrunk``);
 * ``published``: the published settings everywhere (``paper`` but for Dubey & Pentland, whose
   T = 10^7 needs a cluster: ``--backend ray``);
-* ``quick``: the same instance and algorithms, fewer rounds and runs (every figure together: 6-7 min
-  of compute, about 4 min with ``--workers 2`` on 2 cores, without cause runs, the quick scale's
+* ``quick``: the same instance and algorithms, fewer rounds and runs (every figure together: about 5 min
+  of compute, 3 min with ``--workers 2`` on 2 cores, without cause runs, the quick scale's
   default); what is shrunk is recorded in ``Experiment.shrunk``;
 * ``tiny``: a smoke test only (a few agents and rounds), meaningless statistically.
 
