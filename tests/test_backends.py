@@ -9,6 +9,7 @@ import json
 import random
 import subprocess
 import sys
+import threading
 import time
 from contextlib import redirect_stderr, redirect_stdout
 from io import StringIO
@@ -227,6 +228,51 @@ def test_resume_with_a_pool_and_transcripts(tmp_path):
     # without transcripts the key differs: nothing is reused, and nothing recorded
     plain = Checkpoint(tmp_path, config)
     assert not plain.folder.exists()
+
+
+def test_a_shared_local_pool_runs_every_task_in_its_workers():
+    # shared=True (reproduce with --workers > 1): one pool serves every config, even a config of one
+    # task runs in a worker (the driver only merges), and the numbers are those of one process
+    config = _config(runs=2)  # one task of runs_per_task = 2
+    assert len(task_chunks(config)) == 1
+    with open_backend("local", 2, shared=True) as backend:
+        results = run_experiment(config, backend=backend)
+        pool = backend._pool
+        assert pool is not None and pool._processes  # not run in this process
+        again = run_experiment(config, backend=backend)
+        assert backend._pool is pool
+    assert backend._pool is None  # closed with the backend
+    assert_identical(results, run_experiment(config))
+    assert_identical(again, results)
+
+
+def test_closing_a_shared_pool_wakes_the_runs_waiting_on_it():
+    # reproduce's experiments wait on one shared pool from threads; after an error or an interruption
+    # its owner closes it, and every waiting run must end (a queued future cancelled by the pool's
+    # shutdown wakes no waiter: without the check the threads, and the process, would hang)
+    config = _config(horizon=100_000, runs=4)  # two tasks of many seconds each: still running when closed
+    backend = open_backend("local", 2, shared=True)
+    errors: list[BaseException] = []
+
+    def one() -> None:
+        try:
+            run_experiment(config, backend=backend)
+        except Exception as exc:  # which error depends on the moment of the close
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one) for _ in range(3)]
+    for t in threads:
+        t.start()
+    time.sleep(3)
+    started = time.monotonic()
+    backend.close()
+    for t in threads:
+        t.join(timeout=30)
+    assert not any(t.is_alive() for t in threads)
+    assert len(errors) == 3 and all(isinstance(e, RuntimeError) for e in errors), errors
+    assert time.monotonic() - started < 30
+    with pytest.raises(RuntimeError, match="closed"):  # a closed shared pool takes no new run
+        run_experiment(config, backend=backend)
 
 
 def test_resume_needs_a_checkpoint():

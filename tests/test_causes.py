@@ -15,6 +15,7 @@ from fedbandits.experiments.causes import (
     cause_claims,
     cause_config,
     cause_configs,
+    causes_mode,
     claim_keys,
     config_diff,
     describe,
@@ -26,7 +27,7 @@ from fedbandits.experiments.claims import INCONCLUSIVE, NOT_APPLICABLE, NOT_REPR
 from fedbandits.experiments.figures import Cause, Claim, Experiment
 from fedbandits.experiments.panels import panel_key
 from fedbandits.experiments.report import claim_lines, report
-from fedbandits.experiments.reproduce import run_one
+from fedbandits.experiments.reproduce import reproduce, run_one
 from fedbandits.sim.results import Results
 from fedbandits.sim.runner import run_experiment
 
@@ -280,3 +281,21 @@ def test_cause_claims() -> None:
     assert cause_claims("all", [ok, open_]) == [0, 1] and cause_claims("none", [bad]) == []
     with pytest.raises(ValueError, match="causes must be one of"):
         cause_claims("some", [ok])
+
+
+def test_causes_mode_defaults_by_scale() -> None:
+    # the scales that settle claims run the unsettled claims' causes; quick and tiny (for trying the
+    # tool: few runs, nearly every claim unsettled) run none unless asked
+    assert causes_mode(None, "paper") == causes_mode(None, "published") == "unsettled"
+    assert causes_mode(None, "quick") == causes_mode(None, "tiny") == "none"
+    assert causes_mode("all", "quick") == "all" and causes_mode("none", "paper") == "none"
+    with pytest.raises(ValueError, match="causes must be one of"):
+        causes_mode("some", "quick")
+
+
+def test_reproduce_runs_no_causes_at_the_tiny_scale_by_default(tmp_path: Path) -> None:
+    (outcome,) = reproduce("zhou-fig3d", "tiny", out=tmp_path, workers=1)
+    # some claim is unsettled, so "unsettled" (the paper scale's default) would have run the causes
+    assert outcome.experiment.causes and any(r.status in (INCONCLUSIVE, NOT_REPRODUCED) for r in outcome.claims)
+    assert not outcome.causes
+    assert not (tmp_path / "zhou-fig3d" / "causes").exists()

@@ -174,6 +174,28 @@ def test_every_experiment_runs_end_to_end(tiny_all: tuple[Path, list]) -> None:
     assert "eps spent" in report and "sdp-amplification / paper" in report
 
 
+def test_every_experiment_at_once_on_two_workers_gives_the_same_numbers(
+    tiny_all: tuple[Path, list], tmp_path: Path
+) -> None:
+    # workers = 2: the experiments run at once from threads, their tasks on one shared pool (a config of
+    # one task in a worker too); each task depends only on its config and runs, so nothing may change
+    _, sequential = tiny_all
+    together = reproduce("all", "tiny", out=tmp_path, causes="none", workers=2)
+    assert [o.experiment.name for o in together] == list(EXPERIMENTS)
+    for a, b in zip(sequential, together, strict=True):
+        assert [r.status for r in a.claims] == [r.status for r in b.claims]
+        assert list(a.panel_results) == list(b.panel_results)
+        for panel, results in a.panel_results.items():
+            other = b.panel_results[panel].algorithms
+            assert list(results.algorithms) == list(other)
+            for lab, res in results.algorithms.items():
+                np.testing.assert_array_equal(res.curves, other[lab].curves)
+                np.testing.assert_array_equal(res.per_agent, other[lab].per_agent)
+                np.testing.assert_array_equal(res.messages, other[lab].messages)
+        assert (tmp_path / a.experiment.name / "figure.png").read_bytes().startswith(PNG_MAGIC)
+    assert (tmp_path / "report.md").is_file()
+
+
 def test_report_shows_failures(tiny_all: tuple[Path, list]) -> None:
     out, outcomes = tiny_all
     report = (out / "report.md").read_text(encoding="utf-8")
@@ -289,7 +311,7 @@ def test_power_statements_in_the_report(tiny_all: tuple[Path, list]) -> None:
 def test_cli_causes_and_page(tmp_path: Path) -> None:
     page = tmp_path / "docs" / "reproduction.md"
     argv = ["reproduce", "zhou-fig3d", "--scale", "tiny", "--out", str(tmp_path / "r"), "--no-progress"]
-    code, out, err = _invoke([*argv, "--causes", "none", "--page", str(page)])
+    code, out, err = _invoke([*argv, "--page", str(page)])  # no --causes: none is the tiny scale's default
     assert code == 0, err
     assert f"page: {page}" in out and (tmp_path / "docs" / "reproduction" / "zhou-fig3d.png").is_file()
     text = page.read_text(encoding="utf-8")
@@ -298,7 +320,8 @@ def test_cli_causes_and_page(tmp_path: Path) -> None:
     (outcome,) = reproduce("zhou-fig3d", "tiny", out=tmp_path / "r", causes="none", resume=True, workers=1)
     unsettled = sum(r.status in (NOT_REPRODUCED, INCONCLUSIVE) for r in outcome.claims)
     assert "made without the one-change cause runs (`--causes none`)" in text
-    assert "`fedbandits reproduce zhou-fig3d --scale tiny --causes none`" in text  # the figure's own command
+    # the figure's own command: no --causes flag, none being the scale's default
+    assert "`fedbandits reproduce zhou-fig3d --scale tiny`; base run" in text
     assert (
         (f"not run for this page (`--causes none`); {unsettled} claim(s) not settled" in text)
         == (unsettled > 0)

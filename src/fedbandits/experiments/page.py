@@ -22,7 +22,7 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from fedbandits.experiments.causes import UNSETTLED, describe
+from fedbandits.experiments.causes import UNSETTLED, causes_mode, describe
 from fedbandits.experiments.claims import INCONCLUSIVE, NOT_APPLICABLE, NOT_REPRODUCED, REPRODUCED
 from fedbandits.experiments.outcome import Cost, Outcome
 from fedbandits.experiments.power import AFFORDABLE_SECONDS, POWER, power_statement
@@ -53,7 +53,7 @@ def _cost(cost: Cost) -> str:
 def modes_flags(scale: str, causes: str, powered: str | None) -> str:
     """The command-line flags of the modes that are not the default at ``scale`` (``" --causes none"``, ...)."""
     powered = powered_mode(powered, scale)
-    return ("" if causes == "unsettled" else f" --causes {causes}") + (
+    return ("" if causes == causes_mode(None, scale) else f" --causes {causes}") + (
         "" if powered == powered_mode(None, scale) else f" --powered {powered}"
     )
 

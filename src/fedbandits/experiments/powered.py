@@ -19,7 +19,7 @@ When they run (``reproduce(..., powered=...)``, ``--powered`` on the command lin
 
 The default (None) is ``"affordable"`` at the scales that settle claims (``paper``, ``published``)
 and ``"none"`` at ``quick`` and ``tiny``, which are for trying the tool: a rerun may take up to
-an hour of compute per claim, and the quick scale promises about a minute.
+an hour of compute per claim, and the quick scale's figures take about 3 minutes together.
 """
 
 from __future__ import annotations

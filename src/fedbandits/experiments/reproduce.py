@@ -14,8 +14,9 @@ without redoing finished runs.  ``backend="ray"`` runs the tasks on a Ray cluste
 local processes, with the same results bit for bit.
 
 ``causes`` (``--causes``; :mod:`fedbandits.experiments.causes`) chooses when an experiment's
-one-change cause runs run: ``"unsettled"`` (default: when a claim is not reproduced or
-inconclusive), ``"all"`` or ``"none"``; each writes ``DIR/<name>/causes/<cause>/``.  A cause run
+one-change cause runs run: ``"unsettled"`` (when a claim is not reproduced or inconclusive),
+``"all"`` or ``"none"``; None (default): ``"unsettled"`` at the paper and published scales, else
+``"none"``; each writes ``DIR/<name>/causes/<cause>/``.  A cause run
 plays only the algorithms of the claims it is for (the unsettled ones; every claim with
 ``"all"``), with the noise streams of the base config, and checks only those claims.  The report
 (:mod:`fedbandits.experiments.report`) gives every inconclusive claim a power statement
@@ -30,14 +31,16 @@ alone), writing ``DIR/<name>/powered/claim-<i>/``, and reports the verdict with 
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
 from fedbandits.config import config_from_dict
 from fedbandits.envs.datahome import check_required_data
-from fedbandits.experiments.causes import CAUSE_MODES, cause_claims, cause_configs, claim_keys, wants_causes
+from fedbandits.experiments.causes import cause_claims, cause_configs, causes_mode, claim_keys, wants_causes
 from fedbandits.experiments.claims import ClaimResult, check
 from fedbandits.experiments.figures import EXPERIMENTS, Experiment, get_experiment
 from fedbandits.experiments.outcome import CauseOutcome, Cost, Outcome, PoweredOutcome
@@ -49,6 +52,9 @@ from fedbandits.plots import _pyplot, figure_legend, plain_ticks, plot_results, 
 from fedbandits.sim.backends import open_backend
 from fedbandits.sim.results import Results
 from fedbandits.sim.runner import check_run_memory, run_experiment
+
+#: matplotlib's pyplot is not thread-safe: experiments running at once draw one at a time
+_PLOTTING = threading.Lock()
 
 
 def resolve(name: str, scale: str = "quick", runs: int | None = None) -> list[Experiment]:
@@ -124,9 +130,11 @@ def _run_panels(
         sub = folder / _slug(panel) if panel else folder
         results.save(sub)
         if plots:
-            plot_results(results, sub)
+            with _PLOTTING:
+                plot_results(results, sub)
         panels[panel] = results
-    draw_figure(panels, experiment, folder / "figure.png")
+    with _PLOTTING:
+        draw_figure(panels, experiment, folder / "figure.png")
     return panels
 
 
@@ -219,7 +227,7 @@ def reproduce(
     max_retries: int = 3,
     log: Callable[[str], None] | None = None,
     max_memory: int | None = None,
-    causes: str = "unsettled",
+    causes: str | None = None,
     powered: str | None = None,
 ) -> list[Outcome]:
     """Run ``name`` (or ``"all"``), save everything under ``out`` and write ``out/report.md``.
@@ -227,7 +235,8 @@ def reproduce(
     ``backend``, ``workers``, ``address`` and ``max_retries`` choose where tasks run (one Ray
     connection serves every experiment); finished tasks go to ``out/checkpoint/`` and
     ``resume=True`` skips those already there.  ``causes``: when to run the cause runs
-    (``"unsettled"``, ``"all"`` or ``"none"``, see :mod:`fedbandits.experiments.causes`);
+    (``"unsettled"``, ``"all"`` or ``"none"``; None: the scale's default, see
+    :mod:`fedbandits.experiments.causes`);
     ``powered``: whether to rerun affordable inconclusive claims (``"affordable"`` or ``"none"``;
     None: the scale's default, see :mod:`fedbandits.experiments.powered`).  Every figure's configs
     are validated, the data sets they read checked (:mod:`fedbandits.envs.datahome`), and their memory
@@ -235,42 +244,93 @@ def reproduce(
     (:func:`fedbandits.sim.runner.check_run_memory`).
     """
 
-    if causes not in CAUSE_MODES:
-        raise ValueError(f"causes must be one of {', '.join(map(repr, CAUSE_MODES))}, got {causes!r}")
+    causes = causes_mode(causes, scale)
     powered = powered_mode(powered, scale)
     experiments = resolve(name, scale, runs)
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"out {out} exists and is not a folder")
     for e in experiments:  # validate every config and check its memory before running anything
-        # (a cause run plays at most the algorithms of every claim: its memory is at most this one's)
+        # (a cause run plays at most the algorithms of every claim: its memory is at most this one's;
+        # without cause runs their configs are not built: calibrating their noise is most of this loop)
         every = claim_keys(e.claims)
-        for _, raw in [*e.configs(), *(c for cause in e.causes for c in cause_configs(e, cause, every))]:
+        causes_run = e.causes if causes != "none" else ()
+        for _, raw in [*e.configs(), *(c for cause in causes_run for c in cause_configs(e, cause, every))]:
             config = config_from_dict(raw)
             check_required_data(config.environment.params)  # a missing data set: one line, before any run
             check_run_memory(config, workers, backend, max_memory)
     started = time.perf_counter()
-    opened = open_backend(backend, workers, address, max_retries) if isinstance(backend, str) else None
+    shared = backend == "local" and isinstance(workers, int) and workers > 1 and len(experiments) > 1
+    opened = open_backend(backend, workers, address, max_retries, shared=shared) if isinstance(backend, str) else None
+    options: dict[str, Any] = {
+        "workers": "auto" if opened is not None else workers,
+        "backend": opened if opened is not None else backend,
+        "checkpoint": out / "checkpoint",
+        "resume": resume,
+        "log": log,
+        "causes": causes,
+        "powered": powered,
+        "max_memory": max_memory,
+    }
     try:
-        outcomes = [
-            run_one(
-                e,
-                out,
-                workers="auto" if opened is not None else workers,
-                progress=progress,
-                backend=opened if opened is not None else backend,
-                checkpoint=out / "checkpoint",
-                resume=resume,
-                log=log,
-                causes=causes,
-                powered=powered,
-                max_memory=max_memory,
-            )
-            for e in experiments
-        ]
+        if shared:
+            outcomes = _run_concurrently(experiments, out, progress, log, started, options)
+        else:
+            outcomes = [run_one(e, out, progress=progress, **options) for e in experiments]
     finally:
         if opened is not None:
             opened.close()
     wall = time.perf_counter() - started
     (out / "report.md").write_text(report(outcomes, scale, wall), encoding="utf-8")
     return outcomes
+
+
+def _run_concurrently(
+    experiments: list[Experiment],
+    out: Path,
+    progress: bool,
+    log: Callable[[str], None] | None,
+    started: float,
+    options: dict[str, Any],
+) -> list[Outcome]:
+    """:func:`run_one` of every experiment at once, each in a thread of this process, on one shared pool
+    of local workers: the tasks of every base run, then of every cause and powered run as its base
+    finishes, queue for the same workers, so they stay busy while this process merges results,
+    writes files and draws figures.  Every task's result depends only on its config and runs, so the
+    numbers are those of running the experiments one after the other.  The longest experiments
+    start first (their base runs gate their cause runs); ``progress``: one line per finished
+    experiment through ``log`` instead of a bar per config.  The first error stops every
+    experiment (the caller closes the pool) and is raised."""
+
+    order = sorted(range(len(experiments)), key=lambda i: -_work(experiments[i]))
+    finished = 0
+    outcomes: dict[int, Outcome] = {}
+    threads = ThreadPoolExecutor(len(experiments), thread_name_prefix="fedbandits-reproduce")
+    try:
+        futures = {threads.submit(run_one, experiments[i], out, progress=False, **options): i for i in order}
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in sorted(done, key=futures.__getitem__):
+                i = futures[fut]
+                outcomes[i] = fut.result()  # the first error is raised here
+                finished += 1
+                if progress and log is not None:
+                    o = outcomes[i]
+                    log(
+                        f"{o.experiment.name} done ({finished} of {len(experiments)}; "
+                        f"{time.perf_counter() - started:.0f} s since the start)"
+                    )
+    finally:
+        threads.shutdown(wait=False, cancel_futures=True)
+    return [outcomes[i] for i in range(len(experiments))]
+
+
+def _work(experiment: Experiment) -> int:
+    """A rough size of an experiment's base run, to start the longest first: rounds x runs x agents x
+    algorithms, summed over panels."""
+    total = 0
+    for _, raw in experiment.configs():
+        exp, env = raw["experiment"], raw["environment"]
+        total += exp["horizon"] * exp["runs"] * env.get("agents", 1) * len(raw["algorithms"])
+    return total

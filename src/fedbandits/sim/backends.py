@@ -81,6 +81,9 @@ class Progress:
 
 #: ``workers`` default: 1 local process, or twice the Ray cluster's CPUs in flight
 AUTO = "auto"
+#: seconds between a shared local pool's checks that it was not closed under a run
+SHARED_POLL = 0.5
+SHARED_CLOSED = "the shared local pool was closed while this run waited for its tasks"
 
 
 def usable_cpus() -> int:
@@ -171,14 +174,25 @@ class LocalBackend:
     one worker from a script's top level outside ``if __name__ == "__main__":`` is refused here, in
     one line, before any process starts -- whether or not the config has tasks enough for a pool,
     so that a script does not start failing when its runs grow.
+
+    ``shared=True``: one pool of ``workers`` processes serves every :meth:`run` until :meth:`close`,
+    and every task goes to it (even a config's only task), so several configs can run at once from
+    threads of one driver -- their tasks queue for the same ``workers`` processes and the driver
+    only merges results (``reproduce`` runs its experiments so).  Otherwise each :meth:`run` opens
+    a pool of its own, and a config of one task runs in this process.
     """
 
     name = "local"
 
-    def __init__(self, workers: int | str = AUTO) -> None:
+    def __init__(self, workers: int | str = AUTO, *, shared: bool = False) -> None:
         count = _check_workers(workers)
         self.workers = 1 if count is None else count
         check_main_guard(self.workers)
+        self.shared = shared
+        self._pool: ProcessPoolExecutor | None = None
+        self._futures: set[Future[ChunkResult]] = set()
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
 
     def __enter__(self) -> LocalBackend:
         return self
@@ -187,7 +201,23 @@ class LocalBackend:
         self.close()
 
     def close(self) -> None:
-        pass
+        """Stop the shared pool: tasks still queued are dropped and running ones stopped (after an error
+        or an interruption their results could no longer be recorded)."""
+        with self._lock:
+            self._closed.set()  # wakes the runs waiting on the pool (see run)
+            pool, self._pool = self._pool, None
+            unfinished = any(not f.done() for f in self._futures)
+            self._futures.clear()
+        if pool is not None:
+            _stop_pool(pool, unfinished)
+
+    def _shared_pool(self) -> ProcessPoolExecutor:
+        with self._lock:
+            if self._closed.is_set():
+                raise RuntimeError(SHARED_CLOSED)
+            if self._pool is None:
+                self._pool = _new_pool(self.workers)
+            return self._pool
 
     def run(
         self,
@@ -197,29 +227,34 @@ class LocalBackend:
         progress: Progress | None = None,
     ) -> Iterator[tuple[int, ChunkResult]]:
         """Yield ``(task index, result)`` for every ``(task index, runs)`` in ``chunks`` as each finishes."""
-        if self.workers == 1 or len(chunks) <= 1:
+        if self.workers == 1 or (len(chunks) <= 1 and not self.shared):
             for index, runs in chunks:
                 on_step: Callable[[int], None] | None = None
                 if progress is not None and progress.active:
                     on_step = lambda t, i=index: progress.advance(i, t)  # noqa: E731
                 yield index, simulate_runs(config, runs, on_step=on_step, record_transcript=record_transcript)
             return
-        pool = ProcessPoolExecutor(
-            min(self.workers, len(chunks)),
-            mp_context=_pool_context(),
-            initializer=_single_thread_worker,
-            initargs=(os.getpid(), str(data_home())),
-        )
+        pool = self._shared_pool() if self.shared else _new_pool(min(self.workers, len(chunks)))
         finished = False
+        futures: dict[Future[ChunkResult], int] = {}
         try:
-            futures: dict[Future[ChunkResult], int] = {
-                pool.submit(simulate_runs, config, runs, None, record_transcript): index for index, runs in chunks
-            }
+            for index, runs in chunks:
+                futures[pool.submit(simulate_runs, config, runs, None, record_transcript)] = index
+            if self.shared:
+                with self._lock:
+                    self._futures.update(futures)
             pending = set(futures)
             while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                # a shared pool's runs wake up now and then: when its owner closes it (an error or an
+                # interruption elsewhere) their queued futures are cancelled without waking a waiter
+                done, pending = wait(pending, SHARED_POLL if self.shared else None, FIRST_COMPLETED)
+                if not done and self._closed.is_set():
+                    raise RuntimeError(SHARED_CLOSED)
                 for fut in sorted(done, key=futures.__getitem__):
                     index = futures.pop(fut)  # drop the future: it would keep the result alive
+                    if self.shared:
+                        with self._lock:
+                            self._futures.discard(fut)
                     try:
                         result = fut.result()
                     except BrokenProcessPool:
@@ -230,12 +265,31 @@ class LocalBackend:
                     yield index, result
             finished = True
         finally:
-            if not finished:
-                # an error or an interruption: drop queued tasks and stop running ones (their
-                # results could no longer be recorded) instead of waiting for them
-                for process in list((getattr(pool, "_processes", None) or {}).values()):
-                    process.terminate()
-            pool.shutdown(wait=True, cancel_futures=True)
+            if self.shared:
+                # an error or an interruption: drop this config's queued tasks; the pool's owner
+                # stops the running ones when it closes the backend
+                for fut in futures:
+                    fut.cancel()
+            else:
+                _stop_pool(pool, not finished)
+
+
+def _new_pool(workers: int) -> ProcessPoolExecutor:
+    return ProcessPoolExecutor(
+        workers,
+        mp_context=_pool_context(),
+        initializer=_single_thread_worker,
+        initargs=(os.getpid(), str(data_home())),
+    )
+
+
+def _stop_pool(pool: ProcessPoolExecutor, unfinished: bool) -> None:
+    """Shut ``pool`` down; ``unfinished`` (an error or an interruption): drop queued tasks and stop running
+    ones (their results could no longer be recorded) instead of waiting for them."""
+    if unfinished:
+        for process in list((getattr(pool, "_processes", None) or {}).values()):
+            process.terminate()
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 # -- Ray ---------------------------------------------------------------------------------------
@@ -490,12 +544,15 @@ def open_backend(
     workers: int | str = AUTO,
     address: str | None = None,
     max_retries: int = 3,
+    *,
+    shared: bool = False,
 ) -> Backend:
-    """A backend by name; ``address`` is only for ``"ray"``; ``workers="auto"``: the backend's default."""
+    """A backend by name; ``address`` is only for ``"ray"``; ``workers="auto"``: the backend's default;
+    ``shared``: a local pool that serves several configs at once (see :class:`LocalBackend`)."""
     if name not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {name!r}")
     if name == "local":
         if address is not None:
             raise ValueError("an address is only for the ray backend (use backend 'ray', `--backend ray`)")
-        return LocalBackend(workers)
+        return LocalBackend(workers, shared=shared)
     return RayBackend(workers=workers, address=address, max_retries=max_retries)

@@ -13,8 +13,9 @@ Scales:
   reason and the cluster command are in ``Experiment.shrunk``);
 * ``published``: the published settings everywhere (``paper`` but for Dubey & Pentland, whose
   T = 10^7 needs a cluster: ``--backend ray``);
-* ``quick``: the same instance and algorithms, fewer rounds and runs (each figure in roughly
-  10-60 s on 2 cores); what is shrunk is recorded in ``Experiment.shrunk``;
+* ``quick``: the same instance and algorithms, fewer rounds and runs (every figure together: about 5 min
+  of compute, 3 min with ``--workers 2`` on 2 cores, without cause runs, the quick scale's
+  default); what is shrunk is recorded in ``Experiment.shrunk``;
 * ``tiny``: a smoke test only (a few agents and rounds), meaningless statistically.
 
 Modules: :mod:`~fedbandits.experiments.figures.common` (:class:`Experiment`, :class:`Claim`, the

@@ -12,7 +12,8 @@ from typing import Any
 
 #: "paper": the published setting wherever one machine holds it (else the largest honest scale, stated
 #: in the experiment's ``shrunk``); "published": the published setting everywhere (Dubey & Pentland's
-#: T = 10^7 needs a cluster: ``--backend ray``); "quick": shrunk, about a minute; "tiny": smoke tests
+#: T = 10^7 needs a cluster: ``--backend ray``); "quick": shrunk, every figure together about 3 min with two
+#: workers on 2 cores (without cause runs, its default); "tiny": smoke tests
 SCALES = ("quick", "paper", "tiny", "published")
 #: the confidence level ``alpha`` of the theory radius (section 6 of Zhou & Chowdhury) and the seed
 ALPHA, SEED = 0.01, 2023
