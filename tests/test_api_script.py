@@ -8,6 +8,7 @@ temporary folder; PYTHONPATH passes through, so the scripts import the checkout 
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import subprocess
@@ -22,13 +23,13 @@ from fedbandits.sim.mainguard import GUARD, _guarded_lines
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
-def readme_snippet() -> str:
-    """The ```python block under the README's "## Python" heading, verbatim."""
+def readme_snippet(index: int = 0) -> str:
+    """The ``index``-th ```python block under the README's "## Python" heading, verbatim."""
     text = README.read_text(encoding="utf-8")
     section = text.split("\n## Python\n", 1)[1].split("\n## ", 1)[0]
-    match = re.search(r"```python\n(.*?)```", section, flags=re.DOTALL)
-    assert match is not None, "no ```python block under ## Python in README.md"
-    return match.group(1)
+    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
+    assert len(blocks) > index, f"fewer than {index + 1} ```python blocks under ## Python in README.md"
+    return blocks[index]
 
 
 def _run_script(folder: Path, name: str, source: str, *module: str) -> subprocess.CompletedProcess[str]:
@@ -50,6 +51,20 @@ def test_the_readme_snippet_runs_as_pasted_with_two_workers(tmp_path: Path) -> N
     assert summary["tasks"] == 2 and summary["runs"] == 4
     for entry in summary["algorithms"]:
         assert f"{entry['label']} {entry['final_regret_mean']} " in proc.stdout  # the snippet's own lines
+
+
+def test_the_readme_agent_snippet_runs_as_pasted(tmp_path: Path) -> None:
+    """The README's online-agent snippet, unchanged, as a script: three silos decide, are rewarded,
+    release and adopt one synced prefix, and the saved state loads with every decision counted."""
+    snippet = readme_snippet(1)
+    assert "fedbandits.Agent" in snippet
+    proc = _run_script(tmp_path, "agent.py", snippet)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    status = ast.literal_eval(proc.stdout.strip().splitlines()[-1])
+    assert (status["decisions"], status["rewarded"], status["syncs"], status["adopted"]) == (10, 10, 1, 1)
+    assert status["noise_source"] == "os" and status["guarantee"] == "formal"  # secret noise by default
+    assert status["clipped"] == 0  # the snippet's features have norm 1
+    assert (tmp_path / "silo-0.npz").is_file()
 
 
 UNGUARDED = """\
