@@ -17,7 +17,7 @@ import pytest
 import fedbandits
 from datafixtures import write_mslr_like
 from fedbandits.cli import main
-from fedbandits.config import config_from_dict
+from fedbandits.config import ConfigError, config_from_dict
 from fedbandits.envs.datahome import (
     DATA_ENV,
     DATASETS,
@@ -191,3 +191,29 @@ def test_data_dependent_tests_skip_on_a_clone_without_shared(tmp_path: Path) -> 
         name = re.match(r"real data set ([\w-]+) absent \(", reason)
         assert name and name.group(1) in DATASETS, reason
         assert f"({home / name.group(1)}; set {DATA_ENV}); tests never download data" in reason
+
+
+@pytest.mark.parametrize(
+    ("environment", "extra"),
+    [("learning-to-rank", {}), ("movielens-clusters", {"users": 50, "items": 200, "clusters": 4})],
+)
+def test_an_environment_that_needs_scikit_learn_is_refused_in_one_line_without_it(
+    environment: str, extra: dict[str, object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the [data] extra (the README's first command installs none), the config is refused
+    before anything runs, naming the extra -- not a worker's traceback at the first round."""
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+
+    def without_sklearn(name: str, *args: object) -> object:
+        return None if name == "sklearn" else find_spec(name, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(importlib.util, "find_spec", without_sklearn)
+    config = {
+        "experiment": {"name": "x", "runs": 1, "horizon": 10},
+        "environment": {"name": environment, "agents": 2, "arms": 3, **extra},
+        "algorithms": [{"name": "linucb-independent"}],
+    }
+    with pytest.raises(ConfigError, match=r"needs sklearn, which is not installed: pip install 'fedbandits\[data\]'"):
+        config_from_dict(config)

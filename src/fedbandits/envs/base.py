@@ -10,6 +10,7 @@ the very same contexts and noise in one pass (common random numbers).
 
 from __future__ import annotations
 
+import importlib.util
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,6 +18,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedbandits.core.validation import check_int
+
+
+def require_extra(module: str, extra: str, user: str) -> None:
+    """One-line ValueError if the optional ``module`` (installed by ``fedbandits[extra]``) is missing:
+    the config is refused before anything runs instead of a worker failing with a traceback."""
+    if importlib.util.find_spec(module) is None:
+        raise ValueError(f"{user} needs {module}, which is not installed: pip install 'fedbandits[{extra}]'")
 
 
 @dataclass

@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 
 from fedbandits.core.validation import check_choice, check_float, check_int
-from fedbandits.envs.base import Environment, Round
+from fedbandits.envs.base import Environment, Round, require_extra
 from fedbandits.envs.ltr_instance import (
     DEFAULT_CACHE_DIR,
     DEFAULT_DATASET,
@@ -146,6 +146,7 @@ class LearningToRankParams:
         check_float("lasso_alpha", self.lasso_alpha, low=0.0, low_open=True)
         check_float("reward_noise_sd", self.reward_noise_sd, low=0.0)
         check_choice("truncated_last_query", self.truncated_last_query, TRUNCATION_RULES)
+        require_extra("sklearn", "data", "environment 'learning-to-rank' (the Lasso fit of theta*)")
 
 
 class LearningToRank(Environment):

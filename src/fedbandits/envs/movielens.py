@@ -70,7 +70,7 @@ from pathlib import Path
 import numpy as np
 
 from fedbandits.core.validation import check_choice, check_float, check_int
-from fedbandits.envs.base import Environment, Round
+from fedbandits.envs.base import Environment, Round, require_extra
 from fedbandits.envs.datahome import require_dataset
 
 #: the data set an empty ``path`` reads (:mod:`fedbandits.envs.datahome` finds its folder)
@@ -460,6 +460,7 @@ class MovieLensClustersParams:
     def __post_init__(self) -> None:
         _check_common(self)
         check_int("clusters", self.clusters, low=2, high=self.users)
+        require_extra("sklearn", "data", "environment 'movielens-clusters' (k-means of the users' tastes)")
         check_int("agents", self.agents, low=1, high=self.users)
         check_int("split_seed", self.split_seed, low=0)
         check_int("cluster_seed", self.cluster_seed, low=0)
