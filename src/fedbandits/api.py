@@ -6,7 +6,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from fedbandits.config import Config, config_from_dict, load_config
+from fedbandits.config import Config, as_config, load_config
 from fedbandits.experiments.tune import (
     DEFAULT_TUNING_RUNS,
     Grid,
@@ -54,10 +54,7 @@ def run(
     :class:`~fedbandits.sim.results.ClippingWarning` naming the bound to raise (the CLI prints the
     same line on stderr); ``warnings.simplefilter("ignore", ClippingWarning)`` silences them.
     """
-    if isinstance(config, (str, Path)):
-        config = load_config(config)
-    elif isinstance(config, dict):
-        config = config_from_dict(config)
+    config = as_config(config)
     if experiment:
         config = config.with_experiment(**experiment)
     if checkpoint is None and out is not None:
@@ -109,10 +106,7 @@ def tune(
     ``tune.json`` and the tuning results there.  Every bad input is refused before anything runs.
     """
     source = str(config) if isinstance(config, (str, Path)) else "the config"
-    if isinstance(config, (str, Path)):
-        config = load_config(config)
-    elif isinstance(config, dict):
-        config = config_from_dict(config)
+    config = as_config(config)
     grid_source = str(grid) if isinstance(grid, (str, Path)) else "the grid"
     table: Grid = load_grid(grid) if isinstance(grid, (str, Path)) else parse_grid(grid)
     plan = tune_plan(config, table, seed=tuning_seed, runs=tuning_runs, horizon=tuning_horizon)

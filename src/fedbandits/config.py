@@ -264,3 +264,14 @@ def _build_dataclass(where: str, cls: type, table: dict[str, Any]) -> Any:
         return cls(**table)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{where}: {exc}") from None
+
+
+def as_config(source: Config | dict[str, Any] | str | Path) -> Config:
+    """A validated Config from a Config, a dict shaped like the TOML, or a TOML file's path."""
+    if isinstance(source, Config):
+        return source
+    if isinstance(source, dict):
+        return config_from_dict(source)
+    if isinstance(source, str | Path):
+        return load_config(source)
+    raise ConfigError(f"config must be a Config, a dict or a TOML file's path, got {type(source).__name__}")

@@ -19,7 +19,7 @@ import numpy as np
 
 from fedbandits.algorithms.base import LinUCBParams
 from fedbandits.algorithms.fedlinucb import FedLinUCBParams, calibrate_protocol
-from fedbandits.config import Config, ConfigError, config_from_dict, load_config
+from fedbandits.config import Config, ConfigError, as_config
 from fedbandits.core.seeding import noise_rngs
 from fedbandits.core.ucb import ConfidenceRadius
 from fedbandits.privacy.calibration import NoiseCalibration
@@ -34,17 +34,6 @@ AGENT_ALGORITHMS = ("linucb-independent", "fedlinucb")
 #: the protocols a FedLinUCB agent synchronises through (tree mechanism): the same silo-side
 #: pieces as the deployment (:mod:`fedbandits.federation.silo`)
 AGENT_PROTOCOLS = ("none", "ldp", "distributed-dp")
-
-
-def as_config(source: Config | dict[str, Any] | str | Path) -> Config:
-    """A validated Config from a Config, a dict shaped like the TOML, or a TOML file's path."""
-    if isinstance(source, Config):
-        return source
-    if isinstance(source, dict):
-        return config_from_dict(source)
-    if isinstance(source, str | Path):
-        return load_config(source)
-    raise ConfigError(f"config must be a Config, a dict or a TOML file's path, got {type(source).__name__}")
 
 
 @dataclass(frozen=True)
