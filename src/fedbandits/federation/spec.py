@@ -15,9 +15,7 @@ import dataclasses
 import hashlib
 import json
 import math
-import os
 import pickle
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +24,7 @@ import numpy as np
 
 from fedbandits.algorithms.fedlinucb import FedLinUCBParams, calibrate_protocol
 from fedbandits.config import Config, ConfigError, config_from_dict
+from fedbandits.core.files import atomic_write_bytes
 from fedbandits.envs.files import read_data_file
 from fedbandits.privacy.calibration import NoiseCalibration
 from fedbandits.privacy.discrete_gaussian import SECRET_SHARES_SAMPLER, SecretNoise, secret_noise_for
@@ -268,26 +267,6 @@ def cached_spec_from_json(text: str, cache: Path) -> DeploySpec:
     spec = spec_from_json(text)
     save_pickle(cache, (key, spec))
     return spec
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that a crash leaves either the old or the new file, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def save_pickle(path: Path, obj: object) -> None:

@@ -22,8 +22,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
-import tempfile
 import zipfile
 from collections import deque
 from collections.abc import Callable
@@ -34,6 +32,7 @@ import numpy as np
 
 from fedbandits._version import __version__
 from fedbandits.config import ConfigError, config_from_dict
+from fedbandits.core.files import atomic_write_bytes
 from fedbandits.online.setup import AgentSetup
 from fedbandits.privacy.mechanisms import TreeRandomizer
 
@@ -115,17 +114,7 @@ def write(path: Path, header: dict[str, Any], arrays: dict[str, np.ndarray], now
     buffer = io.BytesIO()
     text = json.dumps(header, sort_keys=True).encode()
     np.savez(buffer, header=np.frombuffer(text, dtype=np.uint8), **arrays)  # type: ignore[arg-type]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(buffer.getvalue())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_bytes(path, buffer.getvalue())
 
 
 def read(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

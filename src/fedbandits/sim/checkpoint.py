@@ -20,13 +20,13 @@ import hashlib
 import json
 import os
 import pickle
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from fedbandits._version import __version__
 from fedbandits.config import Config
+from fedbandits.core.files import atomic_write_bytes
 from fedbandits.sim.task import ChunkResult
 
 #: bump when the stored layout or the meaning of a result changes
@@ -104,7 +104,7 @@ class Checkpoint:
         key_file = self.folder / "key.json"
         if not key_file.is_file():
             text = json.dumps({"sha256": self.key, "fields": self._fields}, indent=2, default=_jsonable) + "\n"
-            _atomic_write(key_file, text.encode("utf-8"))
+            atomic_write_bytes(key_file, text.encode("utf-8"))
 
     def path(self, runs: Sequence[int]) -> Path:
         return self.folder / _file_name(runs)
@@ -134,21 +134,5 @@ class Checkpoint:
         self._ensure_folder()
         path = self.path(result.runs)
         record = {"format": FORMAT, "key": self.key, "runs": list(result.runs), "result": result}
-        _atomic_write(path, pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL))
+        atomic_write_bytes(path, pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL))
         return path
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
