@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import settings
 
+from datafixtures import data_home_with_every_dataset
 from fedbandits import plugins
 from fedbandits.envs.datahome import DATA_ENV
 
@@ -17,6 +18,23 @@ from fedbandits.envs.datahome import DATA_ENV
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 if not os.environ.get(DATA_ENV) and SHARED_DATA.is_dir():
     os.environ[DATA_ENV] = str(SHARED_DATA)
+
+
+@pytest.fixture(scope="session")
+def figure_data_home(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
+    """A data home with every data set a figure reads: the real one linked where present, else a
+    generated look-alike (tests/datafixtures.py), built once.  Returns it and the names generated."""
+    home = tmp_path_factory.mktemp("data")
+    return home, data_home_with_every_dataset(home)
+
+
+@pytest.fixture
+def figure_data(figure_data_home: tuple[Path, list[str]], monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """$FEDBANDITS_DATA at :func:`figure_data_home` for one test, so a test that reproduces an MSLR or
+    MovieLens figure runs on every clone (its code, not the real numbers); the names generated."""
+    home, generated = figure_data_home
+    monkeypatch.setenv(DATA_ENV, str(home))
+    return generated
 
 
 @pytest.fixture

@@ -293,7 +293,8 @@ def test_causes_mode_defaults_by_scale() -> None:
         causes_mode("some", "quick")
 
 
-def test_reproduce_runs_no_causes_at_the_tiny_scale_by_default(tmp_path: Path) -> None:
+def test_reproduce_runs_no_causes_at_the_tiny_scale_by_default(tmp_path: Path, figure_data: list[str]) -> None:
+    """zhou-fig3d reads the MSLR sample: a generated look-alike where it is absent (conftest)."""
     (outcome,) = reproduce("zhou-fig3d", "tiny", out=tmp_path, workers=1)
     # some claim is unsettled, so "unsettled" (the paper scale's default) would have run the causes
     assert outcome.experiment.causes and any(r.status in (INCONCLUSIVE, NOT_REPRODUCED) for r in outcome.claims)

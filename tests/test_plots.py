@@ -163,7 +163,8 @@ def test_a_reproduction_figure_across_panels_names_its_error_bars_and_labels_eps
     assert_plain_ticks(fig)
 
 
-def test_a_reproduction_figure_names_its_band(tmp_path: Path, saved: dict[str, Figure]) -> None:
+def test_a_reproduction_figure_names_its_band(tmp_path: Path, saved: dict[str, Figure], figure_data: list[str]) -> None:
+    """zhou-fig3d reads the MSLR sample: a generated look-alike where it is absent (conftest)."""
     experiment = get_experiment("zhou-fig3d", "tiny")
     results = run_experiment(config_from_dict(experiment.config), workers=1)
     draw_figure({"": results}, experiment, tmp_path / "figure.png")

@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from datafixtures import data_home_with_every_dataset
 from fedbandits.cli import main
 from fedbandits.config import config_from_dict
 from fedbandits.envs.datahome import DATA_ENV
@@ -37,13 +36,12 @@ NOISE = np.array([1.0, -2.0, 0.5, 1.5, -1.0, 2.0, -0.5, -1.5])
 
 
 @pytest.fixture(scope="module", autouse=True)
-def figure_data(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
-    """The data home the figures read: the real MSLR sample and MovieLens ratings where present, a
-    generated look-alike of each one absent (tests/datafixtures.py), so the MSLR and MovieLens figures
+def figure_data(figure_data_home: tuple[Path, list[str]]) -> Iterator[list[str]]:
+    """The data home the figures read (conftest's figure_data_home: the real MSLR sample and MovieLens
+    ratings where present, a generated look-alike of each one absent), so the MSLR and MovieLens figures
     (zhou-fig2c, 3c, 3d, liu-fig2b) run end to end on every clone; these tests check what a
     reproduction writes, never the real numbers.  Yields the names of the generated data sets."""
-    home = tmp_path_factory.mktemp("data")
-    generated = data_home_with_every_dataset(home)
+    home, generated = figure_data_home
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(DATA_ENV, str(home))
         yield generated
