@@ -22,6 +22,15 @@ from fedbandits.sim.results import ClippingWarning, Results
 from fedbandits.sim.runner import run_experiment
 
 
+def _checkpoint_folder(out: str | Path | None, checkpoint: str | Path | None, resume: bool) -> str | Path | None:
+    """``checkpoint``, or ``out/checkpoint`` when only ``out`` is given; ``resume`` needs one of them."""
+    if checkpoint is None and out is not None:
+        checkpoint = Path(out) / "checkpoint"
+    if resume and checkpoint is None:
+        raise ValueError("resume=True needs out= or checkpoint= (the folder holding the finished runs)")
+    return checkpoint
+
+
 def run(
     config: Config | dict[str, Any] | str | Path,
     *,
@@ -57,10 +66,7 @@ def run(
     config = as_config(config)
     if experiment:
         config = config.with_experiment(**experiment)
-    if checkpoint is None and out is not None:
-        checkpoint = Path(out) / "checkpoint"
-    if resume and checkpoint is None:
-        raise ValueError("resume=True needs out= or checkpoint= (the folder holding the finished runs)")
+    checkpoint = _checkpoint_folder(out, checkpoint, resume)
     results = run_experiment(
         config,
         workers=workers,
@@ -110,10 +116,7 @@ def tune(
     grid_source = str(grid) if isinstance(grid, (str, Path)) else "the grid"
     table: Grid = load_grid(grid) if isinstance(grid, (str, Path)) else parse_grid(grid)
     plan = tune_plan(config, table, seed=tuning_seed, runs=tuning_runs, horizon=tuning_horizon)
-    if checkpoint is None and out is not None:
-        checkpoint = Path(out) / "checkpoint"
-    if resume and checkpoint is None:
-        raise ValueError("resume=True needs out= or checkpoint= (the folder holding the finished runs)")
+    checkpoint = _checkpoint_folder(out, checkpoint, resume)
     tuning = run_tuning(
         plan,
         checkpoint=checkpoint,
