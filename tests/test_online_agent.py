@@ -6,6 +6,7 @@ with one error naming the field while the state stays exactly as it was (compare
 from __future__ import annotations
 
 import json
+import random
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from fedbandits import Agent, ConfigError, Decision, config_from_dict
 from fedbandits.online import AgentError, Aggregator, StateFileError
 from fedbandits.online import state as statefile
+from fedbandits.privacy import discrete_gaussian as dg
 from fedbandits.privacy.mechanisms import pack
 
 DIM = 4
@@ -513,13 +515,14 @@ def test_without_a_seed_the_noise_is_the_deployed_silos_secret_noise():
     assert type(Agent.from_config(config(DDP), seed=5).randomizer) is DistributedRandomizer
 
 
-def test_secret_noise_has_the_calibrated_scale():
+def test_secret_noise_has_the_calibrated_scale(monkeypatch):
     """The secret noise of every released node, divided by the deployment's secret sigma of its entry,
     must be standard normal.  d = 10 (P = 65 entries), K = 80 releases, each node with a few rewarded
     decisions; node k's exact value is summed here from the chosen features (independently of the
     agent), and the release is g * (round(node / g) + Z), so payload - node = g Z up to g / 2 =
-    sigma / 8192 at most (negligible).  The noise is secret, so this test cannot be seeded: its
-    thresholds are set for both error rates.  n = 80 x 65 = 5200 values; m = mean(z^2) has mean
+    sigma / 8192 at most (negligible).  The agent's own exact sampler draws from a fixed-seed
+    ``random.Random`` here in place of the OS CSPRNG, so the test is reproducible; its thresholds are
+    set for both error rates.  n = 80 x 65 = 5200 values; m = mean(z^2) has mean
     (sigma_true / sigma)^2 and sd sqrt(2 / n) (sigma_true / sigma)^2 = 0.0196 at the right scale: it
     leaves [0.905, 1.1] with probability < 1e-6 (4.8 and 5.1 sd).  At 0.9 sigma m is about 0.81 with
     sd 0.016 (below 0.905 except with probability 2e-9); at 1.1 sigma about 1.21 with sd 0.024 (above
@@ -540,6 +543,8 @@ def test_secret_noise_has_the_calibrated_scale():
     assert secret is not None and secret.scale > 1.05 and secret.epsilon_spent <= 1.0
     n_tri = d * (d + 1) // 2
     sigma = np.concatenate([np.full(n_tri, secret.sigma_cov), np.full(d, secret.sigma_bias)])
+    exact_release, seeded = dg.discrete_gaussian_release, random.Random(516).randrange
+    monkeypatch.setattr(dg, "discrete_gaussian_release", lambda v, s, g: exact_release(v, s, g, seeded))
     agent = Agent.from_config(cfg)
     assert agent.setup.releases == 80
     rng = np.random.default_rng(21)
