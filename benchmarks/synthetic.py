@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import fedbandits
+from fedbandits.config import Config
 from fedbandits.sim.results import Results
 from fedbandits.sim.runner import run_experiment
 
@@ -23,18 +24,26 @@ def scale(args: argparse.Namespace) -> tuple[int, int]:
     return (2, 1000) if args.quick else (4, 10_000)
 
 
+AGENTS = (20, 100)
+
+
+def instance(name: str, algorithms: list[dict[str, Any]], runs: int, horizon: int, agents: int) -> Config:
+    """The config of ``algorithms`` on the instance with M = ``agents`` (seed 2023)."""
+    return fedbandits.config_from_dict(
+        {
+            "experiment": {"name": f"{name} M={agents}", "seed": 2023, "runs": runs, "horizon": horizon},
+            "environment": {"name": "gaussian-sphere", "agents": agents, "arms": 100, "dim": 10},
+            "algorithms": algorithms,
+        }
+    )
+
+
 def experiments(
     name: str, algorithms: list[dict[str, Any]], runs: int, horizon: int, workers: int = 1
 ) -> Iterator[tuple[int, Results]]:
     """Run ``algorithms`` on the instance at M = 20 and M = 100; yields (M, results) and prints a header."""
-    for agents in (20, 100):
-        config = fedbandits.config_from_dict(
-            {
-                "experiment": {"name": f"{name} M={agents}", "seed": 2023, "runs": runs, "horizon": horizon},
-                "environment": {"name": "gaussian-sphere", "agents": agents, "arms": 100, "dim": 10},
-                "algorithms": algorithms,
-            }
-        )
+    for agents in AGENTS:
+        config = instance(name, algorithms, runs, horizon, agents)
         start = time.perf_counter()
         results = run_experiment(config, workers=workers)
         print(f"M = {agents}, T = {horizon}, {runs} runs ({time.perf_counter() - start:.0f} s)")
