@@ -10,7 +10,8 @@ round by round on the same machine state):
 * ``fedlinucb`` with ``protocol = "distributed-dp"`` at the same budget (no colluders, no dropouts);
 * non-private ``fedlinucb`` (protocol ``none``).
 
-All four use the library defaults otherwise (batch 25, reg 1, theory radius).  Printed per M:
+All four use the library defaults otherwise (batch 25, reg 1), the two non-private lines Lemma C.4's
+radius (the papers' tuning; the library's non-private default is now a constant radius 1).  Printed per M:
 
 * ``noise``: server-side noise std of one covariance entry of a node sum, distributed-dp over
   ldp / sqrt(M) (from the calibrations; target <= 1.1);
@@ -35,10 +36,10 @@ from synthetic import experiments, print_regrets, scale
 EPSILON, DELTA, BATCH = 1.0, 1e-5, 25
 PRIVATE = {"epsilon": EPSILON, "delta": DELTA, "calibration": "tight"}
 ALGORITHMS = [
-    {"name": "linucb-independent", "label": "independent agents"},
+    {"name": "linucb-independent", "label": "independent agents", "radius": "theory"},
     {"name": "fedlinucb", "label": "ldp (lazy)", "protocol": "ldp", **PRIVATE},
     {"name": "fedlinucb", "label": "distributed-dp", "protocol": "distributed-dp", **PRIVATE},
-    {"name": "fedlinucb", "label": "non-private FedLinUCB", "protocol": "none"},
+    {"name": "fedlinucb", "label": "non-private FedLinUCB", "protocol": "none", "radius": "theory"},
 ]
 
 

@@ -57,9 +57,9 @@ TUNINGS = {
 
 def algorithms() -> list[dict[str, object]]:
     out: list[dict[str, object]] = [
-        {"name": "linucb-independent", "label": "independent agents, papers' tuning"},
+        {"name": "linucb-independent", "label": "independent agents, papers' tuning", "radius": "theory"},
         {"name": "linucb-independent", "label": TUNED_INDEPENDENT},
-        {"name": "fedlinucb", "label": "non-private federation, papers' tuning", "batch": 25},
+        {"name": "fedlinucb", "label": "non-private federation, papers' tuning", "batch": 25, "radius": "theory"},
         {"name": "fedlinucb", "label": "non-private federation, tuned", "batch": 25},
     ]
     for (name, variant), (tuning, fields) in itertools.product(VARIANTS.items(), TUNINGS.items()):

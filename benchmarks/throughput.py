@@ -91,7 +91,7 @@ def make_config(runs: int, horizon: int, privacy: dict[str, object] = NONPRIVATE
             "experiment": {"seed": SEED, "runs": runs, "horizon": horizon, "runs_per_task": 1, "name": "throughput"},
             "environment": {"name": "gaussian-sphere", "agents": AGENTS, "arms": ARMS, "dim": DIM},
             "algorithms": [
-                {"name": "fedlinucb", "batch": BATCH, "reg": REG, "alpha": ALPHA, **privacy},
+                {"name": "fedlinucb", "batch": BATCH, "reg": REG, "alpha": ALPHA, "radius": "theory", **privacy},
             ],
         }
     )

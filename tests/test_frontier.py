@@ -82,7 +82,8 @@ def test_the_plan_runs_every_private_entry_at_every_epsilon_beside_the_reference
     assert reference.protocol == "none" and reference.reg == 2.0 and reference.batch == 10 and reference.lazy is False
     # the private entries' noise-aware tuning is not copied: the reference is tuned as a non-private run
     assert by_label["tree @ eps=2"].radius == "constant" and by_label["tree @ eps=2"].regularizer == "noise"
-    assert (reference.regularizer, reference.radius, reference.beta) == ("fixed", "theory", 1.0)
+    # (the non-private defaults: lambda = reg and the constant radius beta = 1, chosen by the rule)
+    assert (reference.regularizer, reference.radius, reference.beta) == ("fixed", "constant", 1.0)
     assert plan.variants["tree @ eps=0.5"] == ("tree", 0.5) and NON_PRIVATE not in plan.variants
 
 
@@ -276,13 +277,21 @@ def test_a_tuned_frontier_runs_its_lines_with_the_tuned_values_and_says_so(
     rerun = _csv(tmp_path / "rerun" / "runs.csv")
     frontier_runs = _csv(out / "runs.csv")
     assert rerun == frontier_runs
-    # and the tuning moved the lines: untuned, the independent agents (Lemma C.4's radius) end elsewhere
+    # and a line moves exactly when its tuned values differ from its untuned ones: the tree entry's
+    # untuned radius is the noise-aware constant 10, its grid {1000, 1} has no 10; the independent agents'
+    # default is the constant radius 1, which the tuning chose too (same streams: the same regret)
     assert (
         main(["frontier", str(config), "--epsilons", "1,4", "--out", str(tmp_path / "untuned"), "--no-progress"]) == 0
     )
-    untuned = {r["algorithm"]: float(r["final_regret_mean"]) for r in _csv(tmp_path / "untuned" / "frontier.csv")}
-    tuned = {r["algorithm"]: float(r["final_regret_mean"]) for r in rows}
-    assert untuned[INDEPENDENT] != pytest.approx(tuned[INDEPENDENT])
+    untuned = {
+        (r["algorithm"], r["epsilon"]): float(r["final_regret_mean"])
+        for r in _csv(tmp_path / "untuned" / "frontier.csv")
+    }
+    tuned = {(r["algorithm"], r["epsilon"]): float(r["final_regret_mean"]) for r in rows}
+    assert tune["entries"][INDEPENDENT]["chosen"] == {"radius": "constant", "beta": 1.0}
+    assert untuned[INDEPENDENT, "nan"] == pytest.approx(tuned[INDEPENDENT, "nan"], rel=1e-12)
+    assert tune["entries"]["tree @ eps=1"]["chosen"]["beta"] != 10.0
+    assert untuned["tree", "1.0"] != pytest.approx(tuned["tree", "1.0"])
 
 
 BAD_GRIDS = [

@@ -126,9 +126,10 @@ def test_tune_chooses_the_candidate_its_rule_names_on_a_grid_whose_answer_is_kno
 
 
 def test_a_grid_that_changes_nothing_is_flagged() -> None:
-    # FedLinUCB's radius here is Lemma C.4's ("theory"), which ignores beta: every candidate plays alike
+    # with Lemma C.4's radius ("theory") FedLinUCB ignores beta: every candidate plays alike
     tuning = fedbandits.tune(
-        _config(), {"grid": {"fed": {"beta": [0.5, 5.0]}, "alone": {"radius": ["constant", "theory"]}}}
+        _config(),
+        {"grid": {"fed": {"radius": ["theory"], "beta": [0.5, 5.0]}, "alone": {"radius": ["constant", "theory"]}}},
     )
     assert tuning.inert() == ["fed"] and tuning.chosen["fed"] == 0
     assert "the grid changes nothing this entry does" in tuning.table()

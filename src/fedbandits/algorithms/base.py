@@ -18,12 +18,16 @@ from fedbandits.envs.base import Environment, Round
 class LinUCBParams:
     """Parameters every LinUCB-type learner shares.
 
-    reg: ridge regulariser lambda > 0.  radius: "theory" (Lemma C.4 of Zhou & Chowdhury
-    2023, times beta_scale) or "constant" (beta itself, as in the papers' experiments).
+    reg: ridge regulariser lambda > 0.  radius: "constant" (beta itself, the default: beta = 1 was
+    chosen by the tuning rule on seed 1000, docs/tuning.md "The defaults") or "theory" (Lemma C.4 of
+    Zhou & Chowdhury 2023, times beta_scale: the papers' tuning, by name).
     """
 
     reg: float = field(default=1.0, metadata={"help": "ridge regulariser lambda > 0"})
-    radius: str = field(default="theory", metadata={"help": "'theory' (Lemma C.4 x beta_scale) or 'constant' (beta)"})
+    radius: str = field(
+        default="constant",
+        metadata={"help": "'constant' (beta; the default) or 'theory' (Lemma C.4 x beta_scale: the papers' tuning)"},
+    )
     beta: float = field(default=1.0, metadata={"help": "constant radius when radius = 'constant', >= 0"})
     beta_scale: float = field(default=1.0, metadata={"help": "multiplier of the theory radius, >= 0"})
     alpha: float = field(default=0.01, metadata={"help": "confidence level of the theory radius, in (0, 1]"})

@@ -67,7 +67,8 @@ class FedLinUCBParams(LinUCBParams):
         default="auto",
         metadata={
             "help": "'theory' (Lemma C.4 x beta_scale) or 'constant' (beta); default 'auto': constant "
-            f"{NOISE_AWARE_BETA:g} for private protocols (noise-aware, with regularizer 'noise'), 'theory' for 'none'"
+            f"{NOISE_AWARE_BETA:g} for private protocols (noise-aware, with regularizer 'noise'), 'constant' (beta, "
+            "default 1) for 'none'"
         },
     )
     mechanism: str = field(
@@ -124,12 +125,13 @@ class FedLinUCBParams(LinUCBParams):
 
     def _resolve_tuning(self) -> None:
         """``auto`` regularizer and radius: the noise-aware tuning for a private protocol (lambda = 2 Lambda,
-        constant radius NOISE_AWARE_BETA), the papers' (lambda = reg, Lemma C.4's radius) for 'none'.
-        Resolved here, so the saved config states what ran; the papers' choices stay available by name."""
+        constant radius NOISE_AWARE_BETA), lambda = reg and the constant radius beta (default 1, as every
+        LinUCB's) for 'none'.  Resolved here, so the saved config states what ran; the papers' choices
+        (``regularizer = "fixed"``, ``radius = "theory"``) stay available by name."""
         if self.regularizer == "auto":
             object.__setattr__(self, "regularizer", "noise" if self.private else "fixed")
         if self.radius == "auto":
-            object.__setattr__(self, "radius", "constant" if self.private else "theory")
+            object.__setattr__(self, "radius", "constant")
             if self.private:
                 object.__setattr__(self, "beta", NOISE_AWARE_BETA)
 

@@ -5,8 +5,8 @@ where the algorithm has a protocol, a private one) is run at every epsilon of a 
 seven log-spaced values from 0.1 to 10), next to two reference lines that do not depend on
 epsilon: *independent agents* (``linucb-independent``: nothing leaves a silo) and the
 *non-private federation* (the config's first FedLinUCB entry with ``protocol = "none"`` and the
-non-private tuning -- lambda = ``reg``, Lemma C.4's radius -- or the default FedLinUCB if it has
-none).  Everything runs as **one** experiment, so all variants see the
+non-private defaults -- lambda = ``reg``, the constant radius beta = 1 -- or the default FedLinUCB if
+it has none).  Everything runs as **one** experiment, so all variants see the
 same contexts and rewards (common random numbers) and the differences are the privacy's.
 
 **Tuning.**  Without a grid the frontier tunes nothing: every variant runs with the
