@@ -274,3 +274,28 @@ def test_the_example_grid_plans_against_its_config() -> None:
     plan = tune_plan(load_config(examples / "zhou-synthetic.toml"), load_grid(examples / "zhou-synthetic-grid.toml"))
     assert len(plan.candidates) == 6 and plan.seed == 1000 and plan.tuning.experiment.runs == 4
     assert plan.tuning.experiment.horizon == 10_000
+
+
+def test_the_non_private_default_is_the_rules_choice_and_the_reproductions_keep_the_papers() -> None:
+    """docs/tuning.md "The defaults": the rule chose a constant radius beta = 1 for the LinUCB learners
+    without privacy (linucb-independent, linucb-super, fedlinucb with protocol 'none'); Zhou &
+    Chowdhury's reproductions state Lemma C.4's radius for their non-private FedLinUCB, as the paper ran it."""
+    from fedbandits.experiments.figures import zhou
+
+    config = fedbandits.config_from_dict(
+        {
+            "experiment": {"seed": 1, "horizon": 100},
+            "environment": {"name": "gaussian-sphere", "agents": 2, "arms": 3, "dim": 2},
+            "algorithms": [
+                {"name": "linucb-independent"},
+                {"name": "linucb-super"},
+                {"name": "fedlinucb"},
+                {"name": "fedlinucb", "protocol": "ldp", "delta": 1e-3},
+            ],
+        }
+    )
+    radii = [(a.params.radius, a.params.beta) for a in config.algorithms]
+    assert radii == [("constant", 1.0)] * 3 + [("constant", 10.0)]  # private: the noise-aware default
+    for figure in (zhou.zhou_fig2c(), zhou.zhou_fig3a()):
+        (fed,) = [a for a in figure.config["algorithms"] if a["label"] == "FedLinUCB"]
+        assert fed["radius"] == "theory"
