@@ -20,7 +20,7 @@ independent agents (docs/privacy.md, "How we compare").
 
 Usage::
 
-    python benchmarks/private_federation.py            # about 20 minutes on 2 cores
+    python benchmarks/private_federation.py            # about 4 minutes on 2 cores (3 min 43 s idle)
     python benchmarks/private_federation.py --quick    # T = 1,000, 2 runs (tuning included)
 """
 
