@@ -194,6 +194,11 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("fedbandits.federation.cli", f"fedbandits.federation.{module}"): DEPLOY_STARTUP
     for module in ("certs", "deployment", "flower_setup", "parity", "processes", "server", "shuffler")
 }
+SERVE_EXTRA = (
+    "the serve extra (starlette, uvicorn, httpx) may be absent: every `fedbandits` command builds the "
+    "`serve` parser, and only `fedbandits serve` imports the modules that need the extra"
+)
+LAZY_IMPORTS.update({("fedbandits.serve.cli", f"fedbandits.serve.{module}"): SERVE_EXTRA for module in ("run", "demo")})
 
 
 def test_function_level_imports_are_allow_listed() -> None:
@@ -230,6 +235,7 @@ ROOMS: dict[str, float] = {
     "integrations": 7,  # adapters to other libraries (coba): on the online agent; the package never imports them
     "experiments": 7,  # paper figures and claims, run through sim
     "federation": 7,  # the real deployment, checked against sim
+    "serve": 7,  # the decision service beside the deployment: the online agent behind HTTP and an event log
     "audit": 7,  # attacks and privacy audits of configured runs
     "cli": 8,  # the command line, on top of everything
     "": 8,  # the package itself: its __init__ re-exports the public API

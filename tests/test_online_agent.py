@@ -305,11 +305,12 @@ def test_corrupt_truncated_and_other_version_files_are_refused(tmp_path):
     agent = _busy_agent(FakeClock())
     agent.save(path)
     data = path.read_bytes()
+    at = data.index(b"\x93NUMPY", data.index(b"gram.npy")) + 140  # a byte of gram's values (past its .npy header)
     cases = {
         "truncated": data[: len(data) // 2],
         "empty": b"",
         "text": b"hello, not an agent\n",
-        "flipped": data[:2000] + bytes([data[2000] ^ 0xFF]) + data[2001:],
+        "flipped": data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1 :],
     }
     for name, blob in cases.items():
         bad = tmp_path / f"{name}.npz"

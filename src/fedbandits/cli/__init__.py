@@ -20,6 +20,7 @@
     fedbandits data export --config C.toml --rounds N --out DIR [--run R] [--format npz|csv] [--max-memory SIZE]
                                           one data file per silo from a run's contexts (docs/data.md)
     fedbandits deploy local|certs|server|silo|shuffler ...  real deployment on Flower (docs/deployment.md)
+    fedbandits serve silo|server|demo ...  live decisions over HTTP, durable, synced privately (docs/serving.md)
 
 Any invalid input prints one line ``fedbandits: error: ...`` and exits with status 2; a task
 that fails for good (e.g. its Ray worker lost more often than ``--retries``) exits with status 1.
@@ -62,6 +63,7 @@ from fedbandits.federation.cli import run_deploy
 from fedbandits.plots import plot_results
 from fedbandits.plugins import BUILTIN, BrokenPlugin
 from fedbandits.registry import ALGORITHMS, ENVIRONMENTS, PROTOCOLS
+from fedbandits.serve.cli import run_serve
 from fedbandits.sim.backends import usable_cpus
 from fedbandits.sim.checkpoint import TaskFailedError
 from fedbandits.sim.export import export_partition
@@ -453,6 +455,8 @@ def _main(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             return _data_export(args)
         if args.command == "deploy":
             return run_deploy(args)
+        if args.command == "serve":
+            return run_serve(args)
         parser.print_help()
         return EXIT_USAGE
     except (ConfigError, ValueError, FileNotFoundError) as exc:

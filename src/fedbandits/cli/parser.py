@@ -13,6 +13,7 @@ from fedbandits.experiments.figures import EXPERIMENTS
 from fedbandits.experiments.powered import POWERED_MODES
 from fedbandits.experiments.tune import DEFAULT_TUNING_RUNS
 from fedbandits.federation.cli import add_deploy_parser
+from fedbandits.serve.cli import add_serve_parser
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
@@ -311,4 +312,5 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     add_deploy_parser(sub)
+    add_serve_parser(sub)
     return parser

@@ -30,6 +30,7 @@ Every input is checked before anything changes: a bad one raises :class:`AgentEr
 from __future__ import annotations
 
 import hashlib
+import io
 import secrets
 import time
 from collections import deque
@@ -210,11 +211,10 @@ class Agent:
         encoded residues with a noise share, uint64; ``none``: exact)."""
         if not self.federated:
             raise AgentError(f"{self.setup.name!r} does not synchronise: sync_payload needs a fedlinucb entry")
-        releases = self.setup.releases
-        if releases is not None and self.counts["syncs"] >= releases:
+        if self.budget_spent():
             raise AgentError(
-                f"sync_payload: the noise is calibrated for K = horizon // batch = {releases} releases, all made; "
-                "a new release would exceed the privacy budget (start a new epoch with a new config)"
+                f"sync_payload: the noise is calibrated for K = horizon // batch = {self.setup.releases} releases "
+                "per epoch, all made; a new release would exceed the privacy budget (new_epoch() starts another)"
             )
         self._expire()
         local_cov, local_bias = self._batch_statistics()
@@ -227,6 +227,44 @@ class Agent:
         self.completed = {}
         self.counts["syncs"] += 1
         return payload
+
+    def budget_spent(self) -> bool:
+        """True when this epoch's K planned releases are all made (a private protocol); never otherwise."""
+        releases = self.setup.releases
+        return releases is not None and self.counts["syncs"] - self.counts["epoch_start"] >= releases
+
+    def new_epoch(self) -> None:
+        """Start a new budget epoch: a fresh local randomizer (a new tree, new secret noise) for K more
+        releases, whose (epsilon, delta) adds to the earlier epochs' by basic composition
+        (``status()["epsilon_lifetime"]``).  The learned state and the synced prefix are kept; the
+        server starts its own new tree and adds its prefix to the earlier epochs' final one.
+        Refused with ``derived`` noise (a fresh randomizer would replay the seeded stream) and before
+        the epoch's releases are all made (the calibration covers K, not fewer)."""
+        if not self.private:
+            raise AgentError("new_epoch: only a private protocol has a budget to renew")
+        if self.noise_source != "os":
+            raise AgentError("new_epoch: needs noise_source 'os' (a seeded stream would replay its noise)")
+        if not self.budget_spent():
+            raise AgentError(
+                f"new_epoch: this epoch has made {self.counts['syncs'] - self.counts['epoch_start']} of its "
+                f"{self.setup.releases} releases; a new epoch starts when they are all made"
+            )
+        self.randomizer = self.setup.randomizer(None)
+        self.counts["epoch_start"] = self.counts["syncs"]
+        self.counts["epochs"] += 1
+
+    def recall(self, number: int, x: Any, deadline: float) -> None:
+        """Re-enter decision ``number`` (the next one) with its chosen arm's features ``x (d,)`` and its
+        deadline: a service replaying its event log after a restart (fedbandits.serve), not for callers
+        that decide (use :meth:`choose`)."""
+        if number != self.counts["sequence"]:
+            raise AgentError(f"recall: decision {number} is not the next one ({self.counts['sequence']})")
+        row = check_features(np.asarray(x, dtype=np.float64).reshape(1, -1), self.dim)[0]
+        self._expire()
+        self.pending[number] = (row.astype(np.float64), float(deadline))
+        self._queue.append((float(deadline), number))
+        self.counts["sequence"] = number + 1
+        self.counts["decisions"] += 1
 
     def apply_sync(self, prefix: Any) -> None:
         """Adopt the federation's synced prefix ``(P,)`` (the server's release after a sync round)."""
@@ -285,7 +323,8 @@ class Agent:
                     "epsilon": cal.epsilon,
                     "delta": cal.delta,
                     # the calibration certifies the whole planned schedule; nothing is spent before a release
-                    "epsilon_spent": cal.epsilon_spent if c["syncs"] else 0.0,
+                    "epsilon_spent": cal.epsilon_spent if c["syncs"] > c["epoch_start"] else 0.0,
+                    "epoch": c["epochs"],
                     "observations": c["observations"],
                     "feature_norm_max": self.feature_norm_max,
                     "clipped": c["clipped_features"] + c["clipped_rewards"],
@@ -297,6 +336,12 @@ class Agent:
                 }
             )
             out.update(self._noise_report())
+            # budget epochs compose by basic composition: each earlier epoch spent what the noise certifies
+            per_epoch = self._epoch_epsilon()
+            begun = c["epochs"] + (1 if c["syncs"] > c["epoch_start"] else 0)
+            out["epsilon_lifetime"] = begun * per_epoch
+            out["delta_lifetime"] = begun * cal.delta
+            out["releases_left"] = cal.releases - (c["syncs"] - c["epoch_start"])
             if not self.lazy:  # decisions act on unreleased data: the simulator withdraws the guarantee too
                 out = not_covering_adaptivity(out)
         return out
@@ -322,8 +367,16 @@ class Agent:
             "noise_sampler": report.pop("secret_noise_sampler"),
             **report,
             # what the secret noise spends (zCDP accounting, meets the target), not the continuous calibration's
-            "epsilon_spent": secret.epsilon_spent if self.counts["syncs"] else 0.0,
+            "epsilon_spent": secret.epsilon_spent if self.counts["syncs"] > self.counts["epoch_start"] else 0.0,
         }
+
+    def _epoch_epsilon(self) -> float:
+        """What one epoch's releases spend: the secret noise's own certificate (``ldp``, ``os``), else the
+        calibration's."""
+        secret = self.setup.secret_noise() if self.noise_source == "os" and not self.setup.masked else None
+        cal = self.setup.calibration
+        assert cal is not None
+        return float(secret.epsilon_spent if secret is not None else cal.epsilon_spent)
 
     # -- save / load (fedbandits.online.state) -----------------------------------------------
     def save(self, path: str | Path) -> None:
@@ -331,21 +384,30 @@ class Agent:
         header, arrays = statefile.dump(self)
         statefile.write(Path(path), header, arrays, self.clock())
 
+    def snapshot(self) -> bytes:
+        """What :meth:`save` writes, as bytes (a service keeps them in its event log)."""
+        return statefile.encode(*statefile.dump(self), self.clock())
+
     @classmethod
-    def load(cls, path: str | Path, *, clock: Callable[[], float] = time.monotonic) -> Agent:
-        """An agent exactly as saved (its noise stream continues, never replays)."""
-        path = Path(path)
-        header, arrays = statefile.read(path)
+    def load(cls, path: str | Path | bytes, *, clock: Callable[[], float] = time.monotonic) -> Agent:
+        """An agent exactly as saved (its noise stream continues, never replays); ``path`` may be
+        the bytes of :meth:`snapshot`."""
+        source = io.BytesIO(path) if isinstance(path, bytes) else Path(path)
+        header, arrays = statefile.read(source)
         try:
             return statefile.restore(cls, header, arrays, clock)
         except statefile.StateFileError:
             raise
         except (KeyError, TypeError, ValueError, IndexError):  # a well-formed archive of the wrong content
-            raise statefile.StateFileError(f"{path} is not an agent state file (corrupt or truncated)") from None
+            raise statefile.StateFileError(f"{source} is not an agent state file (corrupt or truncated)") from None
 
     def state_digest(self) -> str:
         """SHA-256 of the whole state (what :meth:`save` writes): equal digests, equal agents."""
         return statefile.digest(*statefile.dump(self))
+
+    def decision_number(self, decision_id: object) -> int:
+        """The number of one of this agent's decision ids (:class:`AgentError` for any other value)."""
+        return self._number(decision_id)
 
     # -- internals ---------------------------------------------------------------------------
     def _number(self, decision_id: object) -> int:
@@ -442,4 +504,6 @@ COUNTERS = (
     "clipped_features",
     "clipped_rewards",
     "psd_repairs",
+    "epochs",  # budget epochs completed before the current one (new_epoch)
+    "epoch_start",  # the value of syncs when the current epoch began
 )

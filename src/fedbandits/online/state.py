@@ -107,19 +107,26 @@ def digest(header: dict[str, Any], arrays: dict[str, np.ndarray]) -> str:
     return h.hexdigest()
 
 
-def write(path: Path, header: dict[str, Any], arrays: dict[str, np.ndarray], now: float) -> None:
-    """Write atomically: a crash leaves the old file or the new one, never half of one."""
+def encode(header: dict[str, Any], arrays: dict[str, np.ndarray], now: float) -> bytes:
+    """The state file's bytes (also what a service keeps in its event log as a snapshot)."""
     header = {**header, "clock": now}
     header["sha256"] = digest(header, arrays)
     buffer = io.BytesIO()
     text = json.dumps(header, sort_keys=True).encode()
     np.savez(buffer, header=np.frombuffer(text, dtype=np.uint8), **arrays)  # type: ignore[arg-type]
-    atomic_write_bytes(path, buffer.getvalue())
+    return buffer.getvalue()
 
 
-def read(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """Header and arrays of a state file, checked; :class:`StateFileError` in one line otherwise."""
-    broken = StateFileError(f"{path} is not an agent state file (corrupt or truncated)")
+def write(path: Path, header: dict[str, Any], arrays: dict[str, np.ndarray], now: float) -> None:
+    """Write atomically: a crash leaves the old file or the new one, never half of one."""
+    atomic_write_bytes(path, encode(header, arrays, now))
+
+
+def read(path: Path | io.BytesIO) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Header and arrays of a state file (a path, or its bytes in a buffer), checked;
+    :class:`StateFileError` in one line otherwise."""
+    name = path if isinstance(path, Path) else "the snapshot"
+    broken = StateFileError(f"{name} is not an agent state file (corrupt or truncated)")
     try:
         with np.load(path, allow_pickle=False) as archive:
             arrays = {name: archive[name] for name in archive.files}
@@ -134,7 +141,7 @@ def read(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     if not isinstance(header, dict) or header.get("kind") != KIND:
         raise broken
     if header.get("format") != FORMAT:
-        raise StateFileError(f"{path} was written by agent format {header.get('format')!r}; this is {FORMAT}")
+        raise StateFileError(f"{name} was written by agent format {header.get('format')!r}; this is {FORMAT}")
     if header.get("sha256") != digest(header, arrays):
         raise broken
     return header, arrays

@@ -1,0 +1,88 @@
+"""``fedbandits serve``: run a silo's decision service, the federation's sync schedule, or the demo.
+
+    fedbandits serve silo CONFIG.toml --silo I --state-dir DIR --token-file F --sync-token-file F
+        [--entry LABEL] [--host 127.0.0.1] [--port 8700] [--tls-cert C --tls-key K] [--insecure-http]
+        [--expiry-seconds S] [--budget-policy stop|renew] [--durability process|fsync]
+        [--sync-seconds N] [--allow-unprivatized]
+    fedbandits serve server CONFIG.toml --silo-url URL [--silo-url URL ...] --state-dir DIR
+        --sync-token-file F [--entry LABEL] [--sync-seconds 10] [--budget-policy stop|renew] [--ca CA.pem]
+    fedbandits serve demo [--seconds 120] [--workdir DIR]
+
+Off loopback a silo refuses to listen without TLS unless ``--insecure-http`` says the operator
+terminates TLS elsewhere.  Tokens are read from files (never from the command line, which other
+users of the machine can see).  Needs ``pip install 'fedbandits[serve]'``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from fedbandits.serve.silo import POLICIES
+from fedbandits.serve.store import DURABILITY
+
+# starlette, uvicorn and httpx (the serve extra) are imported by the modules the subcommands run:
+# every `fedbandits` command builds this parser, and the extra may be absent.
+
+
+def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
+    p = subparsers.add_parser(
+        "serve",
+        help="a silo's durable decision service (HTTP), the federation's sync schedule, the demo",
+        description="Live decisions over HTTP with a durable event log (needs `pip install 'fedbandits[serve]'`; "
+        "docs/serving.md).",
+    )
+    sub = p.add_subparsers(dest="serve_command", metavar="MODE", required=True)
+    silo = sub.add_parser("silo", help="one silo's decision service")
+    silo.add_argument("config", type=Path, metavar="CONFIG.toml")
+    silo.add_argument("--silo", type=int, default=0, help="this silo's index in [0, agents)")
+    silo.add_argument("--entry", help="label of the [[algorithms]] entry to serve (default: the first)")
+    silo.add_argument("--state-dir", type=Path, required=True, help="the event log's folder (kept across restarts)")
+    silo.add_argument("--token-file", type=Path, required=True, help="file holding the traffic bearer token")
+    silo.add_argument("--sync-token-file", type=Path, required=True, help="file holding the federation's token")
+    silo.add_argument("--host", default="127.0.0.1")
+    silo.add_argument("--port", type=int, default=8700)
+    silo.add_argument("--tls-cert", type=Path)
+    silo.add_argument("--tls-key", type=Path)
+    silo.add_argument("--insecure-http", action="store_true", help="allow plain HTTP off loopback")
+    silo.add_argument("--expiry-seconds", type=float, default=86400.0)
+    silo.add_argument("--budget-policy", choices=POLICIES, default="stop")
+    silo.add_argument("--durability", choices=sorted(DURABILITY), default="process")
+    silo.add_argument("--sync-seconds", type=float, help="the server's schedule (to report an unreachable server)")
+    silo.add_argument("--allow-unprivatized", action="store_true", help="opt in to protocol 'none'")
+    server = sub.add_parser("server", help="the federation's wall-clock sync rounds")
+    server.add_argument("config", type=Path, metavar="CONFIG.toml")
+    server.add_argument("--silo-url", action="append", required=True, help="a silo's base URL, in silo order")
+    server.add_argument("--entry")
+    server.add_argument("--state-dir", type=Path, required=True)
+    server.add_argument("--sync-token-file", type=Path, required=True)
+    server.add_argument("--sync-seconds", type=float, default=10.0)
+    server.add_argument("--budget-policy", choices=POLICIES, default="stop")
+    server.add_argument("--ca", type=Path, help="CA certificate to verify the silos' TLS (default: the system's)")
+    demo = sub.add_parser("demo", help="server + 3 serving silos + traffic on 127.0.0.1 for a few minutes")
+    demo.add_argument("--seconds", type=float, default=120.0, help="how long the traffic runs (default 120)")
+    demo.add_argument("--workdir", type=Path, help="keep tokens, logs and event logs here (default: temporary)")
+    demo.add_argument("--rate", type=float, default=40.0, help="users per second per silo (default 40)")
+    return p
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    try:
+        import httpx  # noqa: F401
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ModuleNotFoundError as exc:
+        raise ValueError(f"fedbandits serve needs the serve extra ({exc.name} is missing): "
+                         "pip install 'fedbandits[serve]'") from None  # fmt: skip
+    mode = args.serve_command
+    if mode == "silo":
+        from fedbandits.serve.run import run_silo
+
+        return run_silo(args)
+    if mode == "server":
+        from fedbandits.serve.run import run_server
+
+        return run_server(args)
+    from fedbandits.serve.demo import run_demo
+
+    return run_demo(args)

@@ -1,0 +1,280 @@
+"""The federation's side of serving silos: sync rounds on a wall-clock schedule.
+
+Every ``sync_seconds`` (fixed at start, never moved by the amount or the content of the data) the
+coordinator works on the open round ``(epoch, round)``:
+
+1. it asks every silo that has not yet answered this round for its release
+   (``POST /v1/sync/release``); a silo answers with its completed decisions since its previous
+   release, privatized by its local randomizer (any number, possibly none);
+2. once all M releases are in, it closes the round: the online aggregator
+   (:class:`fedbandits.online.Aggregator`: the simulator's tree analyzer for ``ldp``, the exact sum
+   for ``none``) gives the epoch's prefix, to which the final prefix of the earlier epochs is added;
+3. it sends the newest closed prefix to every silo that does not have it (``POST /v1/sync/prefix``).
+
+A silo that is down is asked again at the next tick; the round stays open until every silo has
+answered (its releases already made are stored on both sides, a retried request gets the same
+bytes).  Silos serve from their last prefix meanwhile.  Everything the coordinator receives and
+closes is in its own SQLite log, so a restarted coordinator resumes the same round and rebuilds the
+tree analyzer from the stored releases (the analyzer adds no noise: nothing is redrawn).
+
+Budget: a private protocol's noise covers K releases per epoch.  After round K - 1 of an epoch
+the policy ``stop`` ends syncing (the silos keep serving); ``renew`` opens epoch e + 1 (a new tree
+on both sides; the lifetime epsilon is the sum of the epochs').
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from fedbandits.config import Config
+from fedbandits.online import AgentSetup, Aggregator
+from fedbandits.serve.silo import POLICIES
+
+log = logging.getLogger("fedbandits.serve")
+
+_TABLES = """
+CREATE TABLE IF NOT EXISTS payloads (
+    epoch INTEGER NOT NULL, round INTEGER NOT NULL, silo INTEGER NOT NULL, payload BLOB NOT NULL,
+    samples INTEGER NOT NULL, PRIMARY KEY (epoch, round, silo)
+);
+CREATE TABLE IF NOT EXISTS closed (
+    epoch INTEGER NOT NULL, round INTEGER NOT NULL, at REAL NOT NULL, prefix BLOB NOT NULL, samples INTEGER NOT NULL,
+    PRIMARY KEY (epoch, round)
+);
+CREATE TABLE IF NOT EXISTS delivered (silo INTEGER PRIMARY KEY, epoch INTEGER NOT NULL, round INTEGER NOT NULL);
+"""
+
+
+@dataclass
+class Tick:
+    """What one tick did: who released, whether the round closed, who got the prefix."""
+
+    epoch: int
+    round: int
+    released: list[int]
+    unreachable: list[int]
+    closed: bool
+    delivered: list[int]
+
+
+class Coordinator:
+    """Sync rounds for M serving silos at ``urls`` (silo order)."""
+
+    def __init__(
+        self,
+        config: Config | dict[str, object] | str | Path,
+        urls: list[str],
+        state_dir: Path,
+        sync_token: str,
+        *,
+        entry: str | None = None,
+        sync_seconds: float = 10.0,
+        policy: str = "stop",
+        verify: str | bool = True,
+        timeout: float = 5.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        setup = AgentSetup.from_config(config, entry)
+        if not setup.federated:
+            raise ValueError(f"entry: {setup.name!r} does not synchronise; the coordinator needs a fedlinucb entry")
+        if len(urls) != setup.silos:
+            raise ValueError(f"silos: the config's [environment] agents is {setup.silos}, got {len(urls)} silo URLs")
+        if policy not in POLICIES:
+            raise ValueError(f"budget policy must be one of {list(POLICIES)}, got {policy!r}")
+        if not sync_seconds > 0:
+            raise ValueError(f"sync_seconds must be > 0, got {sync_seconds!r}")
+        self.setup = setup
+        self.urls = urls
+        self.policy = policy
+        self.sync_seconds = float(sync_seconds)
+        self.client = httpx.Client(
+            headers={"Authorization": f"Bearer {sync_token}"}, timeout=timeout, verify=verify, transport=transport
+        )
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(state_dir / "coordinator.sqlite", isolation_level=None, check_same_thread=False)
+        self.db.execute("PRAGMA journal_mode = WAL")
+        self.db.executescript(_TABLES)
+        self.history: list[dict[str, Any]] = []
+        self.stopped = threading.Event()
+        self._resume()
+
+    # -- state -------------------------------------------------------------------------------
+    def _resume(self) -> None:
+        """The open round, the epoch's analyzer (replayed from the stored releases) and the base."""
+        self.epoch, self.round = 0, 0
+        self.base = np.zeros(self.setup.width)
+        self.aggregator = Aggregator(self.setup)
+        self.finished = False
+        rows = self.db.execute("SELECT epoch, round, prefix FROM closed ORDER BY epoch, round").fetchall()
+        releases = self.setup.releases
+        for epoch, round_, prefix in rows:
+            if epoch != self.epoch:  # an earlier epoch ended here: its final prefix is the base
+                self.epoch, self.aggregator = epoch, Aggregator(self.setup)
+            self.aggregator.aggregate(self._payloads(epoch, round_))
+            last = np.frombuffer(prefix, dtype="<f8").copy()
+            self.round = round_ + 1
+            if releases is not None and self.round == releases:
+                self.base = last
+                if self.policy == "stop":
+                    self.finished = True
+                else:
+                    self.epoch, self.round, self.aggregator = epoch + 1, 0, Aggregator(self.setup)
+
+    def _payloads(self, epoch: int, round_: int) -> list[np.ndarray]:
+        rows = self.db.execute(
+            "SELECT silo, payload FROM payloads WHERE epoch = ? AND round = ? ORDER BY silo", (epoch, round_)
+        ).fetchall()
+        return [np.frombuffer(p, dtype=self._dtype()).copy() for _, p in rows]
+
+    def _dtype(self) -> str:
+        return "<u8" if self.setup.masked else "<f8"
+
+    def latest(self) -> tuple[int, int, np.ndarray, float] | None:
+        row = self.db.execute("SELECT epoch, round, prefix, at FROM closed ORDER BY epoch DESC, round DESC LIMIT 1")
+        got = row.fetchone()
+        return None if got is None else (int(got[0]), int(got[1]), np.frombuffer(got[2], dtype="<f8"), float(got[3]))
+
+    # -- one round ---------------------------------------------------------------------------
+    def tick(self) -> Tick:
+        epoch, round_ = self.epoch, self.round
+        released: list[int] = []
+        unreachable: list[int] = []
+        closed = False
+        if not self.finished:
+            have = {s for (s,) in self.db.execute(
+                "SELECT silo FROM payloads WHERE epoch = ? AND round = ?", (epoch, round_))}  # fmt: skip
+            for silo, url in enumerate(self.urls):
+                if silo in have:
+                    continue
+                got = self._post(url, "/v1/sync/release", {"epoch": epoch, "round": round_})
+                payload = self._check_release(silo, got)
+                if payload is None:
+                    unreachable.append(silo)
+                    continue
+                self.db.execute(
+                    "INSERT INTO payloads VALUES (?, ?, ?, ?, ?)",
+                    (epoch, round_, silo, payload.tobytes(), int(got["samples"])),  # type: ignore[index]
+                )
+                released.append(silo)
+                have.add(silo)
+            if len(have) == len(self.urls):
+                closed = True
+                self._close(epoch, round_)
+        delivered = self._deliver()
+        record = Tick(epoch, round_, released, unreachable, closed, delivered)
+        self.history.append({"at": time.time(), **record.__dict__})
+        del self.history[:-200]
+        return record
+
+    def _check_release(self, silo: int, got: dict[str, Any] | None) -> np.ndarray | None:
+        if got is None:
+            return None
+        try:
+            if got.get("dtype") != self._dtype():
+                raise ValueError(f"dtype {got.get('dtype')!r}")
+            payload = np.frombuffer(base64.b64decode(got["payload"], validate=True), dtype=self._dtype()).copy()
+            if payload.shape != (self.setup.width,) or not isinstance(got.get("samples"), int):
+                raise ValueError(f"shape {payload.shape}")
+            if payload.dtype.kind == "f" and not np.isfinite(payload).all():
+                raise ValueError("not finite")
+        except (KeyError, ValueError, TypeError) as exc:
+            log.warning("silo %d: a malformed release refused (%s)", silo, exc)
+            return None
+        return payload
+
+    def _close(self, epoch: int, round_: int) -> None:
+        payloads = self._payloads(epoch, round_)
+        prefix = self.base + self.aggregator.aggregate(payloads)
+        samples = self.db.execute(
+            "SELECT SUM(samples) FROM payloads WHERE epoch = ? AND round = ?", (epoch, round_)
+        ).fetchone()[0]
+        self.db.execute(
+            "INSERT INTO closed VALUES (?, ?, ?, ?, ?)", (epoch, round_, time.time(), prefix.tobytes(), int(samples))
+        )
+        self.round = round_ + 1
+        releases = self.setup.releases
+        if releases is not None and self.round == releases:
+            self.base = prefix
+            if self.policy == "stop":
+                self.finished = True
+            else:
+                self.epoch, self.round, self.aggregator = epoch + 1, 0, Aggregator(self.setup)
+
+    def _deliver(self) -> list[int]:
+        latest = self.latest()
+        if latest is None:
+            return []
+        epoch, round_, prefix, _ = latest
+        done = dict(((s, (e, r)) for s, e, r in self.db.execute("SELECT silo, epoch, round FROM delivered")))
+        out = []
+        body = {"epoch": epoch, "round": round_, "prefix": base64.b64encode(prefix.tobytes()).decode()}
+        for silo, url in enumerate(self.urls):
+            if done.get(silo) == (epoch, round_):
+                continue
+            if self._post(url, "/v1/sync/prefix", body) is not None:
+                self.db.execute("INSERT OR REPLACE INTO delivered VALUES (?, ?, ?)", (silo, epoch, round_))
+                out.append(silo)
+        return out
+
+    def _post(self, url: str, path: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        try:
+            response = self.client.post(url.rstrip("/") + path, json=body)
+        except httpx.HTTPError as exc:
+            log.info("%s%s: unreachable (%s)", url, path, type(exc).__name__)
+            return None
+        if response.status_code != 200:
+            log.warning("%s%s: %d %s", url, path, response.status_code, response.text[:200])
+            return None
+        try:
+            got = response.json()
+        except ValueError:
+            return None
+        return got if isinstance(got, dict) else None
+
+    # -- the schedule ------------------------------------------------------------------------
+    def run(self, until: float | None = None) -> None:
+        """Tick at start + k * sync_seconds (wall clock) until ``stop()`` or the time ``until``."""
+        start = time.time()
+        k = 0
+        while not self.stopped.is_set() and (until is None or time.time() < until):
+            try:
+                self.tick()
+            except Exception:  # one bad tick must not stop the federation's schedule
+                log.exception("sync tick failed")
+            k += 1
+            wait = start + k * self.sync_seconds - time.time()
+            if wait > 0:
+                self.stopped.wait(wait if until is None else min(wait, max(0.0, until - time.time())))
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+    def status(self) -> dict[str, Any]:
+        latest = self.latest()
+        cal = self.setup.calibration
+        return {
+            "silos": len(self.urls),
+            "open_round": None if self.finished else f"{self.epoch}.{self.round}",
+            "finished": self.finished,
+            "budget_policy": self.policy,
+            "sync_seconds": self.sync_seconds,
+            "model_version": None if latest is None else f"{latest[0]}.{latest[1]}",
+            "last_close": None if latest is None else latest[3],
+            "releases_per_epoch": None if cal is None else cal.releases,
+            "epsilon_per_epoch": None if cal is None else cal.epsilon,
+            "history": self.history[-50:],
+        }
+
+    def close(self) -> None:
+        self.client.close()
+        self.db.close()

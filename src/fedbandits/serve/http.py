@@ -1,0 +1,276 @@
+"""The serving silo's HTTP API (Starlette; ``fedbandits serve silo`` runs it on uvicorn).
+
+    POST /v1/decisions      {"features": [[...], ...] (K x d), "context_id": "..."?}
+                            -> {"arm": i, "decision_id": "...", "model_version": "e.r" | null}
+    POST /v1/rewards        {"decision_id": "...", "reward": r}  or  {"rewards": [{...}, ...]}
+    GET  /v1/status         counts, model version, last sync, privacy spent and releases left
+    GET  /metrics           the same figures and request latencies, Prometheus text format
+    GET  /healthz           200 "ok" (no credentials; 503 once the event log failed)
+    POST /v1/sync/release   {"epoch": e, "round": r}            (the server's token)
+    POST /v1/sync/prefix    {"epoch": e, "round": r, "prefix": base64 float64}  (the server's token)
+
+Every request but ``/healthz`` needs ``Authorization: Bearer <token>``: the traffic token for the
+first four, the federation's sync token for ``/v1/sync/*``.  A bad request gets a 4xx whose body
+is one line ``{"error": "..."}`` naming the field, and nothing is stored.  A single reward answers
+200 (learned), 404 (unknown decision id), 409 (already rewarded), 410 (expired: counted, not
+learned) or 422 (a bad value); a batch answers 200 with one such status per item, in order, after
+checking the batch's shape (a malformed batch stores nothing).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import json
+import math
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import numpy as np
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from fedbandits.serve.metrics import Latencies, prometheus_text
+from fedbandits.serve.silo import ServeError, ServingSilo
+
+#: request bodies above this many bytes are refused (413) unread
+MAX_BODY = 1 << 20
+MAX_ARMS = 10_000
+MAX_BATCH = 1_000
+MAX_CONTEXT_ID = 200
+
+
+class BadRequest(ServeError):
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(status, message)
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message.splitlines()[0] if message else "error"}, status_code=status)
+
+
+async def _body(request: Request) -> Any:
+    length = request.headers.get("content-length")
+    if length is not None and (not length.isdigit() or int(length) > MAX_BODY):
+        raise BadRequest(f"body: larger than {MAX_BODY} bytes", 413)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise BadRequest(f"body: larger than {MAX_BODY} bytes", 413)
+        chunks.append(chunk)
+    try:
+        return json.loads(b"".join(chunks))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"body: not JSON ({str(exc)[:80]})") from None
+
+
+def _object(body: Any, keys: set[str], required: set[str]) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise BadRequest("body: must be a JSON object")
+    unknown = sorted(set(body) - keys)
+    if unknown:
+        raise BadRequest(f"body: unknown field(s) {unknown}; valid: {sorted(keys)}")
+    missing = sorted(required - set(body))
+    if missing:
+        raise BadRequest(f"body: missing field(s) {missing}")
+    return body
+
+
+def _integer(body: dict[str, Any], name: str) -> int:
+    value = body[name]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise BadRequest(f"{name}: must be an integer >= 0, got {str(value)[:40]!r}")
+    return value
+
+
+def _reward_value(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise BadRequest(f"{name}: must be a finite number, got {str(value)[:40]!r}", 422)
+    return float(value)
+
+
+def _decision_id(value: Any, name: str) -> str:
+    if not isinstance(value, str) or not 0 < len(value) <= 100:
+        raise BadRequest(f"{name}: must be a decision id string (1 to 100 characters)")
+    return value
+
+
+class Service:
+    """The routes of one serving silo, with its tokens and its latency records."""
+
+    def __init__(self, silo: ServingSilo, token: str, sync_token: str, sync_seconds: float | None = None) -> None:
+        if not token or not sync_token:
+            raise ValueError("token and sync token must be non-empty (credentials are required)")
+        self.silo = silo
+        self.token = ("Bearer " + token).encode()
+        self.sync_token = ("Bearer " + sync_token).encode()
+        self.sync_seconds = sync_seconds
+        self.latency = {name: Latencies() for name in ("decisions", "rewards", "sync")}
+        self.refused: dict[int, int] = {}
+        #: (second, decisions, rewards, reward sum) per wall-clock second, the last hour
+        self.series: deque[list[float]] = deque(maxlen=3600)
+        self.app = Starlette(
+            routes=[
+                Route("/v1/decisions", self._guard(self.decisions, self.token, "decisions"), methods=["POST"]),
+                Route("/v1/rewards", self._guard(self.rewards, self.token, "rewards"), methods=["POST"]),
+                Route("/v1/status", self._guard(self.status, self.token), methods=["GET"]),
+                Route("/v1/series", self._guard(self.series_json, self.token), methods=["GET"]),
+                Route("/metrics", self._guard(self.metrics, self.token), methods=["GET"]),
+                Route("/healthz", self.healthz, methods=["GET"]),
+                Route("/v1/sync/release", self._guard(self.release, self.sync_token, "sync"), methods=["POST"]),
+                Route("/v1/sync/prefix", self._guard(self.prefix, self.sync_token, "sync"), methods=["POST"]),
+            ]
+        )
+
+    def _guard(
+        self, handler: Callable[[Request], Awaitable[Response]], token: bytes, timed: str | None = None
+    ) -> Callable[[Request], Awaitable[Response]]:
+        latency = self.latency[timed] if timed else None
+
+        async def endpoint(request: Request) -> Response:
+            start = time.perf_counter()
+            given = request.headers.get("authorization", "").encode()
+            if not hmac.compare_digest(given, token):
+                return self._refuse(401, "authorization: a valid 'Bearer <token>' header is required")
+            try:
+                response = await handler(request)
+            except ServeError as exc:
+                return self._refuse(exc.status, str(exc))
+            if latency is not None:
+                latency.add(time.perf_counter() - start)
+            return response
+
+        return endpoint
+
+    def _refuse(self, status: int, message: str) -> JSONResponse:
+        self.refused[status] = self.refused.get(status, 0) + 1
+        return _error(status, message)
+
+    def _tick(self, decisions: int = 0, rewards: int = 0, total: float = 0.0) -> None:
+        second = float(int(time.time()))
+        if not self.series or self.series[-1][0] != second:
+            self.series.append([second, 0, 0, 0.0])
+        row = self.series[-1]
+        row[1] += decisions
+        row[2] += rewards
+        row[3] += total
+
+    # -- traffic -----------------------------------------------------------------------------
+    async def decisions(self, request: Request) -> Response:
+        body = _object(await _body(request), {"features", "context_id"}, {"features"})
+        context = body.get("context_id")
+        if context is not None and (not isinstance(context, str) or len(context) > MAX_CONTEXT_ID):
+            raise BadRequest(f"context_id: must be a string of at most {MAX_CONTEXT_ID} characters")
+        raw = body["features"]
+        if not isinstance(raw, list) or not 0 < len(raw) <= MAX_ARMS:
+            raise BadRequest(f"features: must be a list of 1 to {MAX_ARMS} arms, each a list of d numbers")
+        try:
+            features = np.array(raw, dtype=np.float64)
+        except (ValueError, TypeError):
+            raise BadRequest("features: must be K lists of d numbers each (ragged or not numbers)") from None
+        arm, decision_id, _ = self.silo.decide(features, context)
+        self._tick(decisions=1)
+        return JSONResponse({"arm": arm, "decision_id": decision_id, "model_version": self._version()})
+
+    async def rewards(self, request: Request) -> Response:
+        body = await _body(request)
+        if isinstance(body, dict) and "rewards" in body:
+            items = _object(body, {"rewards"}, {"rewards"})["rewards"]
+            if not isinstance(items, list) or not 0 < len(items) <= MAX_BATCH:
+                raise BadRequest(f"rewards: must be a list of 1 to {MAX_BATCH} objects")
+            checked = []
+            for i, item in enumerate(items):
+                one = _object(item, {"decision_id", "reward"}, {"decision_id", "reward"})
+                checked.append(
+                    (_decision_id(one["decision_id"], f"rewards[{i}].decision_id"),
+                     _reward_value(one["reward"], f"rewards[{i}].reward"))
+                )  # fmt: skip
+            results = []
+            for decision_id, value in checked:
+                try:
+                    self.silo.reward(decision_id, value)
+                    self._tick(rewards=1, total=value)
+                    results.append({"decision_id": decision_id, "status": 200})
+                except ServeError as exc:
+                    if exc.status == 503:
+                        raise
+                    results.append({"decision_id": decision_id, "status": exc.status, "error": str(exc)})
+            return JSONResponse({"results": results})
+        one = _object(body, {"decision_id", "reward"}, {"decision_id", "reward"})
+        value = _reward_value(one["reward"], "reward")
+        self.silo.reward(_decision_id(one["decision_id"], "decision_id"), value)
+        self._tick(rewards=1, total=value)
+        return JSONResponse({"status": "learned"})
+
+    # -- reports -----------------------------------------------------------------------------
+    def report(self) -> dict[str, Any]:
+        out = self.silo.status(self.sync_seconds)
+        out["latency_ms"] = {name: lat.percentiles() for name, lat in self.latency.items()}
+        out["refused"] = {str(k): v for k, v in sorted(self.refused.items())}
+        out["recent_releases"] = self.silo.store.releases(10)
+        return out
+
+    async def status(self, request: Request) -> Response:
+        return JSONResponse(_plain(self.report()))
+
+    async def series_json(self, request: Request) -> Response:
+        return JSONResponse({"columns": ["second", "decisions", "rewards", "reward_sum"], "rows": list(self.series)})
+
+    async def metrics(self, request: Request) -> Response:
+        return PlainTextResponse(prometheus_text(self.report(), self.latency), media_type="text/plain; version=0.0.4")
+
+    async def healthz(self, request: Request) -> Response:
+        if self.silo.broken:
+            return PlainTextResponse("event log failed\n", status_code=503)
+        return PlainTextResponse("ok\n")
+
+    def _version(self) -> str | None:
+        last = self.silo.store.last_prefix()
+        return None if last is None else f"{last[0]}.{last[1]}"
+
+    # -- federation --------------------------------------------------------------------------
+    async def release(self, request: Request) -> Response:
+        body = _object(await _body(request), {"epoch", "round"}, {"epoch", "round"})
+        payload, samples = self.silo.release(_integer(body, "epoch"), _integer(body, "round"))
+        return JSONResponse(
+            {"payload": base64.b64encode(payload.tobytes()).decode(), "dtype": payload.dtype.str, "samples": samples}
+        )
+
+    async def prefix(self, request: Request) -> Response:
+        body = _object(await _body(request), {"epoch", "round", "prefix"}, {"epoch", "round", "prefix"})
+        prefix = decode_vector(body["prefix"], "prefix", "<f8")
+        adopted = self.silo.adopt(_integer(body, "epoch"), _integer(body, "round"), prefix)
+        return JSONResponse({"adopted": adopted})
+
+
+def decode_vector(value: Any, name: str, dtype: str) -> np.ndarray:
+    """A base64 string of little-endian ``dtype`` values, checked (400 naming ``name``)."""
+    if not isinstance(value, str) or len(value) > 4 * MAX_BODY:
+        raise BadRequest(f"{name}: must be a base64 string")
+    try:
+        raw = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise BadRequest(f"{name}: not valid base64") from None
+    size = np.dtype(dtype).itemsize
+    if len(raw) % size:
+        raise BadRequest(f"{name}: {len(raw)} bytes is not a whole number of {dtype} values")
+    return np.frombuffer(raw, dtype=dtype).copy()
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value

@@ -1,0 +1,116 @@
+"""The processes of ``fedbandits serve silo`` and ``fedbandits serve server``."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from fedbandits.config import load_config
+from fedbandits.serve.coordinator import Coordinator
+from fedbandits.serve.http import Service
+from fedbandits.serve.silo import ServingSilo
+
+
+def read_token(path: Path, name: str) -> str:
+    try:
+        token = path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ValueError(f"{name}: cannot read {path} ({exc.strerror})") from None
+    if len(token) < 16:
+        raise ValueError(f"{name}: the token in {path} must be at least 16 characters")
+    return token
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def run_silo(args: argparse.Namespace) -> int:
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise ValueError("--tls-cert and --tls-key go together")
+    tls = args.tls_cert is not None
+    if not tls and not is_loopback(args.host) and not args.insecure_http:
+        raise ValueError(
+            f"--host {args.host}: off loopback the service needs --tls-cert/--tls-key "
+            "(or --insecure-http if TLS ends in front of it)"
+        )
+    if not 0 < args.port < 65536:
+        raise ValueError(f"--port must be in [1, 65535], got {args.port}")
+    if args.sync_seconds is not None and not args.sync_seconds > 0:
+        raise ValueError(f"--sync-seconds must be > 0, got {args.sync_seconds}")
+    token = read_token(args.token_file, "--token-file")
+    sync_token = read_token(args.sync_token_file, "--sync-token-file")
+    if token == sync_token:
+        raise ValueError("--token-file and --sync-token-file must hold different tokens")
+    config = load_config(args.config)
+    silo = ServingSilo(
+        config,
+        args.state_dir,
+        entry=args.entry,
+        silo=args.silo,
+        expiry_seconds=args.expiry_seconds,
+        policy=args.budget_policy,
+        durability=args.durability,
+        allow_unprivatized=args.allow_unprivatized,
+    )
+    service = Service(silo, token, sync_token, args.sync_seconds)
+    scheme = "https" if tls else "http"
+    print(
+        f"serving silo {args.silo} ({silo.setup.label}) on {scheme}://{args.host}:{args.port} "
+        f"(event log {args.state_dir}, {silo.replayed} events replayed)",
+        flush=True,
+    )
+    options: dict[str, Any] = {"host": args.host, "port": args.port, "log_level": "warning", "access_log": False}
+    if tls:
+        options.update(ssl_certfile=str(args.tls_cert), ssl_keyfile=str(args.tls_key))
+    try:
+        uvicorn.run(service.app, **options)
+    finally:
+        silo.close()
+    return 0
+
+
+def run_server(args: argparse.Namespace) -> int:
+    sync_token = read_token(args.sync_token_file, "--sync-token-file")
+    for url in args.silo_url:
+        host = url.split("://", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0].strip("[]")
+        if url.startswith("http://") and not is_loopback(host):
+            raise ValueError(f"--silo-url {url}: off loopback the silos must be reached over https")
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"--silo-url {url}: must start with http:// or https://")
+    coordinator = Coordinator(
+        load_config(args.config),
+        list(args.silo_url),
+        args.state_dir,
+        sync_token,
+        entry=args.entry,
+        sync_seconds=args.sync_seconds,
+        policy=args.budget_policy,
+        verify=str(args.ca) if args.ca else True,
+    )
+    logging.basicConfig(level=logging.WARNING, format="fedbandits serve server: %(message)s", stream=sys.stderr)
+    signal.signal(signal.SIGTERM, lambda *_: coordinator.stop())
+    print(
+        f"syncing {len(args.silo_url)} silos every {args.sync_seconds:g} s from round "
+        f"{coordinator.epoch}.{coordinator.round} (state {args.state_dir})",
+        flush=True,
+    )
+    try:
+        coordinator.run()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        coordinator.close()
+    return 0

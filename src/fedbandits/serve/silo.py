@@ -1,0 +1,279 @@
+"""A serving silo: the online agent (:class:`fedbandits.online.Agent`) behind its event log.
+
+Every method that changes the agent records the change in the log (:mod:`fedbandits.serve.store`)
+in one transaction before it returns, so what a caller was told happened has happened for good:
+
+* :meth:`ServingSilo.decide` -- the agent chooses; the decision (its number, the chosen arm's
+  features, the time) is committed; then the answer.
+* :meth:`ServingSilo.reward` -- the agent learns; the reward is committed; then the answer.  A
+  reward for a decision past its expiry is refused and counted (a ``late`` event), never learned.
+* :meth:`ServingSilo.release` -- the server's sync round ``(epoch, round)``: the completed decisions
+  since the previous release, privatized by the agent's local randomizer, committed with the
+  agent's new state; a retried round gets the same stored bytes (the noise is never redrawn).
+* :meth:`ServingSilo.adopt` -- the federation's prefix, committed with the agent's new state.
+
+A restart loads the newest snapshot and replays the events after it on the recorded times
+(the agent's clock is pinned to each event's), so the agent is the one that acknowledged them:
+every acknowledged reward is learned once, and every completed decision is in exactly one
+release (or waits for the next).  If a commit fails the silo refuses everything (503) until it is
+restarted: memory may then hold what the log does not.
+
+Budget epochs (issue "Live decisions, part 2", item 3): a private protocol's noise is calibrated
+for K releases.  When they are made, policy ``stop`` keeps serving from the last prefix and
+refuses further releases; policy ``renew`` starts epoch e + 1 when the server asks for it (a
+fresh randomizer; the lifetime epsilon is the sum of the epochs', shown in the status).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from fedbandits.config import Config
+from fedbandits.online import Agent, AgentError, AgentSetup
+from fedbandits.online import state as statefile
+from fedbandits.serve.store import Store, StoreError
+
+POLICIES = ("stop", "renew")
+#: protocols a serving silo syncs with; distributed-dp needs secure aggregation between serving silos
+SERVE_PROTOCOLS = ("none", "ldp")
+
+
+class ServeError(ValueError):
+    """A request the silo refuses; ``status`` is the HTTP status to answer with."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Clock:
+    """Wall-clock seconds (deadlines survive restarts), pinned to a recorded time during replay."""
+
+    def __init__(self, now: Callable[[], float] = time.time) -> None:
+        self.now = now
+        self.pinned: float | None = None
+
+    def __call__(self) -> float:
+        return self.now() if self.pinned is None else self.pinned
+
+
+class ServingSilo:
+    """One silo's agent and event log.  Not thread-safe: the service calls it from one thread."""
+
+    def __init__(
+        self,
+        config: Config | dict[str, object] | str | Path,
+        state_dir: Path,
+        *,
+        entry: str | None = None,
+        silo: int = 0,
+        expiry_seconds: float = 86400.0,
+        policy: str = "stop",
+        durability: str = "process",
+        allow_unprivatized: bool = False,
+        now: Callable[[], float] = time.time,
+    ) -> None:
+        if policy not in POLICIES:
+            raise ServeError(400, f"budget policy must be one of {list(POLICIES)}, got {policy!r}")
+        setup = AgentSetup.from_config(config, entry)
+        if setup.federated and setup.protocol not in SERVE_PROTOCOLS:
+            raise ServeError(
+                400,
+                f"protocol {setup.protocol!r}: a serving silo syncs with {list(SERVE_PROTOCOLS)} "
+                "(distributed-dp needs secure aggregation between serving silos, not built yet)",
+            )
+        if setup.federated and not setup.private and not allow_unprivatized:
+            raise ServeError(
+                400,
+                "protocol 'none' sends the silo's exact statistics to the server; "
+                "pass allow_unprivatized (--allow-unprivatized) to opt in",
+            )
+        if isinstance(silo, bool) or not isinstance(silo, int) or not 0 <= silo < setup.silos:
+            raise ServeError(400, f"silo must be an integer in [0, {setup.silos}) ([environment] agents), got {silo!r}")
+        self.setup = setup
+        self.policy = policy
+        self.clock = Clock(now)
+        self.store = Store(Path(state_dir) / "events.sqlite", durability)
+        self.broken: str | None = None
+        identity = json.dumps({"config": setup.config.to_dict(), "entry": setup.label, "silo": silo}, sort_keys=True)
+        known = self.store.meta("identity")
+        if known is not None and known != identity:
+            self.store.close()
+            raise StoreError(f"{state_dir}: the event log belongs to another config, entry or silo")
+        snap = self.store.snapshot()
+        if snap is None:
+            self.agent = Agent(setup, silo=silo, expiry_seconds=expiry_seconds, clock=self.clock)
+            with self.store.transaction():
+                self.store.add_snapshot(self.agent.snapshot())
+            self.store.set_meta({"identity": identity})
+            self.replayed = 0
+        else:
+            self.agent = self._replay(*snap)
+        self.started = self.clock()
+        self.last_contact: float | None = None
+
+    # -- recovery ----------------------------------------------------------------------------
+    def _replay(self, seq: int, state: bytes) -> Agent:
+        header, _ = statefile.read(io.BytesIO(state))
+        self.clock.pinned = float(header["clock"])  # no shift of deadlines: the clock is the wall clock
+        agent = Agent.load(state, clock=self.clock)
+        n = 0
+        for event in self.store.events_after(seq):
+            self.clock.pinned = event.at
+            if event.kind == "decision":
+                assert event.x is not None
+                agent.recall(event.number, np.frombuffer(event.x), event.at + agent.expiry_seconds)
+            elif event.kind == "reward":
+                agent.reward(f"{agent.instance}-{event.number}", float(event.value or 0.0))
+            else:  # a late reward: refused again, counted again
+                try:
+                    agent.reward(f"{agent.instance}-{event.number}", float(event.value or 0.0))
+                except AgentError:
+                    pass
+            n += 1
+        self.clock.pinned = None
+        self.replayed = n
+        return agent
+
+    def close(self) -> None:
+        self.store.close()
+
+    # -- traffic -----------------------------------------------------------------------------
+    def decide(self, features: np.ndarray, context_id: str | None = None) -> tuple[int, str, np.ndarray]:
+        self._usable()
+        now = self.clock.now()
+        self.clock.pinned = now
+        try:
+            decision = self.agent.choose(features, context_id=context_id)
+        except AgentError as exc:
+            raise ServeError(422, str(exc)) from None
+        finally:
+            self.clock.pinned = None
+        number = self.agent.counts["sequence"] - 1
+        self._commit(lambda: self.store.add_event(now, "decision", number, features[decision.arm], None, context_id))
+        return decision.arm, decision.decision_id, decision.scores
+
+    def reward(self, decision_id: str, value: float) -> None:
+        self._usable()
+        agent = self.agent
+        try:
+            number = agent.decision_number(decision_id)
+        except AgentError as exc:
+            raise ServeError(404, str(exc)) from None
+        now = self.clock.now()
+        self.clock.pinned = now
+        try:
+            agent.reward(decision_id, value)
+        except AgentError as exc:
+            if number in agent.expired and "expired" in str(exc):
+                self._commit(lambda: self.store.add_event(now, "late", number, None, value))
+                raise ServeError(410, str(exc)) from None
+            if number not in agent.pending and "already" in str(exc):
+                raise ServeError(409, str(exc)) from None
+            raise ServeError(422, str(exc)) from None
+        finally:
+            self.clock.pinned = None
+        self._commit(lambda: self.store.add_event(now, "reward", number, None, value))
+
+    # -- federation --------------------------------------------------------------------------
+    def position(self) -> tuple[int, int]:
+        """(epoch, round) of this silo's next release."""
+        c = self.agent.counts
+        return c["epochs"], c["syncs"] - c["epoch_start"]
+
+    def release(self, epoch: int, round_: int) -> tuple[np.ndarray, int]:
+        """The release of sync round ``(epoch, round_)`` and how many completed decisions it holds."""
+        self._usable()
+        if not self.setup.federated:
+            raise ServeError(409, f"{self.setup.name!r} does not synchronise")
+        self.last_contact = self.clock.now()
+        stored = self.store.release(epoch, round_)
+        if stored is not None:
+            return stored.payload, stored.samples
+        agent = self.agent
+        renew = False
+        if agent.budget_spent():
+            if self.policy == "stop":
+                epoch_now = agent.counts["epochs"]
+                raise ServeError(409, f"budget spent: epoch {epoch_now}'s releases are all made (policy stop)")
+            renew = (epoch, round_) == (agent.counts["epochs"] + 1, 0)
+        expected = (agent.counts["epochs"] + 1, 0) if renew or agent.budget_spent() else self.position()
+        if (epoch, round_) != expected:
+            raise ServeError(409, f"round: this silo's next release is epoch {expected[0]} round {expected[1]}")
+        if renew:
+            agent.new_epoch()
+        samples = len(agent.completed)
+        payload = agent.sync_payload()
+
+        def write() -> None:
+            self.store.add_release(epoch, round_, payload, samples)
+            self._snapshot()
+
+        self._commit(write)
+        return payload, samples
+
+    def adopt(self, epoch: int, round_: int, prefix: np.ndarray) -> bool:
+        """Adopt the prefix of closed round ``(epoch, round_)``; False if a later one is already in force."""
+        self._usable()
+        if not self.setup.federated:
+            raise ServeError(409, f"{self.setup.name!r} does not synchronise")
+        self.last_contact = self.clock.now()
+        last = self.store.last_prefix()
+        if last is not None and (epoch, round_) <= last[:2]:
+            return False
+        try:
+            self.agent.apply_sync(prefix)
+        except AgentError as exc:
+            raise ServeError(422, str(exc)) from None
+
+        def write() -> None:
+            self.store.add_prefix(epoch, round_)
+            self._snapshot()
+
+        self._commit(write)
+        return True
+
+    # -- reports -----------------------------------------------------------------------------
+    def status(self, sync_seconds: float | None = None) -> dict[str, object]:
+        out = dict(self.agent.status())
+        last = self.store.last_prefix()
+        out["model_version"] = None if last is None else f"{last[0]}.{last[1]}"
+        out["last_sync"] = None if last is None else last[2]
+        out["budget_policy"] = self.policy
+        out["replayed_events"] = self.replayed
+        if self.setup.federated:
+            if self.agent.budget_spent() and self.policy == "stop":
+                out["syncing"] = "stopped: budget spent (policy stop), serving from the last prefix"
+            elif sync_seconds is not None and self._overdue(sync_seconds):
+                out["syncing"] = "server unreachable: serving from the last prefix"
+            else:
+                out["syncing"] = "active"
+        if self.broken:
+            out["broken"] = self.broken
+        return out
+
+    def _overdue(self, sync_seconds: float) -> bool:
+        since = self.last_contact if self.last_contact is not None else self.started
+        return self.clock.now() - since > 3 * sync_seconds
+
+    # -- internals ---------------------------------------------------------------------------
+    def _snapshot(self) -> None:
+        self.store.add_snapshot(self.agent.snapshot())
+
+    def _usable(self) -> None:
+        if self.broken:
+            raise ServeError(503, f"the event log failed ({self.broken}); restart the service")
+
+    def _commit(self, write: Callable[[], object]) -> None:
+        try:
+            with self.store.transaction():
+                write()
+        except Exception as exc:  # the agent changed and the log did not: stop acknowledging anything
+            self.broken = f"{type(exc).__name__}: {exc}"
+            raise ServeError(503, f"the event log failed ({self.broken}); restart the service") from None

@@ -1,0 +1,184 @@
+"""A serving silo's event log: one SQLite database (WAL) in the silo's state folder.
+
+Every event the service acknowledges is a row here before the answer leaves: a decision (its
+number, the chosen arm's features, its wall-clock time), a reward (the decision's number, the
+value; at most one per decision: a unique index), a late reward (refused, counted), a release
+(the payload exactly as sent, so a retried round gets the same bytes and the noise is never
+redrawn) and a prefix adopted.  At each release and each adoption the agent's whole state is
+stored as a snapshot in the same transaction, tagged with the last event it includes; a restart
+loads the newest snapshot and replays the events after it (:mod:`fedbandits.serve.silo`).
+
+Durability: ``synchronous = NORMAL`` in WAL mode (the default, ``durability = "process"``) keeps
+every committed transaction through a crash of the process (``kill -9``); a power cut or an
+operating-system crash can lose the last transactions.  ``durability = "fsync"`` (``FULL``)
+survives those too, at the price of an fsync per event.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+#: the log's schema version; a database of another version is refused
+SCHEMA = 1
+DURABILITY = {"process": "NORMAL", "fsync": "FULL"}
+
+_TABLES = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS events (
+    seq INTEGER PRIMARY KEY, at REAL NOT NULL, kind TEXT NOT NULL, number INTEGER NOT NULL,
+    x BLOB, value REAL, context TEXT, release INTEGER
+);
+CREATE UNIQUE INDEX IF NOT EXISTS one_reward ON events(number) WHERE kind = 'reward';
+CREATE TABLE IF NOT EXISTS releases (
+    id INTEGER PRIMARY KEY, epoch INTEGER NOT NULL, round INTEGER NOT NULL, at REAL NOT NULL,
+    payload BLOB NOT NULL, dtype TEXT NOT NULL, samples INTEGER NOT NULL, UNIQUE (epoch, round)
+);
+CREATE TABLE IF NOT EXISTS prefixes (
+    id INTEGER PRIMARY KEY, epoch INTEGER NOT NULL, round INTEGER NOT NULL, at REAL NOT NULL,
+    UNIQUE (epoch, round)
+);
+CREATE TABLE IF NOT EXISTS snapshots (event_seq INTEGER PRIMARY KEY, at REAL NOT NULL, state BLOB NOT NULL);
+"""
+
+
+class StoreError(ValueError):
+    """A state folder that cannot be used (another schema, another silo's log); nothing was changed."""
+
+
+@dataclass(frozen=True)
+class Event:
+    seq: int
+    at: float
+    kind: str  # "decision", "reward" or "late"
+    number: int
+    x: bytes | None
+    value: float | None
+
+
+@dataclass(frozen=True)
+class Release:
+    epoch: int
+    round: int
+    at: float
+    payload: np.ndarray
+    samples: int
+
+
+class Store:
+    """The event log of one serving silo (one connection, used from the service's one thread)."""
+
+    def __init__(self, path: Path, durability: str = "process") -> None:
+        if durability not in DURABILITY:
+            raise StoreError(f"durability must be one of {sorted(DURABILITY)}, got {durability!r}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self.db.execute("PRAGMA journal_mode = WAL")
+        self.db.execute(f"PRAGMA synchronous = {DURABILITY[durability]}")
+        self.db.executescript(_TABLES)
+        schema = self.meta("schema")
+        if schema is None:
+            self.set_meta({"schema": str(SCHEMA)})
+        elif schema != str(SCHEMA):
+            raise StoreError(f"{path}: event log schema {schema}, this fedbandits reads {SCHEMA}")
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- meta --------------------------------------------------------------------------------
+    def meta(self, key: str) -> str | None:
+        row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_meta(self, values: dict[str, str]) -> None:
+        with self.transaction():
+            self.db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", list(values.items()))
+
+    # -- writes (each one transaction, committed before the caller answers) -------------------
+    def transaction(self) -> _Transaction:
+        return _Transaction(self.db)
+
+    def add_event(self, at: float, kind: str, number: int, x: np.ndarray | None = None, value: float | None = None,
+                  context: str | None = None) -> int:  # fmt: skip
+        blob = None if x is None else np.ascontiguousarray(x, dtype=np.float64).tobytes()
+        cur = self.db.execute(
+            "INSERT INTO events (at, kind, number, x, value, context) VALUES (?, ?, ?, ?, ?, ?)",
+            (at, kind, number, blob, value, context),
+        )
+        return int(cur.lastrowid or 0)
+
+    def add_release(self, epoch: int, round_: int, payload: np.ndarray, samples: int) -> int:
+        at = time.time()
+        cur = self.db.execute(
+            "INSERT INTO releases (epoch, round, at, payload, dtype, samples) VALUES (?, ?, ?, ?, ?, ?)",
+            (epoch, round_, at, np.ascontiguousarray(payload).tobytes(), payload.dtype.str, samples),
+        )
+        rid = int(cur.lastrowid or 0)
+        self.db.execute("UPDATE events SET release = ? WHERE kind = 'reward' AND release IS NULL", (rid,))
+        return rid
+
+    def add_prefix(self, epoch: int, round_: int) -> None:
+        self.db.execute("INSERT INTO prefixes (epoch, round, at) VALUES (?, ?, ?)", (epoch, round_, time.time()))
+
+    def add_snapshot(self, state: bytes) -> None:
+        seq = self.last_seq()
+        self.db.execute("INSERT OR REPLACE INTO snapshots VALUES (?, ?, ?)", (seq, time.time(), state))
+        self.db.execute("DELETE FROM snapshots WHERE event_seq < ?", (seq,))  # the newest one is enough
+
+    # -- reads -------------------------------------------------------------------------------
+    def last_seq(self) -> int:
+        return int(self.db.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0])
+
+    def snapshot(self) -> tuple[int, bytes] | None:
+        row = self.db.execute("SELECT event_seq, state FROM snapshots ORDER BY event_seq DESC LIMIT 1").fetchone()
+        return None if row is None else (int(row[0]), bytes(row[1]))
+
+    def events_after(self, seq: int) -> Iterator[Event]:
+        rows = self.db.execute(
+            "SELECT seq, at, kind, number, x, value FROM events WHERE seq > ? ORDER BY seq", (seq,)
+        ).fetchall()
+        for s, at, kind, number, x, value in rows:
+            yield Event(int(s), float(at), str(kind), int(number), None if x is None else bytes(x), value)
+
+    def release(self, epoch: int, round_: int) -> Release | None:
+        row = self.db.execute(
+            "SELECT at, payload, dtype, samples FROM releases WHERE epoch = ? AND round = ?", (epoch, round_)
+        ).fetchone()
+        if row is None:
+            return None
+        payload = np.frombuffer(bytes(row[1]), dtype=np.dtype(row[2])).copy()
+        return Release(epoch, round_, float(row[0]), payload, int(row[3]))
+
+    def releases(self, limit: int = 20) -> list[dict[str, object]]:
+        rows = self.db.execute(
+            "SELECT epoch, round, at, samples FROM releases ORDER BY id DESC LIMIT ?", (limit,)
+        ).fetchall()
+        return [{"epoch": e, "round": r, "at": at, "samples": n} for e, r, at, n in rows]
+
+    def last_prefix(self) -> tuple[int, int, float] | None:
+        row = self.db.execute("SELECT epoch, round, at FROM prefixes ORDER BY id DESC LIMIT 1").fetchone()
+        return None if row is None else (int(row[0]), int(row[1]), float(row[2]))
+
+    def count(self, kind: str, released: bool | None = None) -> int:
+        where = "" if released is None else (" AND release IS NOT NULL" if released else " AND release IS NULL")
+        return int(self.db.execute(f"SELECT COUNT(*) FROM events WHERE kind = ?{where}", (kind,)).fetchone()[0])
+
+
+class _Transaction:
+    """``with store.transaction():`` -- BEGIN IMMEDIATE, COMMIT on success, ROLLBACK on an exception."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.db.execute("BEGIN IMMEDIATE")
+        return self.db
+
+    def __exit__(self, kind: object, value: object, tb: object) -> None:
+        self.db.execute("COMMIT" if kind is None else "ROLLBACK")

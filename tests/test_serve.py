@@ -1,0 +1,327 @@
+"""`fedbandits serve` in process: the HTTP API, its refusals, the event log's replay, the sync rounds
+and the budget policies (issue "Live decisions, part 2").  The process-level faults (kill -9 under
+load) are in tests/test_serve_faults.py."""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+pytest.importorskip("starlette")
+httpx = pytest.importorskip("httpx")
+
+with warnings.catch_warnings():  # starlette 1.x notes that its test client may move off httpx one day
+    warnings.simplefilter("ignore")
+    from starlette.testclient import TestClient
+
+from fedbandits.online import Aggregator  # noqa: E402
+from fedbandits.serve import ServeError, ServingSilo, StoreError  # noqa: E402
+from fedbandits.serve.coordinator import Coordinator  # noqa: E402
+from fedbandits.serve.http import MAX_BODY, Service  # noqa: E402
+
+DIM = 4
+TOKEN, SYNC = "traffic-token-0123456789", "sync-token-0123456789ab"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+LDP = {"name": "fedlinucb", "batch": 10, "protocol": "ldp", "epsilon": 1.0, "delta": 1e-3}
+
+
+def config(algorithm=None, agents=3, horizon=40):
+    # horizon 40, batch 10: the noise covers K = 4 releases per epoch
+    return {
+        "experiment": {"seed": 1, "horizon": horizon},
+        "environment": {"name": "gaussian-sphere", "agents": agents, "arms": 5, "dim": DIM},
+        "algorithms": [algorithm or LDP],
+    }
+
+
+class WallClock:
+    def __init__(self, t=1_000_000.0):
+        self.t = t
+
+    def __call__(self):
+        return self.t
+
+
+def arms(rng, k=5):
+    x = rng.standard_normal((k, DIM))
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).tolist()
+
+
+def make(tmp_path, name="silo", silo=0, cfg=None, **kw):
+    s = ServingSilo(cfg or config(), tmp_path / name, silo=silo, **kw)
+    return s, TestClient(Service(s, TOKEN, SYNC).app)
+
+
+def events(silo):
+    return silo.store.db.execute("SELECT COUNT(*) FROM events").fetchone()[0]
+
+
+def test_decide_then_reward_over_http(tmp_path):
+    _, client = make(tmp_path)
+    rng = np.random.default_rng(0)
+    r = client.post("/v1/decisions", json={"features": arms(rng), "context_id": "user-7"}, headers=AUTH)
+    assert r.status_code == 200, r.text
+    got = r.json()
+    assert 0 <= got["arm"] < 5 and got["model_version"] is None
+    assert client.post("/v1/rewards", json={"decision_id": got["decision_id"], "reward": 0.5}, headers=AUTH).json() == {
+        "status": "learned"
+    }
+    status = client.get("/v1/status", headers=AUTH).json()
+    assert (status["decisions"], status["rewarded"], status["pending"]) == (1, 1, 0)
+    assert status["batch_samples"] == 1 and status["epsilon_spent"] == 0.0 and status["releases_left"] == 4
+    assert status["latency_ms"]["decisions"]["p50"] > 0
+    metrics = client.get("/metrics", headers=AUTH).text
+    assert "fedbandits_decisions 1.0" in metrics and 'fedbandits_request_seconds_count{route="decisions"} 1' in metrics
+    assert client.get("/healthz").text == "ok\n"
+
+
+def test_bad_requests_get_one_line_4xx_and_store_nothing(tmp_path):
+    silo, client = make(tmp_path)
+    rng = np.random.default_rng(1)
+    first = client.post("/v1/decisions", json={"features": arms(rng)}, headers=AUTH).json()["decision_id"]
+    client.post("/v1/rewards", json={"decision_id": first, "reward": 0.2}, headers=AUTH)
+    before = (events(silo), silo.agent.state_digest())
+    good = arms(rng)
+    cases = [
+        ("/v1/decisions", b"{not json", AUTH, 400, "body: not JSON"),
+        ("/v1/decisions", json.dumps({"features": good}).encode(), {}, 401, "authorization"),
+        ("/v1/decisions", json.dumps({"features": good}).encode(), {"Authorization": f"Bearer {SYNC}"}, 401, "author"),
+        ("/v1/decisions", json.dumps([1, 2]).encode(), AUTH, 400, "body: must be a JSON object"),
+        ("/v1/decisions", json.dumps({"features": good, "x": 1}).encode(), AUTH, 400, "unknown field(s) ['x']"),
+        ("/v1/decisions", json.dumps({"features": [[1.0, 2.0]]}).encode(), AUTH, 422, "features"),
+        ("/v1/decisions", json.dumps({"features": [[1.0] * DIM, [1.0]]}).encode(), AUTH, 400, "ragged"),
+        ("/v1/decisions", json.dumps({"features": []}).encode(), AUTH, 400, "features: must be a list"),
+        ("/v1/decisions", b'{"features": [[NaN, 0, 0, 0]]}', AUTH, 422, "features"),
+        ("/v1/decisions", json.dumps({"features": good, "context_id": 5}).encode(), AUTH, 400, "context_id"),
+        ("/v1/decisions", b"[" + b"0," * MAX_BODY + b"0]", AUTH, 413, "larger than"),
+        ("/v1/rewards", json.dumps({"decision_id": "nope-1", "reward": 1}).encode(), AUTH, 404, "unknown"),
+        ("/v1/rewards", json.dumps({"decision_id": first, "reward": 1}).encode(), AUTH, 409, "already rewarded"),
+        ("/v1/rewards", b'{"decision_id": "a", "reward": NaN}', AUTH, 422, "reward: must be a finite number"),
+        ("/v1/rewards", json.dumps({"decision_id": first, "reward": "1"}).encode(), AUTH, 422, "reward"),
+        ("/v1/rewards", json.dumps({"rewards": [{"decision_id": first}]}).encode(), AUTH, 400, "missing field(s)"),
+        ("/v1/rewards", json.dumps({"rewards": []}).encode(), AUTH, 400, "rewards: must be a list"),
+        ("/v1/sync/release", json.dumps({"epoch": 0, "round": 0}).encode(), AUTH, 401, "authorization"),
+    ]
+    for path, body, headers, status, words in cases:
+        r = client.post(path, content=body, headers={"Content-Type": "application/json", **headers})
+        assert r.status_code == status, (path, body[:60], r.text)
+        message = r.json()["error"]
+        assert words in message and "\n" not in message, (words, message)
+    # a reward outside the private bound [-B, B] is refused, not clipped (the agent's default)
+    pending = client.post("/v1/decisions", json={"features": good}, headers=AUTH).json()["decision_id"]
+    before = (events(silo), silo.agent.state_digest())
+    r = client.post("/v1/rewards", json={"decision_id": pending, "reward": 5.0}, headers=AUTH)
+    assert r.status_code == 422 and "reward" in r.json()["error"]
+    assert (events(silo), silo.agent.state_digest()) == before
+    assert client.get("/healthz").status_code == 200
+    assert client.get("/v1/status", headers=AUTH).json()["refused"]["401"] == 3
+
+
+def test_a_batch_of_rewards_answers_each_item(tmp_path):
+    silo, client = make(tmp_path)
+    rng = np.random.default_rng(2)
+    ids = [client.post("/v1/decisions", json={"features": arms(rng)}, headers=AUTH).json()["decision_id"] for _ in "ab"]
+    batch = [{"decision_id": ids[0], "reward": 0.1}, {"decision_id": ids[0], "reward": 0.1},
+             {"decision_id": "other-3", "reward": 0.1}, {"decision_id": ids[1], "reward": -0.4}]  # fmt: skip
+    got = client.post("/v1/rewards", json={"rewards": batch}, headers=AUTH).json()["results"]
+    assert [g["status"] for g in got] == [200, 409, 404, 200]
+    assert silo.agent.counts["rewarded"] == 2
+
+
+def test_a_restart_replays_the_log_to_the_same_agent(tmp_path):
+    clock = WallClock()
+    silo, client = make(tmp_path, now=clock, expiry_seconds=100.0)
+    rng = np.random.default_rng(3)
+    ids = []
+    for i in range(30):
+        clock.t += 1.0
+        ids.append(client.post("/v1/decisions", json={"features": arms(rng)}, headers=AUTH).json()["decision_id"])
+        if i % 3 == 0:
+            client.post("/v1/rewards", json={"decision_id": ids[-1], "reward": 0.3}, headers=AUTH)
+    sync = {"Authorization": f"Bearer {SYNC}"}
+    assert client.post("/v1/sync/release", json={"epoch": 0, "round": 0}, headers=sync).status_code == 200
+    clock.t += 80.0  # decisions 0 to 9 expire (made at t0 + 1 to 10, expiry 100 s, now t0 + 110)
+    late = client.post("/v1/rewards", json={"decision_id": ids[1], "reward": 0.3}, headers=AUTH)
+    assert late.status_code == 410 and "expired" in late.json()["error"]
+    assert client.post("/v1/rewards", json={"decision_id": ids[29], "reward": 0.9}, headers=AUTH).status_code == 200
+    digest, status = silo.agent.state_digest(), silo.status()
+    # a second process opens the same folder (what a restart after kill -9 sees: committed rows only)
+    again = ServingSilo(config(), tmp_path / "silo", silo=0, now=clock, expiry_seconds=100.0)
+    assert again.replayed == 2  # the late reward and the last reward, after the release's snapshot
+    assert again.agent.state_digest() == digest
+    for key in ("decisions", "rewarded", "expired", "late_rewards", "pending", "batch_samples", "syncs"):
+        assert again.status()[key] == status[key], key
+    assert status["late_rewards"] == 1 and status["batch_samples"] == 1
+    # the retried round gets the stored bytes: the noise is not redrawn
+    first = silo.release(0, 0)[0]
+    assert np.array_equal(again.release(0, 0)[0], first)
+
+
+def test_a_log_of_another_silo_or_config_is_refused(tmp_path):
+    make(tmp_path)
+    with pytest.raises(StoreError, match="belongs to another config, entry or silo"):
+        ServingSilo(config(), tmp_path / "silo", silo=1)
+    with pytest.raises(ServeError, match="distributed-dp needs secure aggregation"):
+        ServingSilo(config({**LDP, "protocol": "distributed-dp"}), tmp_path / "d")
+    with pytest.raises(ServeError, match="--allow-unprivatized"):
+        ServingSilo(config({"name": "fedlinucb", "batch": 10, "protocol": "none"}), tmp_path / "n")
+
+
+class Router(httpx.BaseTransport):
+    """Routes the coordinator's requests to in-process silos by host; a host in ``down`` refuses."""
+
+    def __init__(self, clients):
+        self.clients = clients
+        self.down = set()
+
+    def handle_request(self, request):
+        host = request.url.host
+        if host in self.down:
+            raise httpx.ConnectError("connection refused", request=request)
+        return self.clients[host]._transport.handle_request(request)
+
+
+def federation(tmp_path, policy="stop", cfg=None, allow=False):
+    cfg = cfg or config()
+    silos, clients = [], {}
+    for i in range(3):
+        s, c = make(tmp_path, f"silo-{i}", silo=i, cfg=cfg, policy=policy, allow_unprivatized=allow)
+        silos.append(s)
+        clients[f"silo{i}"] = c
+    router = Router(clients)
+    urls = [f"http://silo{i}" for i in range(3)]
+    coordinator = Coordinator(cfg, urls, tmp_path / "server", SYNC, policy=policy, transport=router)
+    return silos, clients, router, coordinator
+
+
+def traffic(clients, rng, n):
+    """n users per silo, each rewarded at once with a reward in [-1, 1]; the number learned."""
+    learned = 0
+    for c in clients.values():
+        for _ in range(n):
+            d = c.post("/v1/decisions", json={"features": arms(rng)}, headers=AUTH).json()
+            c.post("/v1/rewards", json={"decision_id": d["decision_id"], "reward": float(rng.uniform(-1, 1))},
+                   headers=AUTH)  # fmt: skip
+            learned += 1
+    return learned
+
+
+def test_sync_rounds_give_every_silo_the_aggregators_prefix(tmp_path):
+    cfg = config({"name": "fedlinucb", "batch": 10, "protocol": "none"})
+    silos, clients, router, coordinator = federation(tmp_path, cfg=cfg, allow=True)
+    rng = np.random.default_rng(4)
+    traffic(clients, rng, 5)
+    router.down = {"silo2"}
+    tick = coordinator.tick()  # silo 2 is down: the round stays open, the others' releases are kept
+    assert (tick.released, tick.unreachable, tick.closed) == ([0, 1], [2], False)
+    traffic(clients, rng, 4)  # silo 0 and 1's new rewards wait for round 1; silo 2's go into its round 0
+    router.down = set()
+    tick = coordinator.tick()
+    assert (tick.released, tick.closed, tick.delivered) == ([2], True, [0, 1, 2])
+    assert [s.status()["model_version"] for s in silos] == ["0.0"] * 3
+    assert coordinator.latest()[0:2] == (0, 0)
+    # the exact sum of what was released: 5 + 5 + 9 samples
+    assert coordinator.db.execute("SELECT samples FROM closed").fetchone()[0] == 19
+    coordinator.tick()
+    prefix = coordinator.latest()[2]
+    # the prefix is the aggregator's over the stored payloads, and every reward is in exactly one release
+    replay = Aggregator.from_config(cfg)
+    for r in range(2):
+        out = replay.aggregate([silos[i].store.release(0, r).payload for i in range(3)])
+    assert np.allclose(prefix, out)
+    assert sum(s.store.count("reward", released=True) for s in silos) == 27
+    assert sum(r["samples"] for s in silos for r in s.store.releases()) == 27
+    for s in silos:
+        np.testing.assert_allclose(s.agent.synced_bias[0], prefix[-DIM:])
+
+
+def test_a_restarted_coordinator_resumes_its_round_and_tree(tmp_path):
+    _, clients, router, coordinator = federation(tmp_path)
+    rng = np.random.default_rng(5)
+    for _ in range(2):
+        traffic(clients, rng, 3)
+        coordinator.tick()
+    prefix = coordinator.latest()[2].copy()
+    coordinator.close()
+    again = Coordinator(config(), [f"http://silo{i}" for i in range(3)], tmp_path / "server", SYNC, transport=router)
+    assert (again.epoch, again.round) == (0, 2)
+    assert again.aggregator.analyzer.k == coordinator.aggregator.analyzer.k
+    traffic(clients, rng, 3)
+    assert again.tick().closed and again.latest()[1] == 2
+    assert not np.array_equal(again.latest()[2], prefix)
+
+
+@pytest.mark.parametrize("policy", ["stop", "renew"])
+def test_the_budget_policy_when_the_epochs_releases_are_made(tmp_path, policy):
+    silos, clients, _, coordinator = federation(tmp_path, policy=policy)
+    rng = np.random.default_rng(6)
+    for _ in range(4):  # K = 4 releases: the epoch's budget
+        traffic(clients, rng, 2)
+        assert coordinator.tick().closed
+    status = silos[0].status()
+    per_epoch = status["epsilon_spent"]
+    assert 0 < per_epoch <= 1.0 and status["releases_left"] == 0 and status["epsilon_lifetime"] == per_epoch
+    traffic(clients, rng, 2)
+    tick = coordinator.tick()
+    if policy == "stop":
+        assert coordinator.finished and not tick.released and not tick.closed
+        assert silos[0].status()["syncing"].startswith("stopped: budget spent")
+        with pytest.raises(ServeError, match="budget spent"):
+            silos[0].release(1, 0)
+        # the silos keep serving from the last prefix
+        r = clients["silo0"].post("/v1/decisions", json={"features": arms(rng)}, headers=AUTH)
+        assert r.status_code == 200 and r.json()["model_version"] == "0.3"
+        assert silos[0].status()["epsilon_lifetime"] == per_epoch  # never a silent overspend
+    else:
+        assert tick.closed and (tick.epoch, tick.round) == (1, 0)
+        status = silos[0].status()
+        assert status["epoch"] == 1 and status["releases_left"] == 3
+        assert math.isclose(status["epsilon_lifetime"], 2 * per_epoch)
+        assert status["model_version"] == "1.0"
+        # the new epoch's prefix adds to the old one: the 4-round tree's final prefix is its base
+        assert not np.allclose(coordinator.base, 0)
+
+
+def test_a_silo_says_when_the_server_is_unreachable(tmp_path):
+    clock = WallClock()
+    silo = ServingSilo(config(), tmp_path / "s", now=clock)
+    assert silo.status(sync_seconds=10.0)["syncing"] == "active"
+    clock.t += 31.0  # no sync request for more than 3 rounds
+    assert silo.status(sync_seconds=10.0)["syncing"].startswith("server unreachable")
+    silo.release(0, 0)
+    assert silo.status(sync_seconds=10.0)["syncing"] == "active"
+
+
+def test_the_command_line_refuses_unsafe_or_bad_settings_in_one_line(tmp_path, capsys):
+    from fedbandits.cli import main
+    from fedbandits.serve.demo import DEMO_CONFIG
+
+    good, other, short = tmp_path / "t1", tmp_path / "t2", tmp_path / "t3"
+    good.write_text("a" * 24)
+    other.write_text("b" * 24)
+    short.write_text("c" * 8)
+    base = ["serve", "silo", str(DEMO_CONFIG), "--state-dir", str(tmp_path / "state")]
+    cases = [
+        (["--token-file", str(good), "--sync-token-file", str(other), "--host", "0.0.0.0"], "needs --tls-cert"),
+        (["--token-file", str(short), "--sync-token-file", str(other)], "at least 16 characters"),
+        (["--token-file", str(good), "--sync-token-file", str(good)], "different tokens"),
+        (["--token-file", str(tmp_path / "none"), "--sync-token-file", str(other)], "cannot read"),
+        (
+            ["--token-file", str(good), "--sync-token-file", str(other), "--silo", "3"],
+            "silo must be an integer in [0, 3)",
+        ),
+    ]
+    for extra, words in cases:
+        assert main([*base, *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("fedbandits: error: ") and words in err and "\n" not in err, err
+    assert not (tmp_path / "state").exists()  # nothing was created for a refused start
+    server = ["serve", "server", str(DEMO_CONFIG), "--entry", "fed", "--state-dir", str(tmp_path / "srv"),
+              "--sync-token-file", str(good)]  # fmt: skip
+    urls = ["--silo-url", "http://10.1.2.3:80", "--silo-url", "http://127.0.0.1:1", "--silo-url", "http://127.0.0.1:2"]
+    assert main([*server, *urls]) == 2
+    assert "must be reached over https" in capsys.readouterr().err

@@ -1,0 +1,142 @@
+"""`fedbandits serve` under faults, with real processes on 127.0.0.1 (issue "Live decisions, part 2"):
+
+* a serving silo killed with SIGKILL under load and restarted on its event log: every reward it
+  acknowledged is there exactly once, and every completed decision is in at most one release (the
+  coordinator's closed rounds hold exactly the rewards the silo's log marks released);
+* the server (coordinator) stopped for several rounds: the silo keeps serving and says so; when
+  the coordinator is back the rounds resume where they stopped.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import threading
+import time
+
+import numpy as np
+import pytest
+
+httpx = pytest.importorskip("httpx")
+pytest.importorskip("starlette")
+pytest.importorskip("uvicorn")
+
+from fedbandits.serve.coordinator import Coordinator  # noqa: E402
+from fedbandits.serve.demo import start_silo, stop, write_token  # noqa: E402
+
+CONFIG = """
+[experiment]
+seed = 1
+horizon = 100000
+[environment]
+name = "gaussian-sphere"
+agents = 1
+arms = 10
+dim = 5
+[[algorithms]]
+name = "fedlinucb"
+label = "fed"
+batch = 100
+protocol = "ldp"
+epsilon = 1.0
+delta = 1e-5
+"""
+SYNC_SECONDS = 0.5
+
+
+class Load:
+    """Decisions and rewards, one after the other, from a thread; remembers what was acknowledged."""
+
+    def __init__(self, url: str, token: str) -> None:
+        self.url = url
+        self.client = httpx.Client(headers={"Authorization": f"Bearer {token}"}, timeout=2.0)
+        self.acked: list[str] = []
+        self.failures = 0
+        self.stopped = threading.Event()
+        self.rng = np.random.default_rng(7)
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            x = self.rng.standard_normal((10, 5))
+            x /= np.linalg.norm(x, axis=1, keepdims=True)
+            try:
+                d = self.client.post(self.url + "/v1/decisions", json={"features": x.tolist()})
+                if d.status_code != 200:
+                    self.failures += 1
+                    continue
+                decision_id = d.json()["decision_id"]
+                r = self.client.post(self.url + "/v1/rewards", json={"decision_id": decision_id, "reward": 0.5})
+                if r.status_code == 200:
+                    self.acked.append(decision_id)
+            except httpx.HTTPError:
+                self.failures += 1
+                time.sleep(0.02)
+
+
+@pytest.mark.slow
+def test_kill_9_under_load_loses_no_acknowledged_reward_and_releases_nothing_twice(tmp_path):
+    config = tmp_path / "serve.toml"
+    config.write_text(CONFIG)
+    tokens = (tmp_path / "traffic.token", tmp_path / "sync.token")
+    token, sync = write_token(tokens[0]), write_token(tokens[1])
+    extra = ["--sync-seconds", str(SYNC_SECONDS)]
+    silo = start_silo(config, 0, "fed", tmp_path, tokens, extra)
+    port = int(silo.url.rsplit(":", 1)[1])
+    coordinator = Coordinator(config, [silo.url], tmp_path / "server", sync, entry="fed", sync_seconds=SYNC_SECONDS)
+    rounds = threading.Thread(target=coordinator.run, daemon=True)
+    rounds.start()
+    load = Load(silo.url, token)
+    load.thread.start()
+    processes = [silo.process]
+    try:
+        for _ in range(3):  # three SIGKILLs, each mid-traffic and between sync rounds
+            time.sleep(1.5)
+            os.killpg(silo.process.pid, signal.SIGKILL)
+            silo.process.wait()
+            before = len(load.acked)
+            silo = start_silo(config, 0, "fed", tmp_path, tokens, extra, port=port)
+            processes.append(silo.process)
+        time.sleep(1.5)
+        # the server stops for several rounds: the silo keeps serving and says the server is unreachable
+        coordinator.stop()
+        rounds.join()
+        served = len(load.acked)
+        time.sleep(4 * SYNC_SECONDS)
+        status = load.client.get(silo.url + "/v1/status").json()
+        assert status["syncing"].startswith("server unreachable"), status["syncing"]
+        assert len(load.acked) > served + 10
+        load.stopped.set()
+        load.thread.join()
+        coordinator.close()
+        again = Coordinator(config, [silo.url], tmp_path / "server", sync, entry="fed", sync_seconds=SYNC_SECONDS)
+        resumed_at = again.round
+        tick = again.tick()
+        assert tick.closed and tick.round == resumed_at and tick.delivered == [0]
+        status = load.client.get(silo.url + "/v1/status").json()
+        assert status["syncing"] == "active"
+    finally:
+        load.stopped.set()
+        coordinator.stop()
+        stop(processes)
+    assert before > 0 and load.failures > 0  # the kills happened under traffic
+    # every acknowledged reward is in the log exactly once (the unique index allows no second one)
+    db = sqlite3.connect(tmp_path / "fed-0" / "events.sqlite")
+    logged = dict(db.execute("SELECT number, COUNT(*) FROM events WHERE kind = 'reward' GROUP BY number").fetchall())
+    acked = [int(d.rsplit("-", 1)[1]) for d in load.acked]
+    assert len(set(acked)) == len(acked) and all(logged.get(n) == 1 for n in acked)
+    # the restarted silo learned every logged reward once (a reward committed but not answered counts too)
+    final = start_silo(config, 0, "fed", tmp_path, tokens, extra)
+    try:
+        status = httpx.get(final.url + "/v1/status", headers={"Authorization": f"Bearer {token}"}).json()
+    finally:
+        stop([final.process])
+    assert status["rewarded"] == len(logged) >= len(acked)
+    # released exactly once: the server's closed rounds hold exactly the rewards the log marks released,
+    # and the ones not yet released wait in the next batch
+    released = db.execute("SELECT COUNT(*) FROM events WHERE kind = 'reward' AND release IS NOT NULL").fetchone()[0]
+    server = sqlite3.connect(tmp_path / "server" / "coordinator.sqlite")
+    assert server.execute("SELECT SUM(samples) FROM closed").fetchone()[0] == released
+    assert status["batch_samples"] == len(logged) - released
+    assert server.execute("SELECT COUNT(*) FROM closed").fetchone()[0] == tick.round + 1
