@@ -253,13 +253,21 @@ class Agent:
         self.counts["epoch_start"] = self.counts["syncs"]
         self.counts["epochs"] += 1
 
-    def recall(self, number: int, x: Any, deadline: float) -> None:
-        """Re-enter decision ``number`` (the next one) with its chosen arm's features ``x (d,)`` and its
-        deadline: a service replaying its event log after a restart (fedbandits.serve), not for callers
-        that decide (use :meth:`choose`)."""
+    def recall(self, number: int, x: Any, deadline: float, *, counted: bool = False) -> None:
+        """Re-enter decision ``number`` with its chosen arm's features ``x (d,)`` and its deadline: a
+        service replaying its event log after a restart (fedbandits.serve), not for callers that decide
+        (use :meth:`choose`).  ``counted=False``: the next decision, counted now; ``counted=True``: a
+        decision the loaded state already counts, pending when a snapshot saved without pending
+        decisions was taken (re-entered in the order they were made, before any later one)."""
+        row = check_features(np.asarray(x, dtype=np.float64).reshape(1, -1), self.dim)[0]
+        if counted:
+            if not 0 <= number < self.counts["sequence"] or number in self.pending or number in self.expired:
+                raise AgentError(f"recall: decision {number} is not one the loaded state left out")
+            self.pending[number] = (row.astype(np.float64), float(deadline))
+            self._queue.append((float(deadline), number))
+            return
         if number != self.counts["sequence"]:
             raise AgentError(f"recall: decision {number} is not the next one ({self.counts['sequence']})")
-        row = check_features(np.asarray(x, dtype=np.float64).reshape(1, -1), self.dim)[0]
         self._expire()
         self.pending[number] = (row.astype(np.float64), float(deadline))
         self._queue.append((float(deadline), number))
@@ -384,9 +392,10 @@ class Agent:
         header, arrays = statefile.dump(self)
         statefile.write(Path(path), header, arrays, self.clock())
 
-    def snapshot(self) -> bytes:
-        """What :meth:`save` writes, as bytes (a service keeps them in its event log)."""
-        return statefile.encode(*statefile.dump(self), self.clock())
+    def snapshot(self, pending: bool = True) -> bytes:
+        """What :meth:`save` writes, as bytes (a service keeps them in its event log); ``pending=False``
+        leaves the pending decisions out (the service's log holds them, and :meth:`recall` re-enters them)."""
+        return statefile.encode(*statefile.dump(self, pending), self.clock())
 
     @classmethod
     def load(cls, path: str | Path | bytes, *, clock: Callable[[], float] = time.monotonic) -> Agent:

@@ -49,9 +49,11 @@ class StateFileError(ValueError):
     """A state file that cannot be loaded (corrupt, truncated, another format); nothing was changed."""
 
 
-def dump(agent: Agent) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """The agent's whole state: a JSON-able header and named arrays."""
-    numbers = np.array(sorted(agent.pending), dtype=np.int64)
+def dump(agent: Agent, pending: bool = True) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The agent's whole state: a JSON-able header and named arrays.  ``pending=False`` leaves the
+    pending decisions out (a service whose event log holds them: a snapshot then costs what the
+    learned state costs, not what the users who have not answered yet cost)."""
+    numbers = np.array(sorted(agent.pending) if pending else [], dtype=np.int64)
     done = np.array(sorted(agent.completed), dtype=np.int64)
     d = agent.dim
     header: dict[str, Any] = {

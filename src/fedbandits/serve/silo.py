@@ -110,7 +110,7 @@ class ServingSilo:
         if snap is None:
             self.agent = Agent(setup, silo=silo, expiry_seconds=expiry_seconds, clock=self.clock)
             with self.store.transaction():
-                self.store.add_snapshot(self.agent.snapshot())
+                self.store.add_snapshot(self.agent.snapshot(pending=False))
             self.store.set_meta({"identity": identity})
             self.replayed = 0
         else:
@@ -123,6 +123,10 @@ class ServingSilo:
         header, _ = statefile.read(io.BytesIO(state))
         self.clock.pinned = float(header["clock"])  # no shift of deadlines: the clock is the wall clock
         agent = Agent.load(state, clock=self.clock)
+        # the snapshot leaves pending decisions out: re-enter those the log shows unanswered and unexpired
+        for number, at, x in self.store.unanswered(seq):
+            if number not in agent.expired:
+                agent.recall(number, np.frombuffer(x), at + agent.expiry_seconds, counted=True)
         n = 0
         for event in self.store.events_after(seq):
             self.clock.pinned = event.at
@@ -264,7 +268,10 @@ class ServingSilo:
 
     # -- internals ---------------------------------------------------------------------------
     def _snapshot(self) -> None:
-        self.store.add_snapshot(self.agent.snapshot())
+        # without the pending decisions (the log has them): a snapshot costs the learned state, not the
+        # number of users yet to answer.  Overdue ones are expired first, so "pending" is exact at this time
+        self.agent.status()
+        self.store.add_snapshot(self.agent.snapshot(pending=False))
 
     def _usable(self) -> None:
         if self.broken:

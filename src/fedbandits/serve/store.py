@@ -146,6 +146,16 @@ class Store:
         for s, at, kind, number, x, value in rows:
             yield Event(int(s), float(at), str(kind), int(number), None if x is None else bytes(x), value)
 
+    def unanswered(self, seq: int) -> list[tuple[int, float, bytes]]:
+        """(number, time, features) of the decisions logged up to event ``seq`` with no reward logged up
+        to it, oldest first (the pending decisions a snapshot without them leaves out, and the expired)."""
+        rows = self.db.execute(
+            "SELECT e.number, e.at, e.x FROM events e WHERE e.kind = 'decision' AND e.seq <= ? AND NOT EXISTS "
+            "(SELECT 1 FROM events r WHERE r.kind = 'reward' AND r.number = e.number AND r.seq <= ?) ORDER BY e.seq",
+            (seq, seq),
+        ).fetchall()
+        return [(int(n), float(at), bytes(x)) for n, at, x in rows]
+
     def release(self, epoch: int, round_: int) -> Release | None:
         row = self.db.execute(
             "SELECT at, payload, dtype, samples FROM releases WHERE epoch = ? AND round = ?", (epoch, round_)
