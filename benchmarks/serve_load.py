@@ -6,7 +6,7 @@ gaussian-sphere instance (M = 1 so one silo closes every round); the coordinator
 every second in this process.  The load generator is an asyncio client on raw keep-alive
 connections (``--connections`` of them, each sending one request at a time: a closed loop), so that
 the generator, not HTTP client machinery, is the cheap side; it sends ``POST /v1/decisions`` with
-K = 100 arms (bodies encoded once, 64 different ones in turn) and, for every other decision, a
+K = 100 arms (bodies encoded once, 64 different ones in turn) and, for every --reward-every-th decision (default 2), a
 ``POST /v1/rewards``.  ``taskset`` pins the silo to CPU 0 and the generator to CPU 1 when
 available (one core each).
 
@@ -75,7 +75,7 @@ async def read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
 
 
 async def worker(port: int, token: str, bodies: list[bytes], stop_at: float, measure_from: float,
-                 out: dict[str, list[float]]) -> None:  # fmt: skip
+                 out: dict[str, list[float]], reward_every: int) -> None:  # fmt: skip
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     i = 0
     while (now := time.perf_counter()) < stop_at:
@@ -87,7 +87,7 @@ async def worker(port: int, token: str, bodies: list[bytes], stop_at: float, mea
             raise RuntimeError(f"decision answered {status}: {body[:200]!r}")
         if now >= measure_from:
             out["decisions"].append(done - now)
-        if i % 2 == 0:
+        if reward_every and i % reward_every == 0:
             decision_id = json.loads(body)["decision_id"]
             reward = json.dumps({"decision_id": decision_id, "reward": 0.5}).encode()
             writer.write(request("/v1/rewards", reward, token))
@@ -101,7 +101,9 @@ async def worker(port: int, token: str, bodies: list[bytes], stop_at: float, mea
     writer.close()
 
 
-async def load(port: int, token: str, seconds: float, warmup: float, connections: int) -> dict[str, list[float]]:
+async def load(
+    port: int, token: str, seconds: float, warmup: float, connections: int, reward_every: int
+) -> dict[str, list[float]]:
     rng = np.random.default_rng(0)
     bodies = []
     for _ in range(64):
@@ -111,7 +113,10 @@ async def load(port: int, token: str, seconds: float, warmup: float, connections
     out: dict[str, list[float]] = {"decisions": [], "rewards": []}
     start = time.perf_counter()
     await asyncio.gather(
-        *(worker(port, token, bodies, start + warmup + seconds, start + warmup, out) for _ in range(connections))
+        *(
+            worker(port, token, bodies, start + warmup + seconds, start + warmup, out, reward_every)
+            for _ in range(connections)
+        )
     )
     return out
 
@@ -121,6 +126,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--warmup", type=float, default=3.0)
     parser.add_argument("--connections", type=int, default=8)
+    parser.add_argument("--reward-every", type=int, default=2, help="reward every N-th decision (0: none)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="fedbandits-serve-load-"))
     config = work / "serve.toml"
@@ -128,6 +134,8 @@ def main() -> None:
     tokens = (work / "traffic.token", work / "sync.token")
     token, sync = write_token(tokens[0]), write_token(tokens[1])
     pin = shutil.which("taskset") is not None
+    if args.reward_every < 0 or args.connections < 1:
+        raise SystemExit("--reward-every must be >= 0 and --connections >= 1")
     silo = start_silo(config, 0, "fed", work, tokens, ["--sync-seconds", "1"])
     coordinator = Coordinator(config, [silo.url], work / "server", sync, entry="fed", sync_seconds=1.0)
     try:
@@ -138,7 +146,7 @@ def main() -> None:
         rounds = threading.Thread(target=coordinator.run, daemon=True)
         rounds.start()
         port = int(silo.url.rsplit(":", 1)[1])
-        out = asyncio.run(load(port, token, args.seconds, args.warmup, args.connections))
+        out = asyncio.run(load(port, token, args.seconds, args.warmup, args.connections, args.reward_every))
         coordinator.stop()
         rounds.join()
         status = httpx.get(silo.url + "/v1/status", headers={"Authorization": f"Bearer {token}"}).json()
@@ -154,7 +162,8 @@ def main() -> None:
           f"{args.seconds:g} s measured after {args.warmup:g} s warm-up, pinned: {pin}")  # fmt: skip
     print(f"decisions/s: {rate:,.0f} (plus {len(rew) / args.seconds:,.0f} rewards/s)")
     print(f"decision latency, client side: p50 {np.percentile(dec, 50):.2f} ms, p99 {np.percentile(dec, 99):.2f} ms")
-    print(f"reward latency, client side: p50 {np.percentile(rew, 50):.2f} ms, p99 {np.percentile(rew, 99):.2f} ms")
+    if len(rew):
+        print(f"reward latency, client side: p50 {np.percentile(rew, 50):.2f} ms, p99 {np.percentile(rew, 99):.2f} ms")
     print(f"in the handler (silo's /v1/status, last 10,000): {status['latency_ms']}")
     print(f"sync rounds closed: {status['model_version']} (epoch.round); releases made: {status['syncs']}")
     met = rate >= 2000 and np.percentile(dec, 99) <= 10

@@ -12,6 +12,7 @@ from scipy import stats
 
 from fedbandits.privacy.accounting import gaussian_epsilon
 from fedbandits.privacy.discrete_gaussian import (
+    SecretTreeRandomizer,
     calibrate_secret_noise,
     discrete_gaussian_release,
     grid_step,
@@ -110,3 +111,33 @@ def test_calibrated_secret_noise_meets_the_target_and_not_much_more() -> None:
     assert 1.0 < secret.scale < 1.2 and secret.epsilon_spent <= 1.0
     shrunk = release_rho(0.99 * secret.sigma_cov, 0.99 * secret.sigma_bias, secret.grid, *args)
     assert zcdp_epsilon(shrunk, 1e-5) > 1.0
+
+
+def test_noise_drawn_ahead_is_the_next_release_and_never_kept(monkeypatch):
+    """A service draws the next node's noise between releases (SecretTreeRandomizer.prepare): the
+    release then adds exactly those draws, forgets them, and a pickle never holds them."""
+    import pickle
+
+    import fedbandits.privacy.discrete_gaussian as dg
+
+    seeded = _bits(11)
+    monkeypatch.setattr(dg, "noise_ticks", lambda s, g, randbelow=None: dg.sample_discrete_gaussian(
+        Fraction(float(s) / g) ** 2, seeded))  # fmt: skip
+    sigma = np.array([0.5, 0.5, 2.0])
+    r = SecretTreeRandomizer(sigma, 2.0**-6, releases=4)
+    drawn = 0
+    while r.prepare():
+        drawn += 1
+    assert drawn == 3 and not r.prepare()
+    ahead = list(r._ahead)
+    assert pickle.loads(pickle.dumps(r))._ahead == []  # the durable state never holds secret noise
+    gamma = np.array([[[0.3, -1.2, 7.0]]])
+    out = r.release(gamma)
+    np.testing.assert_array_equal(out[0, 0], 2.0**-6 * (np.rint(gamma[0, 0] / 2.0**-6) + np.array(ahead, float)))
+    assert r._ahead == []
+    # partly drawn ahead: the rest is drawn at the release, from the same sampler
+    assert r.prepare()
+    first = r._ahead[0]
+    out = r.release(np.zeros((1, 1, 3)))
+    node = r.exact[1, 0, 0]  # release 2 is the level-1 node: release 1's p-sum plus the zeros
+    assert out[0, 0, 0] == 2.0**-6 * (np.rint(node[0] / 2.0**-6) + first) and r._ahead == []

@@ -461,7 +461,9 @@ def test_deployed_silo_noise_has_the_calibrated_scale(
 
     seeded = random.Random(20261126).randrange
     exact_release = dg.discrete_gaussian_release
-    monkeypatch.setattr(dg, "discrete_gaussian_release", lambda v, s, g: exact_release(v, s, g, seeded))
+    monkeypatch.setattr(
+        dg, "discrete_gaussian_release", lambda v, s, g, drawn=(): exact_release(v, s, g, seeded, drawn)
+    )
     spec = _spec(protocol, extra=extra)
     secret = spec.secret_noise()
     assert secret is not None and secret.scale > 1.0 and secret.epsilon_spent <= spec.params.epsilon

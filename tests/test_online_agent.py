@@ -545,7 +545,9 @@ def test_secret_noise_has_the_calibrated_scale(monkeypatch):
     n_tri = d * (d + 1) // 2
     sigma = np.concatenate([np.full(n_tri, secret.sigma_cov), np.full(d, secret.sigma_bias)])
     exact_release, seeded = dg.discrete_gaussian_release, random.Random(516).randrange
-    monkeypatch.setattr(dg, "discrete_gaussian_release", lambda v, s, g: exact_release(v, s, g, seeded))
+    monkeypatch.setattr(
+        dg, "discrete_gaussian_release", lambda v, s, g, drawn=(): exact_release(v, s, g, seeded, drawn)
+    )
     agent = Agent.from_config(cfg)
     assert agent.setup.releases == 80
     rng = np.random.default_rng(21)

@@ -95,12 +95,13 @@ def test_bad_requests_get_one_line_4xx_and_store_nothing(tmp_path):
         ("/v1/decisions", json.dumps({"features": [[1.0, 2.0]]}).encode(), AUTH, 422, "features"),
         ("/v1/decisions", json.dumps({"features": [[1.0] * DIM, [1.0]]}).encode(), AUTH, 400, "ragged"),
         ("/v1/decisions", json.dumps({"features": []}).encode(), AUTH, 400, "features: must be a list"),
-        ("/v1/decisions", b'{"features": [[NaN, 0, 0, 0]]}', AUTH, 422, "features"),
+        ("/v1/decisions", b'{"features": [[NaN, 0, 0, 0]]}', AUTH, 400, "body: not JSON"),  # strict JSON
+        ("/v1/decisions", b'{"features": [[1e999, 0, 0, 0]]}', AUTH, 400, "body: not JSON"),  # infinity
         ("/v1/decisions", json.dumps({"features": good, "context_id": 5}).encode(), AUTH, 400, "context_id"),
         ("/v1/decisions", b"[" + b"0," * MAX_BODY + b"0]", AUTH, 413, "larger than"),
         ("/v1/rewards", json.dumps({"decision_id": "nope-1", "reward": 1}).encode(), AUTH, 404, "unknown"),
         ("/v1/rewards", json.dumps({"decision_id": first, "reward": 1}).encode(), AUTH, 409, "already rewarded"),
-        ("/v1/rewards", b'{"decision_id": "a", "reward": NaN}', AUTH, 422, "reward: must be a finite number"),
+        ("/v1/rewards", b'{"decision_id": "a", "reward": 1e999}', AUTH, 400, "body: not JSON"),
         ("/v1/rewards", json.dumps({"decision_id": first, "reward": "1"}).encode(), AUTH, 422, "reward"),
         ("/v1/rewards", json.dumps({"rewards": [{"decision_id": first}]}).encode(), AUTH, 400, "missing field(s)"),
         ("/v1/rewards", json.dumps({"rewards": []}).encode(), AUTH, 400, "rewards: must be a list"),

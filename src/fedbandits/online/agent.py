@@ -462,13 +462,15 @@ class Agent:
         """W_i ``(1, 1, d, d)`` and U_i ``(1, 1, d)`` of the completed decisions, added in decision order
         exactly as the simulator adds a silo's rounds (the same operations, so the same bits)."""
         d = self.dim
-        cov, bias = np.zeros((1, 1, d, d)), np.zeros((1, 1, d))
-        for number in sorted(self.completed):
-            x, y = self.completed[number]
-            xb = x.reshape(1, 1, d)
-            cov += xb[..., :, None] * xb[..., None, :]
-            bias += xb * y.reshape(1, 1)[..., None]
-        return cov, bias
+        if not self.completed:
+            return np.zeros((1, 1, d, d)), np.zeros((1, 1, d))
+        order = sorted(self.completed)
+        x = np.stack([self.completed[n][0] for n in order])  # (n, d)
+        y = np.concatenate([self.completed[n][1] for n in order])  # (n,)
+        # a running sum (cumsum adds left to right, as `total += term` in decision order does, bit for bit)
+        cov = np.cumsum(x[:, :, None] * x[:, None, :], axis=0)[-1]
+        bias = np.cumsum(x * y[:, None], axis=0)[-1]
+        return cov.reshape(1, 1, d, d), bias.reshape(1, 1, d)
 
     def _refresh(self) -> None:
         """theta-hat, [V^-1 | theta] and the radius after a state change (once, not per decision)."""

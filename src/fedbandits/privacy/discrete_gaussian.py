@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -108,12 +108,23 @@ def grid_step(sigma: float) -> float:
     return math.ldexp(1.0, math.floor(math.log2(sigma / GRID_RESOLUTION)))
 
 
+def noise_ticks(sigma: float, g: float, randbelow: RandBelow = secrets.randbelow) -> int:
+    """One Z ~ N_Z(0, (sigma / g)^2): the noise of one entry, in grid steps."""
+    return sample_discrete_gaussian(Fraction(float(sigma) / g) ** 2, randbelow)
+
+
 def discrete_gaussian_release(
-    value: np.ndarray, sigma: np.ndarray, g: float, randbelow: RandBelow = secrets.randbelow
+    value: np.ndarray,
+    sigma: np.ndarray,
+    g: float,
+    randbelow: RandBelow = secrets.randbelow,
+    drawn: Sequence[int] = (),
 ) -> np.ndarray:
-    """``g * (round(value / g) + Z)`` with Z_j ~ N_Z(0, (sigma_j / g)^2), entry by entry."""
+    """``g * (round(value / g) + Z)`` with Z_j ~ N_Z(0, (sigma_j / g)^2), entry by entry; ``drawn``:
+    the first entries' Z drawn ahead of time (noise does not depend on the value)."""
     ticks = np.rint(np.asarray(value, dtype=np.float64) / g)
-    noise = [sample_discrete_gaussian(Fraction(float(s) / g) ** 2, randbelow) for s in np.asarray(sigma).ravel()]
+    flat = np.asarray(sigma).ravel()
+    noise = [drawn[j] if j < len(drawn) else noise_ticks(s, g, randbelow) for j, s in enumerate(flat)]
     return g * (ticks + np.asarray(noise, dtype=np.float64).reshape(ticks.shape))
 
 
@@ -222,6 +233,24 @@ class SecretTreeRandomizer(TreeRandomizer):
         super().__init__(1, 1, sigma, [np.random.Generator(np.random.SFC64(0))], releases)
         self.silo_rngs = []  # no pseudo-random stream: the noise comes from the OS CSPRNG
         self.grid = check_float("grid", grid, low=0.0, low_open=True)
+        self._ahead: list[int] = []
+
+    def prepare(self) -> bool:
+        """Draw one entry of the next node's noise ahead of time; False once the next node's noise is
+        complete.  The noise does not depend on the data, so a service draws it between releases and a
+        release costs no sampling.  Drawn-ahead noise is kept in memory only: never saved, never pickled
+        (a restart draws afresh; nothing drawn ahead was released)."""
+        if len(self._ahead) >= self.sigma.size:
+            return False
+        self._ahead.append(noise_ticks(float(self.sigma[len(self._ahead)]), self.grid))
+        return True
 
     def _noisy(self, node: np.ndarray) -> np.ndarray:
-        return discrete_gaussian_release(node, np.broadcast_to(self.sigma, node.shape), self.grid)
+        drawn, self._ahead = self._ahead, []
+        return discrete_gaussian_release(node, np.broadcast_to(self.sigma, node.shape), self.grid, drawn=drawn)
+
+    def __getstate__(self) -> dict[str, object]:
+        return {**self.__dict__, "_ahead": []}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update({"_ahead": [], **state})

@@ -19,17 +19,19 @@ checking the batch's shape (a malformed batch stores nothing).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
+import contextlib
 import hmac
-import json
 import math
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import numpy as np
+import orjson
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
@@ -66,7 +68,7 @@ async def _body(request: Request) -> Any:
             raise BadRequest(f"body: larger than {MAX_BODY} bytes", 413)
         chunks.append(chunk)
     try:
-        return json.loads(b"".join(chunks))
+        return orjson.loads(b"".join(chunks))  # strict JSON (no NaN literals), about 4x the stdlib's speed
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadRequest(f"body: not JSON ({str(exc)[:80]})") from None
 
@@ -117,6 +119,7 @@ class Service:
         #: (second, decisions, rewards, reward sum) per wall-clock second, the last hour
         self.series: deque[list[float]] = deque(maxlen=3600)
         self.app = Starlette(
+            lifespan=self._lifespan,
             routes=[
                 Route("/v1/decisions", self._guard(self.decisions, self.token, "decisions"), methods=["POST"]),
                 Route("/v1/rewards", self._guard(self.rewards, self.token, "rewards"), methods=["POST"]),
@@ -126,8 +129,22 @@ class Service:
                 Route("/healthz", self.healthz, methods=["GET"]),
                 Route("/v1/sync/release", self._guard(self.release, self.sync_token, "sync"), methods=["POST"]),
                 Route("/v1/sync/prefix", self._guard(self.prefix, self.sync_token, "sync"), methods=["POST"]),
-            ]
+            ],
         )
+
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        """Between requests, draw the next release's noise ahead (one entry per turn of the loop)."""
+
+        async def noise() -> None:
+            while True:
+                await asyncio.sleep(0 if self.silo.prepare_noise() else 0.05)
+
+        task = asyncio.create_task(noise())
+        try:
+            yield
+        finally:
+            task.cancel()
 
     def _guard(
         self, handler: Callable[[Request], Awaitable[Response]], token: bytes, timed: str | None = None

@@ -37,6 +37,7 @@ import numpy as np
 from fedbandits.config import Config
 from fedbandits.online import Agent, AgentError, AgentSetup
 from fedbandits.online import state as statefile
+from fedbandits.privacy.discrete_gaussian import SecretTreeRandomizer
 from fedbandits.serve.store import Store, StoreError
 
 POLICIES = ("stop", "renew")
@@ -242,6 +243,12 @@ class ServingSilo:
 
         self._commit(write)
         return True
+
+    def prepare_noise(self) -> bool:
+        """Draw one entry of the next release's secret noise ahead (``ldp``); False when none is left to
+        draw.  The service calls it between requests, so a release costs no sampling."""
+        r = self.agent.randomizer
+        return isinstance(r, SecretTreeRandomizer) and not self.agent.budget_spent() and r.prepare()
 
     # -- reports -----------------------------------------------------------------------------
     def status(self, sync_seconds: float | None = None) -> dict[str, object]:
