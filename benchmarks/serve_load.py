@@ -74,8 +74,15 @@ async def read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
     return status, await reader.readexactly(length)
 
 
-async def worker(port: int, token: str, bodies: list[bytes], stop_at: float, measure_from: float,
-                 out: dict[str, list[float]], reward_every: int) -> None:  # fmt: skip
+async def worker(
+    port: int,
+    token: str,
+    bodies: list[bytes],
+    stop_at: float,
+    measure_from: float,
+    out: dict[str, list[float]],
+    reward_every: int,
+) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     i = 0
     while (now := time.perf_counter()) < stop_at:
@@ -141,8 +148,9 @@ def main() -> None:
     try:
         if pin:
             subprocess.run(["taskset", "-a", "-p", "-c", "0", str(silo.process.pid)], check=True, capture_output=True)
-            subprocess.run(["taskset", "-a", "-p", "-c", "1", str(__import__("os").getpid())], check=True,
-                           capture_output=True)  # fmt: skip
+            subprocess.run(
+                ["taskset", "-a", "-p", "-c", "1", str(__import__("os").getpid())], check=True, capture_output=True
+            )
         rounds = threading.Thread(target=coordinator.run, daemon=True)
         rounds.start()
         port = int(silo.url.rsplit(":", 1)[1])
@@ -158,8 +166,10 @@ def main() -> None:
     dec = np.array(out["decisions"]) * 1000
     rew = np.array(out["rewards"]) * 1000
     rate = len(dec) / args.seconds
-    print(f"one silo, d = 10, K = 100, ldp, sync every 1 s, {args.connections} connections, "
-          f"{args.seconds:g} s measured after {args.warmup:g} s warm-up, pinned: {pin}")  # fmt: skip
+    print(
+        f"one silo, d = 10, K = 100, ldp, sync every 1 s, {args.connections} connections, "
+        f"{args.seconds:g} s measured after {args.warmup:g} s warm-up, pinned: {pin}"
+    )
     print(f"decisions/s: {rate:,.0f} (plus {len(rew) / args.seconds:,.0f} rewards/s)")
     print(f"decision latency, client side: p50 {np.percentile(dec, 50):.2f} ms, p99 {np.percentile(dec, 99):.2f} ms")
     if len(rew):

@@ -126,8 +126,12 @@ def test_a_batch_of_rewards_answers_each_item(tmp_path):
     silo, client = make(tmp_path)
     rng = np.random.default_rng(2)
     ids = [client.post("/v1/decisions", json={"features": arms(rng)}, headers=AUTH).json()["decision_id"] for _ in "ab"]
-    batch = [{"decision_id": ids[0], "reward": 0.1}, {"decision_id": ids[0], "reward": 0.1},
-             {"decision_id": "other-3", "reward": 0.1}, {"decision_id": ids[1], "reward": -0.4}]  # fmt: skip
+    batch = [
+        {"decision_id": ids[0], "reward": 0.1},
+        {"decision_id": ids[0], "reward": 0.1},
+        {"decision_id": "other-3", "reward": 0.1},
+        {"decision_id": ids[1], "reward": -0.4},
+    ]
     got = client.post("/v1/rewards", json={"rewards": batch}, headers=AUTH).json()["results"]
     assert [g["status"] for g in got] == [200, 409, 404, 200]
     assert silo.agent.counts["rewarded"] == 2
@@ -205,8 +209,9 @@ def traffic(clients, rng, n):
     for c in clients.values():
         for _ in range(n):
             d = c.post("/v1/decisions", json={"features": arms(rng)}, headers=AUTH).json()
-            c.post("/v1/rewards", json={"decision_id": d["decision_id"], "reward": float(rng.uniform(-1, 1))},
-                   headers=AUTH)  # fmt: skip
+            c.post(
+                "/v1/rewards", json={"decision_id": d["decision_id"], "reward": float(rng.uniform(-1, 1))}, headers=AUTH
+            )
             learned += 1
     return learned
 
@@ -321,8 +326,17 @@ def test_the_command_line_refuses_unsafe_or_bad_settings_in_one_line(tmp_path, c
         err = capsys.readouterr().err.strip()
         assert err.startswith("fedbandits: error: ") and words in err and "\n" not in err, err
     assert not (tmp_path / "state").exists()  # nothing was created for a refused start
-    server = ["serve", "server", str(DEMO_CONFIG), "--entry", "fed", "--state-dir", str(tmp_path / "srv"),
-              "--sync-token-file", str(good)]  # fmt: skip
+    server = [
+        "serve",
+        "server",
+        str(DEMO_CONFIG),
+        "--entry",
+        "fed",
+        "--state-dir",
+        str(tmp_path / "srv"),
+        "--sync-token-file",
+        str(good),
+    ]
     urls = ["--silo-url", "http://10.1.2.3:80", "--silo-url", "http://127.0.0.1:1", "--silo-url", "http://127.0.0.1:2"]
     assert main([*server, *urls]) == 2
     assert "must be reached over https" in capsys.readouterr().err

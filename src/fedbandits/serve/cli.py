@@ -6,7 +6,8 @@
         [--sync-seconds N] [--allow-unprivatized]
     fedbandits serve server CONFIG.toml --silo-url URL [--silo-url URL ...] --state-dir DIR
         --sync-token-file F [--entry LABEL] [--sync-seconds 10] [--budget-policy stop|renew] [--ca CA.pem]
-    fedbandits serve demo [--seconds 120] [--workdir DIR]
+        [--port P --token-file F [--host 127.0.0.1] [--tls-cert C --tls-key K] [--insecure-http]]
+    fedbandits serve demo [--seconds 120] [--rate 20] [--workdir DIR]
 
 Off loopback a silo refuses to listen without TLS unless ``--insecure-http`` says the operator
 terminates TLS elsewhere.  Tokens are read from files (never from the command line, which other
@@ -59,10 +60,16 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     server.add_argument("--sync-seconds", type=float, default=10.0)
     server.add_argument("--budget-policy", choices=POLICIES, default="stop")
     server.add_argument("--ca", type=Path, help="CA certificate to verify the silos' TLS (default: the system's)")
+    server.add_argument("--port", type=int, help="serve the status API and dashboard on this port (needs --token-file)")
+    server.add_argument("--host", default="127.0.0.1", help="the status API's address (default 127.0.0.1)")
+    server.add_argument("--token-file", type=Path, help="file holding the status API's viewing token")
+    server.add_argument("--tls-cert", type=Path)
+    server.add_argument("--tls-key", type=Path)
+    server.add_argument("--insecure-http", action="store_true", help="allow plain HTTP off loopback")
     demo = sub.add_parser("demo", help="server + 3 serving silos + traffic on 127.0.0.1 for a few minutes")
     demo.add_argument("--seconds", type=float, default=120.0, help="how long the traffic runs (default 120)")
     demo.add_argument("--workdir", type=Path, help="keep tokens, logs and event logs here (default: temporary)")
-    demo.add_argument("--rate", type=float, default=40.0, help="users per second per silo (default 40)")
+    demo.add_argument("--rate", type=float, default=20.0, help="users per second per silo (default 20)")
     return p
 
 
@@ -72,8 +79,9 @@ def run_serve(args: argparse.Namespace) -> int:
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
     except ModuleNotFoundError as exc:
-        raise ValueError(f"fedbandits serve needs the serve extra ({exc.name} is missing): "
-                         "pip install 'fedbandits[serve]'") from None  # fmt: skip
+        raise ValueError(
+            f"fedbandits serve needs the serve extra ({exc.name} is missing): pip install 'fedbandits[serve]'"
+        ) from None
     mode = args.serve_command
     if mode == "silo":
         from fedbandits.serve.run import run_silo

@@ -107,6 +107,7 @@ class Coordinator:
         self.history: list[dict[str, Any]] = []
         self.stopped = threading.Event()
         self._resume()
+        self._status = self._report()
 
     # -- state -------------------------------------------------------------------------------
     def _resume(self) -> None:
@@ -151,8 +152,10 @@ class Coordinator:
         unreachable: list[int] = []
         closed = False
         if not self.finished:
-            have = {s for (s,) in self.db.execute(
-                "SELECT silo FROM payloads WHERE epoch = ? AND round = ?", (epoch, round_))}  # fmt: skip
+            have = {
+                s
+                for (s,) in self.db.execute("SELECT silo FROM payloads WHERE epoch = ? AND round = ?", (epoch, round_))
+            }
             for silo, url in enumerate(self.urls):
                 if silo in have:
                     continue
@@ -174,6 +177,7 @@ class Coordinator:
         record = Tick(epoch, round_, released, unreachable, closed, delivered)
         self.history.append({"at": time.time(), **record.__dict__})
         del self.history[:-200]
+        self._status = self._report()
         return record
 
     def _check_release(self, silo: int, got: dict[str, Any] | None) -> np.ndarray | None:
@@ -260,10 +264,35 @@ class Coordinator:
         self.stopped.set()
 
     def status(self) -> dict[str, Any]:
+        """The last tick's report (computed by the ticking thread; safe to read from another)."""
+        return self._status
+
+    def _report(self) -> dict[str, Any]:
         latest = self.latest()
         cal = self.setup.calibration
+        closed = self.db.execute(
+            "SELECT epoch, round, at, samples FROM closed ORDER BY epoch DESC, round DESC LIMIT 300"
+        ).fetchall()[::-1]
+        count = self.db.execute("SELECT COUNT(*) FROM closed").fetchone()[0]
+        per_epoch = None if cal is None else cal.epsilon
+        last = self.history[-1] if self.history else None
         return {
             "silos": len(self.urls),
+            "epoch": self.epoch,
+            "rounds_closed": int(count),
+            "unreachable": [] if last is None else last["unreachable"],
+            # every epoch that has closed a round spent its (epsilon, delta): basic composition
+            "epsilon_lifetime": None if per_epoch is None else (latest[0] + 1 if latest else 0) * per_epoch,
+            "closed": [
+                {
+                    "epoch": e,
+                    "round": r,
+                    "at": at,
+                    "samples": n,
+                    "epsilon_lifetime": None if per_epoch is None else (e + 1) * per_epoch,
+                }
+                for e, r, at, n in closed
+            ],
             "open_round": None if self.finished else f"{self.epoch}.{self.round}",
             "finished": self.finished,
             "budget_policy": self.policy,

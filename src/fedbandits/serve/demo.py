@@ -30,10 +30,12 @@ from typing import Any
 
 import httpx
 import numpy as np
+import uvicorn
 
 from fedbandits.config import load_config
 from fedbandits.envs.synthetic import GaussianSphere, GaussianSphereParams
 from fedbandits.serve.coordinator import Coordinator
+from fedbandits.serve.server_http import federation_app
 
 DEMO_CONFIG = Path(__file__).with_name("demo.toml")
 SYNC_SECONDS = 5.0
@@ -63,16 +65,41 @@ def write_token(path: Path) -> str:
     return token
 
 
-def start_silo(config: Path, silo: int, entry: str, workdir: Path, tokens: tuple[Path, Path],
-               extra: Sequence[str] = (), port: int | None = None) -> SiloProcess:  # fmt: skip
+def start_silo(
+    config: Path,
+    silo: int,
+    entry: str,
+    workdir: Path,
+    tokens: tuple[Path, Path],
+    extra: Sequence[str] = (),
+    port: int | None = None,
+) -> SiloProcess:
     """Start one silo process (on ``port``, default a free one) and wait until it answers ``/healthz``
     (30 s at most)."""
     port = port or free_port()
     name = f"{entry}-{silo}"
     log = workdir / f"{name}.log"
-    cmd = [sys.executable, "-m", "fedbandits.cli", "serve", "silo", str(config), "--silo", str(silo),
-           "--entry", entry, "--state-dir", str(workdir / name), "--token-file", str(tokens[0]),
-           "--sync-token-file", str(tokens[1]), "--port", str(port), *extra]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "fedbandits.cli",
+        "serve",
+        "silo",
+        str(config),
+        "--silo",
+        str(silo),
+        "--entry",
+        entry,
+        "--state-dir",
+        str(workdir / name),
+        "--token-file",
+        str(tokens[0]),
+        "--sync-token-file",
+        str(tokens[1]),
+        "--port",
+        str(port),
+        *extra,
+    ]
     with log.open("ab") as out:
         process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
@@ -122,8 +149,16 @@ class Tally:
     rewards_posted: int = 0
 
 
-async def _user(client: httpx.AsyncClient, url: str, features: np.ndarray, means: np.ndarray, noise: float,
-                tally: Tally, line: str, rng: np.random.Generator) -> None:  # fmt: skip
+async def _user(
+    client: httpx.AsyncClient,
+    url: str,
+    features: np.ndarray,
+    means: np.ndarray,
+    noise: float,
+    tally: Tally,
+    line: str,
+    rng: np.random.Generator,
+) -> None:
     start = time.perf_counter()
     try:
         r = await client.post(url + "/v1/decisions", json={"features": features.tolist()})
@@ -151,8 +186,9 @@ async def _user(client: httpx.AsyncClient, url: str, features: np.ndarray, means
         tally.error(type(exc).__name__)
 
 
-async def traffic(fed: list[str], alone: list[str], token: str, config: Any, seconds: float, rate: float,
-                  seed: int = 2026) -> Tally:  # fmt: skip
+async def traffic(
+    fed: list[str], alone: list[str], token: str, config: Any, seconds: float, rate: float, seed: int = 2026
+) -> Tally:
     """``rate`` users per second per silo for ``seconds``; each shown to a federated silo and its lone twin."""
     env = config.environment
     assert isinstance(env.params, GaussianSphereParams)  # the demo's embedded config
@@ -197,28 +233,51 @@ def run_demo(args: argparse.Namespace) -> int:
     processes: list[subprocess.Popen[bytes]] = []
     coordinator: Coordinator | None = None
     thread: threading.Thread | None = None
+    web: uvicorn.Server | None = None
+    web_thread = threading.Thread()
     try:
         schedule = ["--sync-seconds", str(SYNC_SECONDS), "--budget-policy", "renew"]
         fed = [start_silo(DEMO_CONFIG, i, "fed", workdir, tokens, schedule) for i in range(silos)]
         processes += [s.process for s in fed]
         alone = [start_silo(DEMO_CONFIG, i, "alone", workdir, tokens) for i in range(silos)]
         processes += [s.process for s in alone]
-        coordinator = Coordinator(config, [s.url for s in fed], workdir / "server", sync, entry="fed",
-                                  sync_seconds=SYNC_SECONDS, policy="renew")  # fmt: skip
+        coordinator = Coordinator(
+            config,
+            [s.url for s in fed],
+            workdir / "server",
+            sync,
+            entry="fed",
+            sync_seconds=SYNC_SECONDS,
+            policy="renew",
+        )
         thread = threading.Thread(target=coordinator.run, name="sync-rounds", daemon=True)
         thread.start()
+        view = write_token(workdir / "view.token")
+        web_port = free_port()
+        web = uvicorn.Server(uvicorn.Config(federation_app(coordinator, view), port=web_port, log_level="warning"))
+        web_thread = threading.Thread(target=web.run, name="federation-status", daemon=True)
+        web_thread.start()
         print(
             f"demo: {silos} federated silos (ldp, sync every {SYNC_SECONDS:g} s) and {silos} lone silos on "
             f"127.0.0.1, {args.rate:g} users/s each, for {args.seconds:g} s (work folder {workdir})",
             flush=True,
         )
-        tally = asyncio.run(traffic([s.url for s in fed], [s.url for s in alone], token, config, args.seconds,
-                                    args.rate))  # fmt: skip
+        print(
+            f"dashboards: {fed[0].url}/dashboard#token={token} (silo 0), "
+            f"http://127.0.0.1:{web_port}/dashboard#token={view} (federation)",
+            flush=True,
+        )
+        tally = asyncio.run(
+            traffic([s.url for s in fed], [s.url for s in alone], token, config, args.seconds, args.rate)
+        )
         coordinator.stop()
         thread.join(timeout=30.0)
         statuses = [httpx.get(s.url + "/v1/status", headers={"Authorization": f"Bearer {token}"}).json() for s in fed]
         print(summary(tally, statuses, coordinator.status()))
     finally:
+        if web is not None:
+            web.should_exit = True
+            web_thread.join(timeout=10.0)
         if coordinator is not None:
             coordinator.stop()
             if thread is not None:
@@ -236,15 +295,22 @@ def summary(tally: Tally, statuses: list[dict[str, Any]], server: dict[str, Any]
     lines = [
         f"decisions served: {len(lat):,} ({tally.rewards_posted:,} rewards learned; "
         f"refused or failed: {tally.errors or 'none'})",
-        f"latency (client side, loopback, both lines): p50 {p50:.2f} ms, p99 {p99:.2f} ms",
+        f"latency seen by the traffic generator (its own busy loop included): p50 {p50:.2f} ms, p99 {p99:.2f} ms",
     ]
+    inside = [s["latency_ms"]["decisions"] for s in statuses]
+    lines.append(
+        "latency in the federated silos' handlers (last 10,000 each): "
+        + ", ".join(f"p50 {q['p50']:.2f} / p99 {q['p99']:.2f} ms" for q in inside)
+    )
     for line in ("federated", "alone"):
         rows = tally.chosen.get(line, [])
         half = sorted(rows)[len(rows) // 2 :]
         mean = np.mean([m for _, m, _ in half]) if half else float("nan")
         regret = np.mean([b - m for _, m, b in half]) if half else float("nan")
-        lines.append(f"{line:>9}: mean expected reward {mean:.3f}, pseudo-regret per user {regret:.3f} "
-                     f"(second half, {len(half):,} users)")  # fmt: skip
+        lines.append(
+            f"{line:>9}: mean expected reward {mean:.3f}, pseudo-regret per user {regret:.3f} "
+            f"(second half, {len(half):,} users)"
+        )
     s = statuses[0]
     lines.append(
         f"sync: {server['model_version']} (epoch.round) closed, every {server['sync_seconds']:g} s; "

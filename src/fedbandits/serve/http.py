@@ -6,6 +6,7 @@
     GET  /v1/status         counts, model version, last sync, privacy spent and releases left
     GET  /metrics           the same figures and request latencies, Prometheus text format
     GET  /healthz           200 "ok" (no credentials; 503 once the event log failed)
+    GET  /dashboard         the silo's dashboard page (no data in it; its script reads /v1/status with the token)
     POST /v1/sync/release   {"epoch": e, "round": r}            (the server's token)
     POST /v1/sync/prefix    {"epoch": e, "round": r, "prefix": base64 float64}  (the server's token)
 
@@ -37,6 +38,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from fedbandits.serve import dashboard
 from fedbandits.serve.metrics import Latencies, prometheus_text
 from fedbandits.serve.silo import ServeError, ServingSilo
 
@@ -127,6 +129,7 @@ class Service:
                 Route("/v1/series", self._guard(self.series_json, self.token), methods=["GET"]),
                 Route("/metrics", self._guard(self.metrics, self.token), methods=["GET"]),
                 Route("/healthz", self.healthz, methods=["GET"]),
+                Route("/dashboard", dashboard.endpoint("silo"), methods=["GET"]),
                 Route("/v1/sync/release", self._guard(self.release, self.sync_token, "sync"), methods=["POST"]),
                 Route("/v1/sync/prefix", self._guard(self.prefix, self.sync_token, "sync"), methods=["POST"]),
             ],
@@ -206,9 +209,11 @@ class Service:
             for i, item in enumerate(items):
                 one = _object(item, {"decision_id", "reward"}, {"decision_id", "reward"})
                 checked.append(
-                    (_decision_id(one["decision_id"], f"rewards[{i}].decision_id"),
-                     _reward_value(one["reward"], f"rewards[{i}].reward"))
-                )  # fmt: skip
+                    (
+                        _decision_id(one["decision_id"], f"rewards[{i}].decision_id"),
+                        _reward_value(one["reward"], f"rewards[{i}].reward"),
+                    )
+                )
             results = []
             for decision_id, value in checked:
                 try:

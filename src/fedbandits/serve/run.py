@@ -7,6 +7,7 @@ import ipaddress
 import logging
 import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import uvicorn
 from fedbandits.config import load_config
 from fedbandits.serve.coordinator import Coordinator
 from fedbandits.serve.http import Service
+from fedbandits.serve.server_http import federation_app
 from fedbandits.serve.silo import ServingSilo
 
 
@@ -37,7 +39,8 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def run_silo(args: argparse.Namespace) -> int:
+def listen_options(args: argparse.Namespace) -> dict[str, Any]:
+    """uvicorn's options for --host/--port/--tls-*: TLS required off loopback unless --insecure-http."""
     if (args.tls_cert is None) != (args.tls_key is None):
         raise ValueError("--tls-cert and --tls-key go together")
     tls = args.tls_cert is not None
@@ -48,6 +51,15 @@ def run_silo(args: argparse.Namespace) -> int:
         )
     if not 0 < args.port < 65536:
         raise ValueError(f"--port must be in [1, 65535], got {args.port}")
+    options: dict[str, Any] = {"host": args.host, "port": args.port, "log_level": "warning", "access_log": False}
+    if tls:
+        options.update(ssl_certfile=str(args.tls_cert), ssl_keyfile=str(args.tls_key))
+    return options
+
+
+def run_silo(args: argparse.Namespace) -> int:
+    options = listen_options(args)
+    tls = "ssl_certfile" in options
     if args.sync_seconds is not None and not args.sync_seconds > 0:
         raise ValueError(f"--sync-seconds must be > 0, got {args.sync_seconds}")
     token = read_token(args.token_file, "--token-file")
@@ -72,9 +84,6 @@ def run_silo(args: argparse.Namespace) -> int:
         f"(event log {args.state_dir}, {silo.replayed} events replayed)",
         flush=True,
     )
-    options: dict[str, Any] = {"host": args.host, "port": args.port, "log_level": "warning", "access_log": False}
-    if tls:
-        options.update(ssl_certfile=str(args.tls_cert), ssl_keyfile=str(args.tls_key))
     try:
         uvicorn.run(service.app, **options)
     finally:
@@ -84,6 +93,17 @@ def run_silo(args: argparse.Namespace) -> int:
 
 def run_server(args: argparse.Namespace) -> int:
     sync_token = read_token(args.sync_token_file, "--sync-token-file")
+    options = None
+    view_token = ""
+    if args.port is not None:
+        options = listen_options(args)
+        if args.token_file is None:
+            raise ValueError("--port: the status API needs --token-file (a viewing token)")
+        view_token = read_token(args.token_file, "--token-file")
+        if view_token == sync_token:
+            raise ValueError("--token-file and --sync-token-file must hold different tokens")
+    elif args.token_file is not None:
+        raise ValueError("--token-file is the status API's token: it goes with --port")
     for url in args.silo_url:
         host = url.split("://", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0].strip("[]")
         if url.startswith("http://") and not is_loopback(host):
@@ -101,16 +121,25 @@ def run_server(args: argparse.Namespace) -> int:
         verify=str(args.ca) if args.ca else True,
     )
     logging.basicConfig(level=logging.WARNING, format="fedbandits serve server: %(message)s", stream=sys.stderr)
-    signal.signal(signal.SIGTERM, lambda *_: coordinator.stop())
+    where = "" if options is None else f"; status and dashboard on port {args.port}"
     print(
         f"syncing {len(args.silo_url)} silos every {args.sync_seconds:g} s from round "
-        f"{coordinator.epoch}.{coordinator.round} (state {args.state_dir})",
+        f"{coordinator.epoch}.{coordinator.round} (state {args.state_dir}{where})",
         flush=True,
     )
     try:
-        coordinator.run()
+        if options is None:
+            signal.signal(signal.SIGTERM, lambda *_: coordinator.stop())
+            coordinator.run()
+        else:  # the rounds in a thread, the status API in this one (uvicorn stops on SIGTERM and SIGINT)
+            rounds = threading.Thread(target=coordinator.run, name="sync-rounds", daemon=True)
+            rounds.start()
+            uvicorn.run(federation_app(coordinator, view_token), **options)
+            coordinator.stop()
+            rounds.join(timeout=30.0)
     except KeyboardInterrupt:
         pass
     finally:
+        coordinator.stop()
         coordinator.close()
     return 0

@@ -104,8 +104,15 @@ class Store:
     def transaction(self) -> _Transaction:
         return _Transaction(self.db)
 
-    def add_event(self, at: float, kind: str, number: int, x: np.ndarray | None = None, value: float | None = None,
-                  context: str | None = None) -> int:  # fmt: skip
+    def add_event(
+        self,
+        at: float,
+        kind: str,
+        number: int,
+        x: np.ndarray | None = None,
+        value: float | None = None,
+        context: str | None = None,
+    ) -> int:
         blob = None if x is None else np.ascontiguousarray(x, dtype=np.float64).tobytes()
         cur = self.db.execute(
             "INSERT INTO events (at, kind, number, x, value, context) VALUES (?, ?, ?, ?, ?, ?)",
