@@ -197,7 +197,7 @@ async def traffic(
     rng = np.random.default_rng(seed + 1)
     tally = Tally()
     tasks: set[asyncio.Task[None]] = set()
-    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64, keepalive_expiry=2.0)
     async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=10.0, limits=limits) as client:
         start = time.monotonic()
         step = 0

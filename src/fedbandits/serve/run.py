@@ -51,7 +51,15 @@ def listen_options(args: argparse.Namespace) -> dict[str, Any]:
         )
     if not 0 < args.port < 65536:
         raise ValueError(f"--port must be in [1, 65535], got {args.port}")
-    options: dict[str, Any] = {"host": args.host, "port": args.port, "log_level": "warning", "access_log": False}
+    # keep-alive well above clients' usual idle expiry (httpx: 5 s, uvicorn's default too), so that a client
+    # never sends on a connection the server is closing
+    options: dict[str, Any] = {
+        "host": args.host,
+        "port": args.port,
+        "log_level": "warning",
+        "access_log": False,
+        "timeout_keep_alive": 30,
+    }
     if tls:
         options.update(ssl_certfile=str(args.tls_cert), ssl_keyfile=str(args.tls_key))
     return options
