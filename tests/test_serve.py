@@ -18,6 +18,7 @@ with warnings.catch_warnings():  # starlette 1.x notes that its test client may 
     warnings.simplefilter("ignore")
     from starlette.testclient import TestClient
 
+from fedbandits.config import ConfigError  # noqa: E402
 from fedbandits.online import Aggregator  # noqa: E402
 from fedbandits.serve import ServeError, ServingSilo, StoreError  # noqa: E402
 from fedbandits.serve.coordinator import Coordinator  # noqa: E402
@@ -170,8 +171,8 @@ def test_a_log_of_another_silo_or_config_is_refused(tmp_path):
     make(tmp_path)
     with pytest.raises(StoreError, match="belongs to another config, entry or silo"):
         ServingSilo(config(), tmp_path / "silo", silo=1)
-    with pytest.raises(ServeError, match="distributed-dp needs secure aggregation"):
-        ServingSilo(config({**LDP, "protocol": "distributed-dp"}), tmp_path / "d")
+    with pytest.raises(ConfigError, match="an agent synchronises through 'none', 'ldp', 'distributed-dp'"):
+        ServingSilo(config({**LDP, "protocol": "ldp-prefix"}), tmp_path / "d")
     with pytest.raises(ServeError, match="--allow-unprivatized"):
         ServingSilo(config({"name": "fedlinucb", "batch": 10, "protocol": "none"}), tmp_path / "n")
 
@@ -290,6 +291,46 @@ def test_the_budget_policy_when_the_epochs_releases_are_made(tmp_path, policy):
         assert status["model_version"] == "1.0"
         # the new epoch's prefix adds to the old one: the 4-round tree's final prefix is its base
         assert not np.allclose(coordinator.base, 0)
+
+
+def test_distributed_dp_rounds_go_through_secure_aggregation(tmp_path):
+    cfg = config({**LDP, "protocol": "distributed-dp"})
+    silos, clients, router, coordinator = federation(tmp_path, cfg=cfg)
+    raw: dict[int, list[np.ndarray]] = {i: [] for i in range(3)}
+    for i, silo in enumerate(silos):  # keep each silo's unmasked residues, as its agent releases them
+
+        def spy(original=silo.agent.sync_payload, i=i):
+            payload = original()
+            raw[i].append(payload.copy())
+            return payload
+
+        silo.agent.sync_payload = spy
+    with pytest.raises(ServeError, match="secure aggregation is not set up yet"):
+        silos[0].release(0, 0)
+    assert not raw[0]  # refused before anything was released
+    rng = np.random.default_rng(8)
+    router.down = {"silo1"}
+    tick = coordinator.tick()  # the set-up waits for silo 1's keys; no round is asked for
+    assert (tick.released, tick.unreachable, tick.closed) == ([], [1], False)
+    assert coordinator.status()["secure_aggregation"] == "setting up"
+    router.down = set()
+    for _ in range(2):
+        traffic(clients, rng, 3)
+        assert coordinator.tick().closed
+    assert coordinator.status()["secure_aggregation"] == "set up"
+    # the coordinator never held a silo's residues: every stored release is masked
+    for i, silo in enumerate(silos):
+        for r in range(2):
+            assert not np.array_equal(silo.store.release(0, r).payload, raw[i][r])
+    # and yet the prefix is the aggregator's over the unmasked residues, bit for bit (the masks cancel)
+    replay = Aggregator.from_config(cfg)
+    for r in range(2):
+        out = replay.aggregate([raw[i][r] for i in range(3)])
+    np.testing.assert_array_equal(coordinator.latest()[2], out)
+    # a restarted silo has its keys and shares back from its log
+    again = ServingSilo(cfg, tmp_path / "silo-0", silo=0)
+    assert again.secagg is not None and again.secagg.s_private == silos[0].secagg.s_private
+    assert again.secagg.held == silos[0].secagg.held and again.secagg.roster == silos[0].secagg.roster
 
 
 def test_a_silo_says_when_the_server_is_unreachable(tmp_path):

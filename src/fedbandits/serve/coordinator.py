@@ -25,6 +25,8 @@ on both sides; the lifetime epsilon is the sum of the epochs').
 from __future__ import annotations
 
 import base64
+import hashlib
+import json
 import logging
 import sqlite3
 import threading
@@ -37,7 +39,10 @@ import httpx
 import numpy as np
 
 from fedbandits.config import Config
+from fedbandits.federation.secure_aggregation import Roster, SecAggServer, default_threshold
 from fedbandits.online import AgentSetup, Aggregator
+from fedbandits.privacy.distributed_noise import DistributedCalibration
+from fedbandits.serve import masking
 from fedbandits.serve.silo import POLICIES
 
 log = logging.getLogger("fedbandits.serve")
@@ -52,6 +57,7 @@ CREATE TABLE IF NOT EXISTS closed (
     PRIMARY KEY (epoch, round)
 );
 CREATE TABLE IF NOT EXISTS delivered (silo INTEGER PRIMARY KEY, epoch INTEGER NOT NULL, round INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS secagg (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
 
@@ -95,6 +101,10 @@ class Coordinator:
             raise ValueError(f"sync_seconds must be > 0, got {sync_seconds!r}")
         self.setup = setup
         self.urls = urls
+        #: binds secure aggregation's keys and shares to this federation (config and entry)
+        self.context = hashlib.sha256(
+            json.dumps({"config": setup.config.to_dict(), "entry": setup.label}, sort_keys=True).encode()
+        ).digest()
         self.policy = policy
         self.sync_seconds = float(sync_seconds)
         self.client = httpx.Client(
@@ -151,6 +161,11 @@ class Coordinator:
         released: list[int] = []
         unreachable: list[int] = []
         closed = False
+        if self.setup.masked and not self.finished and not self._secagg_setup(unreachable):
+            record = Tick(epoch, round_, released, unreachable, closed, [])
+            self.history.append({"at": time.time(), **record.__dict__})
+            self._status = self._report()
+            return record
         if not self.finished:
             have = {
                 s
@@ -179,6 +194,68 @@ class Coordinator:
         del self.history[:-200]
         self._status = self._report()
         return record
+
+    # -- secure aggregation set-up (distributed-dp; fedbandits.serve.masking) -----------------------
+    def _secagg_setup(self, unreachable: list[int]) -> bool:
+        """Advance the set-up as far as the silos answer; True once every silo holds its shares."""
+        kv = dict(self.db.execute("SELECT key, value FROM secagg").fetchall())
+        if kv.get("done") == "yes":
+            return True
+        epoch = int(kv.get("epoch", "1"))
+        self._put(kv, "epoch", str(epoch))
+        silos = range(len(self.urls))
+        for silo in silos:  # 1. every silo's public keys
+            if f"keys:{silo}" not in kv:
+                got = self._post(self.urls[silo], "/v1/sync/keys", {"secagg_epoch": epoch})
+                try:
+                    keys = {k: masking.unb64(got[k], k) for k in ("c_public", "s_public")}  # type: ignore[index]
+                    assert all(len(v) == 32 for v in keys.values())
+                except (TypeError, KeyError, ValueError, AssertionError):
+                    unreachable.append(silo)
+                    continue
+                self._put(kv, f"keys:{silo}", json.dumps(got))
+        if any(f"keys:{i}" not in kv for i in silos):
+            return False
+        if "roster" not in kv:  # 2. the roster
+            public = {i: json.loads(kv[f"keys:{i}"]) for i in silos}
+            cal = self.setup.calibration
+            assert isinstance(cal, DistributedCalibration)
+            roster = Roster(
+                self.context,
+                epoch,
+                default_threshold(len(self.urls), cal.colluders, cal.dropouts),
+                {i: masking.unb64(k["c_public"], "c_public") for i, k in public.items()},
+                {i: masking.unb64(k["s_public"], "s_public") for i, k in public.items()},
+            )
+            self._put(kv, "roster", json.dumps(masking.roster_to_json(roster)))
+        roster_json = json.loads(kv["roster"])
+        for silo in silos:  # 3. every silo's encrypted shares
+            if f"out:{silo}" not in kv and silo not in unreachable:
+                got = self._post(self.urls[silo], "/v1/sync/roster", {"roster": roster_json})
+                try:
+                    shares = masking.keyed(got["shares"], "shares")  # type: ignore[index]
+                    assert set(shares) == set(silos)
+                except (TypeError, KeyError, ValueError, AssertionError):
+                    unreachable.append(silo)
+                    continue
+                self._put(kv, f"out:{silo}", json.dumps(got["shares"]))  # type: ignore[index]
+        if any(f"out:{i}" not in kv for i in silos):
+            return False
+        routed = SecAggServer.route({i: masking.keyed(json.loads(kv[f"out:{i}"]), "shares") for i in silos})
+        for silo in silos:  # 4. the shares addressed to each silo
+            if f"in:{silo}" not in kv and silo not in unreachable:
+                if self._post(self.urls[silo], "/v1/sync/shares", {"shares": masking.unkeyed(routed[silo])}) is None:
+                    unreachable.append(silo)
+                    continue
+                self._put(kv, f"in:{silo}", "yes")
+        if any(f"in:{i}" not in kv for i in silos):
+            return False
+        self._put(kv, "done", "yes")
+        return True
+
+    def _put(self, kv: dict[str, str], key: str, value: str) -> None:
+        self.db.execute("INSERT OR REPLACE INTO secagg VALUES (?, ?)", (key, value))
+        kv[key] = value
 
     def _check_release(self, silo: int, got: dict[str, Any] | None) -> np.ndarray | None:
         if got is None:
@@ -294,6 +371,9 @@ class Coordinator:
                 for e, r, at, n in closed
             ],
             "open_round": None if self.finished else f"{self.epoch}.{self.round}",
+            "secure_aggregation": None
+            if not self.setup.masked
+            else ("set up" if self.db.execute("SELECT 1 FROM secagg WHERE key = 'done'").fetchone() else "setting up"),
             "finished": self.finished,
             "budget_policy": self.policy,
             "sync_seconds": self.sync_seconds,

@@ -9,6 +9,8 @@
     GET  /dashboard         the silo's dashboard page (no data in it; its script reads /v1/status with the token)
     POST /v1/sync/release   {"epoch": e, "round": r}            (the server's token)
     POST /v1/sync/prefix    {"epoch": e, "round": r, "prefix": base64 float64}  (the server's token)
+    POST /v1/sync/keys, /v1/sync/roster, /v1/sync/shares   distributed-dp's secure-aggregation set-up
+                            (the server's token; fedbandits.serve.masking)
 
 Every request but ``/healthz`` needs ``Authorization: Bearer <token>``: the traffic token for the
 first four, the federation's sync token for ``/v1/sync/*``.  A bad request gets a 4xx whose body
@@ -38,7 +40,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from fedbandits.serve import dashboard
+from fedbandits.serve import dashboard, masking
 from fedbandits.serve.metrics import Latencies, prometheus_text
 from fedbandits.serve.silo import ServeError, ServingSilo
 
@@ -132,6 +134,9 @@ class Service:
                 Route("/dashboard", dashboard.endpoint("silo"), methods=["GET"]),
                 Route("/v1/sync/release", self._guard(self.release, self.sync_token, "sync"), methods=["POST"]),
                 Route("/v1/sync/prefix", self._guard(self.prefix, self.sync_token, "sync"), methods=["POST"]),
+                Route("/v1/sync/keys", self._guard(self.keys, self.sync_token, "sync"), methods=["POST"]),
+                Route("/v1/sync/roster", self._guard(self.roster, self.sync_token, "sync"), methods=["POST"]),
+                Route("/v1/sync/shares", self._guard(self.shares, self.sync_token, "sync"), methods=["POST"]),
             ],
         )
 
@@ -270,6 +275,29 @@ class Service:
         prefix = decode_vector(body["prefix"], "prefix", "<f8")
         adopted = self.silo.adopt(_integer(body, "epoch"), _integer(body, "round"), prefix)
         return JSONResponse({"adopted": adopted})
+
+    # -- secure aggregation set-up (distributed-dp; fedbandits.serve.masking) -----------------------
+    async def keys(self, request: Request) -> Response:
+        body = _object(await _body(request), {"secagg_epoch"}, {"secagg_epoch"})
+        c_public, s_public = self.silo.secagg_keys(_integer(body, "secagg_epoch"))
+        return JSONResponse({"c_public": masking.b64(c_public), "s_public": masking.b64(s_public)})
+
+    async def roster(self, request: Request) -> Response:
+        body = _object(await _body(request), {"roster"}, {"roster"})
+        try:
+            roster = masking.roster_from_json(body["roster"], self.silo.setup.silos)
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
+        return JSONResponse({"shares": masking.unkeyed(self.silo.secagg_roster(roster))})
+
+    async def shares(self, request: Request) -> Response:
+        body = _object(await _body(request), {"shares"}, {"shares"})
+        try:
+            shares = masking.keyed(body["shares"], "shares")
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
+        self.silo.secagg_shares(shares)
+        return JSONResponse({"held": len(shares)})
 
 
 def decode_vector(value: Any, name: str, dtype: str) -> np.ndarray:

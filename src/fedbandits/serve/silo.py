@@ -33,16 +33,21 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from fedbandits.config import Config
-from fedbandits.online import Agent, AgentError, AgentSetup
+from fedbandits.federation.secure_aggregation import Roster, SecAggClient, SecAggError
+from fedbandits.online import AGENT_PROTOCOLS, Agent, AgentError, AgentSetup
 from fedbandits.online import state as statefile
 from fedbandits.privacy.discrete_gaussian import SecretTreeRandomizer
+from fedbandits.privacy.distributed_noise import DistributedCalibration
+from fedbandits.serve.masking import client_from_text, client_to_text, keyed, mask_round, unkeyed
 from fedbandits.serve.store import Store, StoreError
 
 POLICIES = ("stop", "renew")
-#: protocols a serving silo syncs with; distributed-dp needs secure aggregation between serving silos
-SERVE_PROTOCOLS = ("none", "ldp")
+#: protocols a serving silo syncs with: the online agent's (distributed-dp through pairwise masking,
+#: fedbandits.serve.masking); sdp-amplification would need the deployment's shuffler
+SERVE_PROTOCOLS = AGENT_PROTOCOLS
 
 
 class ServeError(ValueError):
@@ -51,6 +56,10 @@ class ServeError(ValueError):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
+
+
+def public_key(private: bytes) -> bytes:
+    return X25519PrivateKey.from_private_bytes(private).public_key().public_bytes_raw()
 
 
 class Clock:
@@ -82,13 +91,7 @@ class ServingSilo:
     ) -> None:
         if policy not in POLICIES:
             raise ServeError(400, f"budget policy must be one of {list(POLICIES)}, got {policy!r}")
-        setup = AgentSetup.from_config(config, entry)
-        if setup.federated and setup.protocol not in SERVE_PROTOCOLS:
-            raise ServeError(
-                400,
-                f"protocol {setup.protocol!r}: a serving silo syncs with {list(SERVE_PROTOCOLS)} "
-                "(distributed-dp needs secure aggregation between serving silos, not built yet)",
-            )
+        setup = AgentSetup.from_config(config, entry)  # refuses the protocols an agent does not sync with
         if setup.federated and not setup.private and not allow_unprivatized:
             raise ServeError(
                 400,
@@ -118,6 +121,11 @@ class ServingSilo:
             self.agent = self._replay(*snap)
         self.started = self.clock()
         self.last_contact: float | None = None
+        #: distributed-dp: this silo's side of secure aggregation, kept in the log (meta "secagg")
+        self.secagg: SecAggClient | None = None
+        text = self.store.meta("secagg") if setup.masked else None
+        if text is not None:
+            self.secagg = client_from_text(text, setup.silos)
 
     # -- recovery ----------------------------------------------------------------------------
     def _replay(self, seq: int, state: bytes) -> Agent:
@@ -211,10 +219,15 @@ class ServingSilo:
         expected = (agent.counts["epochs"] + 1, 0) if renew or agent.budget_spent() else self.position()
         if (epoch, round_) != expected:
             raise ServeError(409, f"round: this silo's next release is epoch {expected[0]} round {expected[1]}")
+        secagg = self.secagg
+        if self.setup.masked and (secagg is None or secagg.roster is None or not secagg.held):
+            raise ServeError(409, "secure aggregation is not set up yet (keys, roster, shares)")
         if renew:
             agent.new_epoch()
         samples = len(agent.completed)
         payload = agent.sync_payload()
+        if secagg is not None:  # the residues leave the silo masked: the coordinator learns only their sum
+            payload = secagg.mask(mask_round(epoch, round_), payload)
 
         def write() -> None:
             self.store.add_release(epoch, round_, payload, samples)
@@ -222,6 +235,62 @@ class ServingSilo:
 
         self._commit(write)
         return payload, samples
+
+    # -- secure aggregation (distributed-dp; fedbandits.serve.masking) -----------------------------
+    def secagg_keys(self, secagg_epoch: int) -> tuple[bytes, bytes]:
+        """Step 1: this silo's public keys for set-up ``secagg_epoch`` (the same ones when asked again)."""
+        self._masked()
+        self.last_contact = self.clock.now()
+        client = self.secagg
+        if client is not None and self.store.meta("secagg_epoch") == str(secagg_epoch):
+            return public_key(client.c_private), public_key(client.s_private)
+        cal = self.setup.calibration
+        assert isinstance(cal, DistributedCalibration)
+        client = SecAggClient(self.agent.silo, cal.bits, self.setup.width)
+        keys = client.advertise()
+        self._commit(lambda: self._keep_secagg(client, {"secagg_epoch": str(secagg_epoch), "secagg_shares": ""}))
+        self.secagg = client
+        return keys
+
+    def secagg_roster(self, roster: Roster) -> dict[int, bytes]:
+        """Step 2: this silo's encrypted shares of its mask key, one per member (stored: a retry gets them)."""
+        self._masked()
+        client = self.secagg
+        if client is None or self.store.meta("secagg_epoch") != str(roster.epoch):
+            raise ServeError(409, f"roster: this silo has no keys for set-up {roster.epoch}")
+        stored = self.store.meta("secagg_shares")
+        if client.roster == roster and stored:
+            return keyed(json.loads(stored), "secagg_shares")
+        try:
+            shares = client.share(roster)
+        except SecAggError as exc:
+            raise ServeError(422, f"roster: {exc}") from None
+        self._commit(lambda: self._keep_secagg(client, {"secagg_shares": json.dumps(unkeyed(shares))}))
+        return shares
+
+    def secagg_shares(self, shares: dict[int, bytes]) -> None:
+        """Step 2, the other way: the shares the other members addressed to this silo."""
+        self._masked()
+        client = self.secagg
+        if client is None or client.roster is None:
+            raise ServeError(409, "shares: no roster yet")
+        if set(shares) != set(client.roster.members):
+            raise ServeError(400, f"shares: must hold one share from each of silos {client.roster.members}")
+        try:
+            client.receive(shares)
+        except SecAggError as exc:
+            raise ServeError(422, f"shares: {exc}") from None
+        self._commit(lambda: self._keep_secagg(client, {}))
+
+    def _keep_secagg(self, client: SecAggClient, extra: dict[str, str]) -> None:
+        self.store.db.executemany(
+            "INSERT OR REPLACE INTO meta VALUES (?, ?)", [("secagg", client_to_text(client)), *extra.items()]
+        )
+
+    def _masked(self) -> None:
+        self._usable()
+        if not self.setup.masked:
+            raise ServeError(409, f"protocol {self.setup.protocol!r} does not use secure aggregation")
 
     def adopt(self, epoch: int, round_: int, prefix: np.ndarray) -> bool:
         """Adopt the prefix of closed round ``(epoch, round_)``; False if a later one is already in force."""
