@@ -223,7 +223,16 @@ async def traffic(
 def run_demo(args: argparse.Namespace) -> int:
     if not args.seconds > 0 or not args.rate > 0:
         raise ValueError("--seconds and --rate must be > 0")
-    config = load_config(DEMO_CONFIG)
+    path = Path(args.config) if args.config else DEMO_CONFIG
+    config = load_config(path)
+    labels = {a.label: a.name for a in config.algorithms}
+    if not isinstance(config.environment.params, GaussianSphereParams):
+        raise ValueError(f"--config {path}: the demo's users come from a gaussian-sphere environment")
+    if labels.get("fed") != "fedlinucb" or labels.get("alone") != "linucb-independent":
+        raise ValueError(
+            f"--config {path}: the demo needs entries labelled 'fed' (fedlinucb) and 'alone' (linucb-independent)"
+        )
+    protocol = next(a for a in config.algorithms if a.label == "fed").params.protocol  # type: ignore[attr-defined]
     keep = args.workdir is not None
     workdir = Path(args.workdir) if keep else Path(tempfile.mkdtemp(prefix="fedbandits-serve-demo-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -237,9 +246,9 @@ def run_demo(args: argparse.Namespace) -> int:
     web_thread = threading.Thread()
     try:
         schedule = ["--sync-seconds", str(SYNC_SECONDS), "--budget-policy", "renew"]
-        fed = [start_silo(DEMO_CONFIG, i, "fed", workdir, tokens, schedule) for i in range(silos)]
+        fed = [start_silo(path, i, "fed", workdir, tokens, schedule) for i in range(silos)]
         processes += [s.process for s in fed]
-        alone = [start_silo(DEMO_CONFIG, i, "alone", workdir, tokens) for i in range(silos)]
+        alone = [start_silo(path, i, "alone", workdir, tokens) for i in range(silos)]
         processes += [s.process for s in alone]
         coordinator = Coordinator(
             config,
@@ -258,7 +267,7 @@ def run_demo(args: argparse.Namespace) -> int:
         web_thread = threading.Thread(target=web.run, name="federation-status", daemon=True)
         web_thread.start()
         print(
-            f"demo: {silos} federated silos (ldp, sync every {SYNC_SECONDS:g} s) and {silos} lone silos on "
+            f"demo: {silos} federated silos ({protocol}, sync every {SYNC_SECONDS:g} s) and {silos} lone silos on "
             f"127.0.0.1, {args.rate:g} users/s each, for {args.seconds:g} s (work folder {workdir})",
             flush=True,
         )
