@@ -167,6 +167,26 @@ def test_a_restart_replays_the_log_to_the_same_agent(tmp_path):
     assert np.array_equal(again.release(0, 0)[0], first)
 
 
+def test_a_clock_that_jumps_back_or_ahead_loses_nothing_and_learns_nothing_late(tmp_path):
+    clock = WallClock()
+    silo, client = make(tmp_path, now=clock, expiry_seconds=60.0)
+    rng = np.random.default_rng(9)
+    post = lambda: client.post("/v1/decisions", json={"features": arms(rng)}, headers=AUTH).json()["decision_id"]  # noqa: E731
+    first = [post() for _ in range(3)]
+    clock.t -= 3600.0  # an hour back: later decisions get earlier deadlines than the first ones
+    second = [post() for _ in range(3)]
+    for d in first[:2] + second[:2]:
+        assert client.post("/v1/rewards", json={"decision_id": d, "reward": 0.1}, headers=AUTH).status_code == 200
+    clock.t += 7200.0  # then far ahead: the unanswered ones expire, and a reward for one is counted, not learned
+    late = client.post("/v1/rewards", json={"decision_id": second[2], "reward": 0.1}, headers=AUTH)
+    assert late.status_code == 410
+    status = silo.status()
+    assert (status["rewarded"], status["expired"], status["late_rewards"], status["pending"]) == (4, 2, 1, 0)
+    digest = silo.agent.state_digest()
+    again = ServingSilo(config(), tmp_path / "silo", now=clock, expiry_seconds=60.0)
+    assert again.agent.state_digest() == digest
+
+
 def test_a_log_of_another_silo_or_config_is_refused(tmp_path):
     make(tmp_path)
     with pytest.raises(StoreError, match="belongs to another config, entry or silo"):
