@@ -22,30 +22,13 @@ sync_api = pytest.importorskip("playwright.sync_api")
 from fedbandits.serve.coordinator import Coordinator  # noqa: E402
 from fedbandits.serve.demo import free_port, start_silo, stop, write_token  # noqa: E402
 from fedbandits.serve.server_http import federation_app  # noqa: E402
+from servehelp import one_silo_config  # noqa: E402
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium (apt install chromium)")
 # the flags this machine's closed network needs (no background connections, no sandbox as root)
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
-
-CONFIG = """
-[experiment]
-seed = 1
-horizon = 100000
-[environment]
-name = "gaussian-sphere"
-agents = 1
-arms = 10
-dim = 5
-[[algorithms]]
-name = "fedlinucb"
-label = "fed"
-batch = 1000
-protocol = "ldp"
-epsilon = 1.0
-delta = 1e-5
-"""
 
 
 def traffic(url: str, token: str, n: int, rng: np.random.Generator) -> None:
@@ -65,8 +48,7 @@ def shoot(page, name: str) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_the_silo_and_federation_dashboards_show_the_live_figures(tmp_path):
-    config = tmp_path / "serve.toml"
-    config.write_text(CONFIG)
+    config = one_silo_config(tmp_path, batch=1000)
     tokens = (tmp_path / "traffic.token", tmp_path / "sync.token")
     token, sync = write_token(tokens[0]), write_token(tokens[1])
     view = write_token(tmp_path / "view.token")

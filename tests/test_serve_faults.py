@@ -24,24 +24,8 @@ pytest.importorskip("uvicorn")
 
 from fedbandits.serve.coordinator import Coordinator  # noqa: E402
 from fedbandits.serve.demo import start_silo, stop, write_token  # noqa: E402
+from servehelp import one_silo_config  # noqa: E402
 
-CONFIG = """
-[experiment]
-seed = 1
-horizon = 100000
-[environment]
-name = "gaussian-sphere"
-agents = 1
-arms = 10
-dim = 5
-[[algorithms]]
-name = "fedlinucb"
-label = "fed"
-batch = 100
-protocol = "ldp"
-epsilon = 1.0
-delta = 1e-5
-"""
 SYNC_SECONDS = 0.5
 
 
@@ -77,8 +61,7 @@ class Load:
 
 @pytest.mark.slow
 def test_kill_9_under_load_loses_no_acknowledged_reward_and_releases_nothing_twice(tmp_path):
-    config = tmp_path / "serve.toml"
-    config.write_text(CONFIG)
+    config = one_silo_config(tmp_path, batch=100)
     tokens = (tmp_path / "traffic.token", tmp_path / "sync.token")
     token, sync = write_token(tokens[0]), write_token(tokens[1])
     extra = ["--sync-seconds", str(SYNC_SECONDS)]
