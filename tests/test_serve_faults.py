@@ -3,8 +3,9 @@
 * a serving silo killed with SIGKILL under load and restarted on its event log: every reward it
   acknowledged is there exactly once, and every completed decision is in at most one release (the
   coordinator's closed rounds hold exactly the rewards the silo's log marks released);
-* the server (coordinator) stopped for several rounds: the silo keeps serving and says so; when
-  the coordinator is back the rounds resume where they stopped.
+* the server (``fedbandits serve server``) killed with SIGKILL for several rounds: the silo keeps
+  serving and says so; when the server is back its rounds resume from its log, and every release
+  the silo made is closed exactly once.
 """
 
 from __future__ import annotations
@@ -22,9 +23,8 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
-from fedbandits.serve.coordinator import Coordinator  # noqa: E402
 from fedbandits.serve.demo import start_silo, stop, write_token  # noqa: E402
-from servehelp import one_silo_config  # noqa: E402
+from servehelp import one_silo_config, start_server  # noqa: E402
 
 SYNC_SECONDS = 0.5
 
@@ -63,16 +63,16 @@ class Load:
 def test_kill_9_under_load_loses_no_acknowledged_reward_and_releases_nothing_twice(tmp_path):
     config = one_silo_config(tmp_path, batch=100)
     tokens = (tmp_path / "traffic.token", tmp_path / "sync.token")
-    token, sync = write_token(tokens[0]), write_token(tokens[1])
+    token = write_token(tokens[0])
+    write_token(tokens[1])
     extra = ["--sync-seconds", str(SYNC_SECONDS)]
     silo = start_silo(config, 0, "fed", tmp_path, tokens, extra)
     port = int(silo.url.rsplit(":", 1)[1])
-    coordinator = Coordinator(config, [silo.url], tmp_path / "server", sync, entry="fed", sync_seconds=SYNC_SECONDS)
-    rounds = threading.Thread(target=coordinator.run, daemon=True)
-    rounds.start()
+    server_log = tmp_path / "server.log"
+    server = start_server(config, [silo.url], tmp_path / "server", tokens[1], SYNC_SECONDS, server_log)
     load = Load(silo.url, token)
     load.thread.start()
-    processes = [silo.process]
+    processes = [silo.process, server]
     try:
         for _ in range(3):  # three SIGKILLs, each mid-traffic and between sync rounds
             time.sleep(1.5)
@@ -82,26 +82,31 @@ def test_kill_9_under_load_loses_no_acknowledged_reward_and_releases_nothing_twi
             silo = start_silo(config, 0, "fed", tmp_path, tokens, extra, port=port)
             processes.append(silo.process)
         time.sleep(1.5)
-        # the server stops for several rounds: the silo keeps serving and says the server is unreachable
-        coordinator.stop()
-        rounds.join()
+        # the server is killed for several rounds: the silo keeps serving and says the server is unreachable
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+        version = load.client.get(silo.url + "/v1/status").json()["model_version"]
         served = len(load.acked)
         time.sleep(4 * SYNC_SECONDS)
         status = load.client.get(silo.url + "/v1/status").json()
         assert status["syncing"].startswith("server unreachable"), status["syncing"]
-        assert len(load.acked) > served + 10
+        assert status["model_version"] == version and len(load.acked) > served + 10
+        # back: it resumes its rounds from its log, and the silo adopts new prefixes
+        server = start_server(config, [silo.url], tmp_path / "server", tokens[1], SYNC_SECONDS, server_log)
+        processes.append(server)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            status = load.client.get(silo.url + "/v1/status").json()
+            if status["syncing"] == "active" and status["model_version"] != version:
+                break
+            time.sleep(0.2)
+        assert status["syncing"] == "active" and status["model_version"] != version, status
         load.stopped.set()
         load.thread.join()
-        coordinator.close()
-        again = Coordinator(config, [silo.url], tmp_path / "server", sync, entry="fed", sync_seconds=SYNC_SECONDS)
-        resumed_at = again.round
-        tick = again.tick()
-        assert tick.closed and tick.round == resumed_at and tick.delivered == [0]
-        status = load.client.get(silo.url + "/v1/status").json()
-        assert status["syncing"] == "active"
+        time.sleep(2 * SYNC_SECONDS)  # a last round takes the last rewards
+        stop([server])  # SIGTERM: the server ends after its current tick
     finally:
         load.stopped.set()
-        coordinator.stop()
         stop(processes)
     assert before > 0 and load.failures > 0  # the kills happened under traffic
     # every acknowledged reward is in the log exactly once (the unique index allows no second one)
@@ -119,7 +124,9 @@ def test_kill_9_under_load_loses_no_acknowledged_reward_and_releases_nothing_twi
     # released exactly once: the server's closed rounds hold exactly the rewards the log marks released,
     # and the ones not yet released wait in the next batch
     released = db.execute("SELECT COUNT(*) FROM events WHERE kind = 'reward' AND release IS NOT NULL").fetchone()[0]
-    server = sqlite3.connect(tmp_path / "server" / "coordinator.sqlite")
-    assert server.execute("SELECT SUM(samples) FROM closed").fetchone()[0] == released
+    closed = sqlite3.connect(tmp_path / "server" / "coordinator.sqlite")
+    assert closed.execute("SELECT SUM(samples) FROM closed").fetchone()[0] == released
     assert status["batch_samples"] == len(logged) - released
-    assert server.execute("SELECT COUNT(*) FROM closed").fetchone()[0] == tick.round + 1
+    # every release the silo made was closed once, across the server's two lives and the silo's four
+    made = db.execute("SELECT epoch, round FROM releases ORDER BY epoch, round").fetchall()
+    assert closed.execute("SELECT epoch, round FROM closed ORDER BY epoch, round").fetchall() == made
