@@ -401,3 +401,15 @@ def test_the_command_line_refuses_unsafe_or_bad_settings_in_one_line(tmp_path, c
     urls = ["--silo-url", "http://10.1.2.3:80", "--silo-url", "http://127.0.0.1:1", "--silo-url", "http://127.0.0.1:2"]
     assert main([*server, *urls]) == 2
     assert "must be reached over https" in capsys.readouterr().err
+
+
+def test_the_openapi_document_describes_every_route(tmp_path):
+    silo, client = make(tmp_path)
+    doc = client.get("/openapi.json").json()  # no credentials needed
+    assert doc["openapi"].startswith("3.1") and doc["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+    routed = {route.path: set(route.methods) - {"HEAD"} for route in Service(silo, TOKEN, SYNC).app.routes}
+    described = {path: {m.upper() for m in ops} for path, ops in doc["paths"].items()}
+    assert described == routed
+    # the limits it states are the ones enforced
+    arms = doc["paths"]["/v1/decisions"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert arms["properties"]["features"]["maxItems"] == 10_000

@@ -69,9 +69,11 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     demo = sub.add_parser("demo", help="server + 3 serving silos + traffic on 127.0.0.1 for a few minutes")
     demo.add_argument("--seconds", type=float, default=120.0, help="how long the traffic runs (default 120)")
     demo.add_argument(
-        "--config", type=Path, metavar="CONFIG.toml",
+        "--config",
+        type=Path,
+        metavar="CONFIG.toml",
         help="a gaussian-sphere config with entries labelled 'fed' (fedlinucb) and 'alone' (default: the embedded one)",
-    )  # fmt: skip
+    )
     demo.add_argument("--workdir", type=Path, help="keep tokens, logs and event logs here (default: temporary)")
     demo.add_argument("--rate", type=float, default=20.0, help="users per second per silo (default 20)")
     return p

@@ -6,6 +6,7 @@
     GET  /v1/status         counts, model version, last sync, privacy spent and releases left
     GET  /metrics           the same figures and request latencies, Prometheus text format
     GET  /healthz           200 "ok" (no credentials; 503 once the event log failed)
+    GET  /openapi.json      the OpenAPI 3.1 description of these routes (fedbandits.serve.openapi)
     GET  /dashboard         the silo's dashboard page (no data in it; its script reads /v1/status with the token)
     POST /v1/sync/release   {"epoch": e, "round": r}            (the server's token)
     POST /v1/sync/prefix    {"epoch": e, "round": r, "prefix": base64 float64}  (the server's token)
@@ -40,7 +41,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from fedbandits.serve import dashboard, masking
+from fedbandits.serve import dashboard, masking, openapi
 from fedbandits.serve.metrics import Latencies, prometheus_text
 from fedbandits.serve.silo import ServeError, ServingSilo
 
@@ -132,6 +133,7 @@ class Service:
                 Route("/metrics", self._guard(self.metrics, self.token), methods=["GET"]),
                 Route("/healthz", self.healthz, methods=["GET"]),
                 Route("/dashboard", dashboard.endpoint("silo"), methods=["GET"]),
+                Route("/openapi.json", self.openapi, methods=["GET"]),
                 Route("/v1/sync/release", self._guard(self.release, self.sync_token, "sync"), methods=["POST"]),
                 Route("/v1/sync/prefix", self._guard(self.prefix, self.sync_token, "sync"), methods=["POST"]),
                 Route("/v1/sync/keys", self._guard(self.keys, self.sync_token, "sync"), methods=["POST"]),
@@ -253,6 +255,9 @@ class Service:
     async def metrics(self, request: Request) -> Response:
         return PlainTextResponse(prometheus_text(self.report(), self.latency), media_type="text/plain; version=0.0.4")
 
+    async def openapi(self, request: Request) -> Response:
+        return JSONResponse(OPENAPI)
+
     async def healthz(self, request: Request) -> Response:
         if self.silo.broken:
             return PlainTextResponse("event log failed\n", status_code=503)
@@ -298,6 +303,9 @@ class Service:
             raise BadRequest(str(exc)) from None
         self.silo.secagg_shares(shares)
         return JSONResponse({"held": len(shares)})
+
+
+OPENAPI = openapi.document(MAX_ARMS, MAX_BATCH, MAX_BODY)
 
 
 def decode_vector(value: Any, name: str, dtype: str) -> np.ndarray:
