@@ -20,9 +20,10 @@ with warnings.catch_warnings():  # starlette 1.x notes that its test client may 
 
 from fedbandits.config import ConfigError  # noqa: E402
 from fedbandits.online import Aggregator  # noqa: E402
-from fedbandits.serve import ServeError, ServingSilo, StoreError  # noqa: E402
 from fedbandits.serve.coordinator import Coordinator  # noqa: E402
 from fedbandits.serve.http import MAX_BODY, Service  # noqa: E402
+from fedbandits.serve.silo import ServeError, ServingSilo  # noqa: E402
+from fedbandits.serve.store import StoreError  # noqa: E402
 
 DIM = 4
 TOKEN, SYNC = "traffic-token-0123456789", "sync-token-0123456789ab"
@@ -413,3 +414,27 @@ def test_the_openapi_document_describes_every_route(tmp_path):
     # the limits it states are the ones enforced
     arms = doc["paths"]["/v1/decisions"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert arms["properties"]["features"]["maxItems"] == 10_000
+
+
+def test_the_command_line_works_without_the_serve_extra():
+    """`pip install -e .` (no extras) must give a working `fedbandits`: the serve parser imports none of
+    the extra's packages, and `fedbandits serve` says in one line which one is missing."""
+    import subprocess
+    import sys
+
+    blocked = ("starlette", "uvicorn", "httpx", "orjson", "cryptography", "httptools", "uvloop")
+    code = (
+        "import sys\n"
+        f"for name in {blocked!r}:\n"
+        "    sys.modules[name] = None  # import fails as if not installed\n"
+        "from fedbandits.cli import main\n"
+        "assert main(['list']) == 0\n"
+        "sys.exit(main(['serve', 'demo', '--seconds', '1']))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert (
+        out.stderr.strip()
+        .splitlines()[-1]
+        .startswith("fedbandits: error: fedbandits serve needs the serve extra (httpx is missing)")
+    ), out.stderr[-500:]

@@ -1,14 +1,11 @@
 """``fedbandits serve``: a silo's durable decision service and the federation's sync schedule.
 
-    silo = ServingSilo(config, state_dir, silo=0)        # the agent behind its SQLite event log
-    app = Service(silo, token, sync_token).app           # the HTTP API (Starlette; uvicorn runs it)
-    Coordinator(config, urls, state_dir, sync_token).run()   # the server's wall-clock sync rounds
+    from fedbandits.serve.silo import ServingSilo     # the agent behind its SQLite event log
+    from fedbandits.serve.http import Service         # its HTTP API (Starlette; uvicorn runs it)
+    from fedbandits.serve.coordinator import Coordinator   # the server's wall-clock sync rounds
 
-Needs the ``serve`` extra (``pip install 'fedbandits[serve]'``: starlette, uvicorn, httpx).
+Needs the ``serve`` extra (``pip install 'fedbandits[serve]'``: starlette, uvicorn, httpx, orjson,
+cryptography).  This package's ``__init__`` imports nothing, and neither do ``options`` and ``cli``:
+every ``fedbandits`` command builds the ``serve`` parser, with or without the extra.
 See docs/serving.md.  The package sits beside federation: above the online agent it serves.
 """
-
-from fedbandits.serve.silo import POLICIES, SERVE_PROTOCOLS, ServeError, ServingSilo
-from fedbandits.serve.store import Store, StoreError
-
-__all__ = ["POLICIES", "SERVE_PROTOCOLS", "ServeError", "ServingSilo", "Store", "StoreError"]

@@ -19,8 +19,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from fedbandits.serve.silo import POLICIES
-from fedbandits.serve.store import DURABILITY
+from fedbandits.serve.options import DURABILITY, POLICIES
 
 # starlette, uvicorn and httpx (the serve extra) are imported by the modules the subcommands run:
 # every `fedbandits` command builds this parser, and the extra may be absent.

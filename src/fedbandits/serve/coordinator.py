@@ -43,7 +43,7 @@ from fedbandits.federation.secure_aggregation import Roster, SecAggServer, defau
 from fedbandits.online import AgentSetup, Aggregator
 from fedbandits.privacy.distributed_noise import DistributedCalibration
 from fedbandits.serve import masking
-from fedbandits.serve.silo import POLICIES
+from fedbandits.serve.options import POLICIES
 
 log = logging.getLogger("fedbandits.serve")
 

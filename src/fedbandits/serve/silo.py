@@ -42,9 +42,9 @@ from fedbandits.online import state as statefile
 from fedbandits.privacy.discrete_gaussian import SecretTreeRandomizer
 from fedbandits.privacy.distributed_noise import DistributedCalibration
 from fedbandits.serve.masking import client_from_text, client_to_text, keyed, mask_round, unkeyed
+from fedbandits.serve.options import POLICIES
 from fedbandits.serve.store import Store, StoreError
 
-POLICIES = ("stop", "renew")
 #: protocols a serving silo syncs with: the online agent's (distributed-dp through pairwise masking,
 #: fedbandits.serve.masking); sdp-amplification would need the deployment's shuffler
 SERVE_PROTOCOLS = AGENT_PROTOCOLS

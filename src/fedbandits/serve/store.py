@@ -24,9 +24,10 @@ from pathlib import Path
 
 import numpy as np
 
+from fedbandits.serve.options import DURABILITY
+
 #: the log's schema version; a database of another version is refused
 SCHEMA = 1
-DURABILITY = {"process": "NORMAL", "fsync": "FULL"}
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
