@@ -35,7 +35,7 @@ import httpx
 import numpy as np
 
 from fedbandits.serve.coordinator import Coordinator
-from fedbandits.serve.demo import start_silo, stop, write_token
+from fedbandits.serve.demo import start_silo, write_token
 
 CONFIG = """
 [experiment]
@@ -161,7 +161,7 @@ def main() -> None:
     finally:
         coordinator.stop()
         coordinator.close()
-        stop([silo.process])
+        silo.process.stop()
         shutil.rmtree(work, ignore_errors=True)
     dec = np.array(out["decisions"]) * 1000
     rew = np.array(out["rewards"]) * 1000

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
+
+from fedbandits.federation.processes import Proc, start_process
 
 
 def one_silo_config(folder: Path, batch: int) -> Path:
@@ -18,14 +22,10 @@ def one_silo_config(folder: Path, batch: int) -> Path:
     return path
 
 
-def start_server(config: Path, urls: list[str], state: Path, sync_token: Path, sync_seconds: float, log: Path):  # type: ignore[no-untyped-def]
+def start_server(config: Path, urls: list[str], state: Path, sync_token: Path, sync_seconds: float, log: Path) -> Proc:
     """`fedbandits serve server` as its own process (its own session: a SIGKILL of the group is clean)."""
-    import subprocess
-    import sys
-
     cmd = [sys.executable, "-m", "fedbandits.cli", "serve", "server", str(config), "--entry", "fed"]
     cmd += ["--state-dir", str(state), "--sync-token-file", str(sync_token), "--sync-seconds", str(sync_seconds)]
     for url in urls:
         cmd += ["--silo-url", url]
-    with log.open("ab") as out:
-        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    return start_process("server", cmd, log, dict(os.environ))

@@ -19,8 +19,9 @@ pytest.importorskip("starlette")
 uvicorn = pytest.importorskip("uvicorn")
 sync_api = pytest.importorskip("playwright.sync_api")
 
+from fedbandits.federation.processes import free_port  # noqa: E402
 from fedbandits.serve.coordinator import Coordinator  # noqa: E402
-from fedbandits.serve.demo import free_port, start_silo, stop, write_token  # noqa: E402
+from fedbandits.serve.demo import start_silo, write_token  # noqa: E402
 from fedbandits.serve.server_http import federation_app  # noqa: E402
 from servehelp import one_silo_config  # noqa: E402
 
@@ -94,4 +95,4 @@ def test_the_silo_and_federation_dashboards_show_the_live_figures(tmp_path):
         server.should_exit = True
         web.join(timeout=10)
         coordinator.close()
-        stop([silo.process])
+        silo.process.stop()

@@ -10,8 +10,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import sqlite3
 import threading
 import time
@@ -23,7 +21,7 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
-from fedbandits.serve.demo import start_silo, stop, write_token  # noqa: E402
+from fedbandits.serve.demo import start_silo, write_token  # noqa: E402
 from servehelp import one_silo_config, start_server  # noqa: E402
 
 SYNC_SECONDS = 0.5
@@ -76,15 +74,13 @@ def test_kill_9_under_load_loses_no_acknowledged_reward_and_releases_nothing_twi
     try:
         for _ in range(3):  # three SIGKILLs, each mid-traffic and between sync rounds
             time.sleep(1.5)
-            os.killpg(silo.process.pid, signal.SIGKILL)
-            silo.process.wait()
+            silo.process.kill()
             before = len(load.acked)
             silo = start_silo(config, 0, "fed", tmp_path, tokens, extra, port=port)
             processes.append(silo.process)
         time.sleep(1.5)
         # the server is killed for several rounds: the silo keeps serving and says the server is unreachable
-        os.killpg(server.pid, signal.SIGKILL)
-        server.wait()
+        server.kill()
         version = load.client.get(silo.url + "/v1/status").json()["model_version"]
         served = len(load.acked)
         time.sleep(4 * SYNC_SECONDS)
@@ -104,10 +100,11 @@ def test_kill_9_under_load_loses_no_acknowledged_reward_and_releases_nothing_twi
         load.stopped.set()
         load.thread.join()
         time.sleep(2 * SYNC_SECONDS)  # a last round takes the last rewards
-        stop([server])  # SIGTERM: the server ends after its current tick
+        server.stop()  # SIGTERM: the server ends after its current tick
     finally:
         load.stopped.set()
-        stop(processes)
+        for process in processes:
+            process.stop()
     assert before > 0 and load.failures > 0  # the kills happened under traffic
     # every acknowledged reward is in the log exactly once (the unique index allows no second one)
     db = sqlite3.connect(tmp_path / "fed-0" / "events.sqlite")
@@ -119,7 +116,7 @@ def test_kill_9_under_load_loses_no_acknowledged_reward_and_releases_nothing_twi
     try:
         status = httpx.get(final.url + "/v1/status", headers={"Authorization": f"Bearer {token}"}).json()
     finally:
-        stop([final.process])
+        final.process.stop()
     assert status["rewarded"] == len(logged) >= len(acked)
     # released exactly once: the server's closed rounds hold exactly the rewards the log marks released,
     # and the ones not yet released wait in the next batch

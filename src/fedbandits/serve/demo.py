@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import secrets
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -34,6 +33,7 @@ import uvicorn
 
 from fedbandits.config import load_config
 from fedbandits.envs.synthetic import GaussianSphere, GaussianSphereParams
+from fedbandits.federation.processes import Proc, free_port, start_process
 from fedbandits.serve.coordinator import Coordinator
 from fedbandits.serve.server_http import federation_app
 
@@ -45,17 +45,9 @@ SYNC_SECONDS = 5.0
 class SiloProcess:
     """A ``fedbandits serve silo`` process on 127.0.0.1 and how to reach it."""
 
-    process: subprocess.Popen[bytes]
+    process: Proc
     url: str
     log: Path
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def write_token(path: Path) -> str:
@@ -100,18 +92,17 @@ def start_silo(
         str(port),
         *extra,
     ]
-    with log.open("ab") as out:
-        process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    process = start_process(name, cmd, log, dict(os.environ))
     url = f"http://127.0.0.1:{port}"
     wait_healthy(process, url, log)
     return SiloProcess(process, url, log)
 
 
-def wait_healthy(process: subprocess.Popen[bytes], url: str, log: Path, seconds: float = 30.0) -> None:
+def wait_healthy(process: Proc, url: str, log: Path, seconds: float = 30.0) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"silo process exited with {process.returncode}: {log.read_text()[-400:]}")
+        if not process.alive():
+            raise RuntimeError(f"silo process exited with {process.popen.returncode}: {log.read_text()[-400:]}")
         try:
             if httpx.get(url + "/healthz", timeout=1.0).status_code == 200:
                 return
@@ -119,20 +110,6 @@ def wait_healthy(process: subprocess.Popen[bytes], url: str, log: Path, seconds:
             pass
         time.sleep(0.1)
     raise RuntimeError(f"silo at {url} did not become healthy in {seconds:g} s")
-
-
-def stop(processes: Sequence[subprocess.Popen[bytes]]) -> None:
-    """SIGTERM, 10 s grace, then SIGKILL: no process of ours outlives the demo."""
-    for p in processes:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + 10.0
-    for p in processes:
-        try:
-            p.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 @dataclass
@@ -239,7 +216,7 @@ def run_demo(args: argparse.Namespace) -> int:
     tokens = (workdir / "traffic.token", workdir / "sync.token")
     token, sync = write_token(tokens[0]), write_token(tokens[1])
     silos = config.environment.params.agents  # type: ignore[attr-defined]
-    processes: list[subprocess.Popen[bytes]] = []
+    processes: list[Proc] = []
     coordinator: Coordinator | None = None
     thread: threading.Thread | None = None
     web: uvicorn.Server | None = None
@@ -292,7 +269,8 @@ def run_demo(args: argparse.Namespace) -> int:
             if thread is not None:
                 thread.join(timeout=30.0)
             coordinator.close()
-        stop(processes)
+        for process in processes:  # SIGTERM, then SIGKILL after 10 s: no process of ours outlives the demo
+            process.stop()
         if not keep:
             shutil.rmtree(workdir, ignore_errors=True)
     return 0
