@@ -127,19 +127,21 @@ class Coordinator:
         self.aggregator = Aggregator(self.setup)
         self.finished = False
         rows = self.db.execute("SELECT epoch, round, prefix FROM closed ORDER BY epoch, round").fetchall()
-        releases = self.setup.releases
         for epoch, round_, prefix in rows:
-            if epoch != self.epoch:  # an earlier epoch ended here: its final prefix is the base
-                self.epoch, self.aggregator = epoch, Aggregator(self.setup)
             self.aggregator.aggregate(self._payloads(epoch, round_))
-            last = np.frombuffer(prefix, dtype="<f8").copy()
-            self.round = round_ + 1
-            if releases is not None and self.round == releases:
-                self.base = last
-                if self.policy == "stop":
-                    self.finished = True
-                else:
-                    self.epoch, self.round, self.aggregator = epoch + 1, 0, Aggregator(self.setup)
+            self._advance(epoch, round_, np.frombuffer(prefix, dtype="<f8").copy())
+
+    def _advance(self, epoch: int, round_: int, prefix: np.ndarray) -> None:
+        """Past closed round ``(epoch, round_)``: the next round, or at the epoch's last release the
+        policy's (``stop``: finished; ``renew``: epoch + 1 on a new tree, its prefix added to ``prefix``)."""
+        self.round = round_ + 1
+        releases = self.setup.releases
+        if releases is not None and self.round == releases:
+            self.base = prefix
+            if self.policy == "stop":
+                self.finished = True
+            else:
+                self.epoch, self.round, self.aggregator = epoch + 1, 0, Aggregator(self.setup)
 
     def _payloads(self, epoch: int, round_: int) -> list[np.ndarray]:
         rows = self.db.execute(
@@ -161,12 +163,9 @@ class Coordinator:
         released: list[int] = []
         unreachable: list[int] = []
         closed = False
-        if self.setup.masked and not self.finished and not self._secagg_setup(unreachable):
-            record = Tick(epoch, round_, released, unreachable, closed, [])
-            self.history.append({"at": time.time(), **record.__dict__})
-            self._status = self._report()
-            return record
-        if not self.finished:
+        # distributed-dp: no round before secure aggregation is set up (advanced as far as the silos answer)
+        ready = not self.setup.masked or self.finished or self._secagg_setup(unreachable)
+        if ready and not self.finished:
             have = {
                 s
                 for (s,) in self.db.execute("SELECT silo FROM payloads WHERE epoch = ? AND round = ?", (epoch, round_))
@@ -188,7 +187,7 @@ class Coordinator:
             if len(have) == len(self.urls):
                 closed = True
                 self._close(epoch, round_)
-        delivered = self._deliver()
+        delivered = self._deliver() if ready else []
         record = Tick(epoch, round_, released, unreachable, closed, delivered)
         self.history.append({"at": time.time(), **record.__dict__})
         del self.history[:-200]
@@ -282,14 +281,7 @@ class Coordinator:
         self.db.execute(
             "INSERT INTO closed VALUES (?, ?, ?, ?, ?)", (epoch, round_, time.time(), prefix.tobytes(), int(samples))
         )
-        self.round = round_ + 1
-        releases = self.setup.releases
-        if releases is not None and self.round == releases:
-            self.base = prefix
-            if self.policy == "stop":
-                self.finished = True
-            else:
-                self.epoch, self.round, self.aggregator = epoch + 1, 0, Aggregator(self.setup)
+        self._advance(epoch, round_, prefix)
 
     def _deliver(self) -> list[int]:
         latest = self.latest()
