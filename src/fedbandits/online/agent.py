@@ -46,7 +46,15 @@ from fedbandits.core.clipping import ROUNDING
 from fedbandits.core.ridge import RidgeState, raise_eigenvalues, rank_one_update
 from fedbandits.core.ucb import projection, score_one
 from fedbandits.online import state as statefile
-from fedbandits.online.inputs import AgentError, check_features, check_logs, check_prefix, check_reward
+from fedbandits.online.inputs import (
+    AgentError,
+    AlreadyRewarded,
+    ExpiredDecision,
+    check_features,
+    check_logs,
+    check_prefix,
+    check_reward,
+)
 from fedbandits.online.setup import AgentSetup
 from fedbandits.privacy.discrete_gaussian import SECRET_SHARES_SAMPLER
 from fedbandits.privacy.guarantee import not_covering_adaptivity
@@ -182,11 +190,11 @@ class Agent:
         if entry is None:
             if number in self.expired:
                 self.counts["late_rewards"] += 1
-                raise AgentError(
+                raise ExpiredDecision(
                     f"decision_id {decision_id!r} expired (no reward within expiry_seconds = {self.expiry_seconds:g}); "
                     "its reward is refused and counted"
                 )
-            raise AgentError(f"decision_id {decision_id!r} was already rewarded; a decision takes one reward")
+            raise AlreadyRewarded(f"decision_id {decision_id!r} was already rewarded; a decision takes one reward")
         self._learn(number, entry[0], y)
         self.counts["rewarded"] += 1
 
@@ -263,16 +271,14 @@ class Agent:
         if counted:
             if not 0 <= number < self.counts["sequence"] or number in self.pending or number in self.expired:
                 raise AgentError(f"recall: decision {number} is not one the loaded state left out")
-            self.pending[number] = (row.astype(np.float64), float(deadline))
-            self._queue.append((float(deadline), number))
-            return
-        if number != self.counts["sequence"]:
+        elif number != self.counts["sequence"]:
             raise AgentError(f"recall: decision {number} is not the next one ({self.counts['sequence']})")
-        self._expire()
+        else:
+            self._expire()
+            self.counts["sequence"] = number + 1
+            self.counts["decisions"] += 1
         self.pending[number] = (row.astype(np.float64), float(deadline))
         self._queue.append((float(deadline), number))
-        self.counts["sequence"] = number + 1
-        self.counts["decisions"] += 1
 
     def apply_sync(self, prefix: Any) -> None:
         """Adopt the federation's synced prefix ``(P,)`` (the server's release after a sync round)."""

@@ -14,6 +14,14 @@ class AgentError(ValueError):
     """An input the agent refuses (the message names the field); nothing changed."""
 
 
+class ExpiredDecision(AgentError):
+    """A reward for a decision that expired (refused, counted as a late reward)."""
+
+
+class AlreadyRewarded(AgentError):
+    """A second reward for a decision (refused)."""
+
+
 def numeric(value: object) -> bool:
     """Whether ``value`` reads as a real numeric array (a bool array counts, as numpy casts it)."""
     try:

@@ -127,8 +127,8 @@ def write(path: Path, header: dict[str, Any], arrays: dict[str, np.ndarray], now
 def read(path: Path | io.BytesIO) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Header and arrays of a state file (a path, or its bytes in a buffer), checked;
     :class:`StateFileError` in one line otherwise."""
-    name = path if isinstance(path, Path) else "the snapshot"
-    broken = StateFileError(f"{name} is not an agent state file (corrupt or truncated)")
+    where = path if isinstance(path, Path) else "the snapshot"
+    broken = StateFileError(f"{where} is not an agent state file (corrupt or truncated)")
     try:
         with np.load(path, allow_pickle=False) as archive:
             arrays = {name: archive[name] for name in archive.files}
@@ -143,7 +143,7 @@ def read(path: Path | io.BytesIO) -> tuple[dict[str, Any], dict[str, np.ndarray]
     if not isinstance(header, dict) or header.get("kind") != KIND:
         raise broken
     if header.get("format") != FORMAT:
-        raise StateFileError(f"{name} was written by agent format {header.get('format')!r}; this is {FORMAT}")
+        raise StateFileError(f"{where} was written by agent format {header.get('format')!r}; this is {FORMAT}")
     if header.get("sha256") != digest(header, arrays):
         raise broken
     return header, arrays

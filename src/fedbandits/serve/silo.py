@@ -39,6 +39,7 @@ from fedbandits.config import Config
 from fedbandits.federation.secure_aggregation import Roster, SecAggClient, SecAggError
 from fedbandits.online import AGENT_PROTOCOLS, Agent, AgentError, AgentSetup
 from fedbandits.online import state as statefile
+from fedbandits.online.inputs import AlreadyRewarded, ExpiredDecision
 from fedbandits.privacy.discrete_gaussian import SecretTreeRandomizer
 from fedbandits.privacy.distributed_noise import DistributedCalibration
 from fedbandits.serve.masking import client_from_text, client_to_text, keyed, mask_round, unkeyed
@@ -147,7 +148,7 @@ class ServingSilo:
             else:  # a late reward: refused again, counted again
                 try:
                     agent.reward(f"{agent.instance}-{event.number}", float(event.value or 0.0))
-                except AgentError:
+                except ExpiredDecision:
                     pass
             n += 1
         self.clock.pinned = None
@@ -183,12 +184,12 @@ class ServingSilo:
         self.clock.pinned = now
         try:
             agent.reward(decision_id, value)
+        except ExpiredDecision as exc:  # counted by the agent: logged, so that a restart counts it too
+            self._commit(lambda: self.store.add_event(now, "late", number, None, value))
+            raise ServeError(410, str(exc)) from None
+        except AlreadyRewarded as exc:
+            raise ServeError(409, str(exc)) from None
         except AgentError as exc:
-            if number in agent.expired and "expired" in str(exc):
-                self._commit(lambda: self.store.add_event(now, "late", number, None, value))
-                raise ServeError(410, str(exc)) from None
-            if number not in agent.pending and "already" in str(exc):
-                raise ServeError(409, str(exc)) from None
             raise ServeError(422, str(exc)) from None
         finally:
             self.clock.pinned = None
