@@ -26,7 +26,6 @@ fresh randomizer; the lifetime epsilon is the sum of the epochs', shown in the s
 
 from __future__ import annotations
 
-import io
 import json
 import time
 from collections.abc import Callable
@@ -38,7 +37,6 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from fedbandits.config import Config
 from fedbandits.federation.secure_aggregation import Roster, SecAggClient, SecAggError
 from fedbandits.online import AGENT_PROTOCOLS, Agent, AgentError, AgentSetup
-from fedbandits.online import state as statefile
 from fedbandits.online.inputs import AlreadyRewarded, ExpiredDecision
 from fedbandits.privacy.discrete_gaussian import SecretTreeRandomizer
 from fedbandits.privacy.distributed_noise import DistributedCalibration
@@ -130,8 +128,7 @@ class ServingSilo:
 
     # -- recovery ----------------------------------------------------------------------------
     def _replay(self, seq: int, state: bytes) -> Agent:
-        header, _ = statefile.read(io.BytesIO(state))
-        self.clock.pinned = float(header["clock"])  # no shift of deadlines: the clock is the wall clock
+        # snapshots hold no pending decision, so loading shifts no deadline (the clock is the wall clock)
         agent = Agent.load(state, clock=self.clock)
         # the snapshot leaves pending decisions out: re-enter those the log shows unanswered and unexpired
         for number, at, x in self.store.unanswered(seq):
