@@ -204,7 +204,7 @@ class Service:
             raise BadRequest("features: must be K lists of d numbers each (ragged or not numbers)") from None
         arm, decision_id, _ = self.silo.decide(features, context)
         self._tick(decisions=1)
-        return JSONResponse({"arm": arm, "decision_id": decision_id, "model_version": self._version()})
+        return JSONResponse({"arm": arm, "decision_id": decision_id, "model_version": self.silo.model_version()})
 
     async def rewards(self, request: Request) -> Response:
         body = await _body(request)
@@ -262,10 +262,6 @@ class Service:
         if self.silo.broken:
             return PlainTextResponse("event log failed\n", status_code=503)
         return PlainTextResponse("ok\n")
-
-    def _version(self) -> str | None:
-        last = self.silo.store.last_prefix()
-        return None if last is None else f"{last[0]}.{last[1]}"
 
     # -- federation --------------------------------------------------------------------------
     async def release(self, request: Request) -> Response:

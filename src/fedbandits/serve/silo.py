@@ -120,6 +120,8 @@ class ServingSilo:
             self.agent = self._replay(*snap)
         self.started = self.clock()
         self.last_contact: float | None = None
+        #: (epoch, round, time) of the prefix in force, as the log has it (read once here, kept by adopt)
+        self.prefix_in_force = self.store.last_prefix()
         #: distributed-dp: this silo's side of secure aggregation, kept in the log (meta "secagg")
         self.secagg: SecAggClient | None = None
         text = self.store.meta("secagg") if setup.masked else None
@@ -296,7 +298,7 @@ class ServingSilo:
         if not self.setup.federated:
             raise ServeError(409, f"{self.setup.name!r} does not synchronise")
         self.last_contact = self.clock.now()
-        last = self.store.last_prefix()
+        last = self.prefix_in_force
         if last is not None and (epoch, round_) <= last[:2]:
             return False
         try:
@@ -309,7 +311,13 @@ class ServingSilo:
             self._snapshot()
 
         self._commit(write)
+        self.prefix_in_force = self.store.last_prefix()
         return True
+
+    def model_version(self) -> str | None:
+        """``"epoch.round"`` of the prefix in force (None before the first)."""
+        last = self.prefix_in_force
+        return None if last is None else f"{last[0]}.{last[1]}"
 
     def prepare_noise(self) -> bool:
         """Draw one entry of the next release's secret noise ahead (``ldp``); False when none is left to
@@ -320,8 +328,8 @@ class ServingSilo:
     # -- reports -----------------------------------------------------------------------------
     def status(self, sync_seconds: float | None = None) -> dict[str, object]:
         out = dict(self.agent.status())
-        last = self.store.last_prefix()
-        out["model_version"] = None if last is None else f"{last[0]}.{last[1]}"
+        last = self.prefix_in_force
+        out["model_version"] = self.model_version()
         out["last_sync"] = None if last is None else last[2]
         out["budget_policy"] = self.policy
         out["replayed_events"] = self.replayed
