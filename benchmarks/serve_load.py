@@ -36,6 +36,7 @@ import numpy as np
 
 from fedbandits.serve.coordinator import Coordinator
 from fedbandits.serve.demo import start_silo, write_token
+from fedbandits.serve.links import HttpLink
 
 CONFIG = """
 [experiment]
@@ -144,7 +145,7 @@ def main() -> None:
     if args.reward_every < 0 or args.connections < 1:
         raise SystemExit("--reward-every must be >= 0 and --connections >= 1")
     silo = start_silo(config, 0, "fed", work, tokens, ["--sync-seconds", "1"])
-    coordinator = Coordinator(config, [silo.url], work / "server", sync, entry="fed", sync_seconds=1.0)
+    coordinator = Coordinator(config, HttpLink([silo.url], sync), work / "server", entry="fed", sync_seconds=1.0)
     try:
         if pin:
             subprocess.run(["taskset", "-a", "-p", "-c", "0", str(silo.process.pid)], check=True, capture_output=True)

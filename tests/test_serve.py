@@ -22,6 +22,7 @@ from fedbandits.config import ConfigError  # noqa: E402
 from fedbandits.online import Aggregator  # noqa: E402
 from fedbandits.serve.coordinator import Coordinator  # noqa: E402
 from fedbandits.serve.http import MAX_BODY, Service  # noqa: E402
+from fedbandits.serve.links import HttpLink  # noqa: E402
 from fedbandits.serve.silo import ServeError, ServingSilo  # noqa: E402
 from fedbandits.serve.store import StoreError  # noqa: E402
 
@@ -221,7 +222,7 @@ def federation(tmp_path, policy="stop", cfg=None, allow=False):
         clients[f"silo{i}"] = c
     router = Router(clients)
     urls = [f"http://silo{i}" for i in range(3)]
-    coordinator = Coordinator(cfg, urls, tmp_path / "server", SYNC, policy=policy, transport=router)
+    coordinator = Coordinator(cfg, HttpLink(urls, SYNC, transport=router), tmp_path / "server", policy=policy)
     return silos, clients, router, coordinator
 
 
@@ -275,7 +276,8 @@ def test_a_restarted_coordinator_resumes_its_round_and_tree(tmp_path):
         coordinator.tick()
     prefix = coordinator.latest()[2].copy()
     coordinator.close()
-    again = Coordinator(config(), [f"http://silo{i}" for i in range(3)], tmp_path / "server", SYNC, transport=router)
+    urls = [f"http://silo{i}" for i in range(3)]
+    again = Coordinator(config(), HttpLink(urls, SYNC, transport=router), tmp_path / "server")
     assert (again.epoch, again.round) == (0, 2)
     assert again.aggregator.analyzer.k == coordinator.aggregator.analyzer.k
     traffic(clients, rng, 3)

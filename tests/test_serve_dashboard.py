@@ -22,6 +22,7 @@ sync_api = pytest.importorskip("playwright.sync_api")
 from fedbandits.federation.processes import free_port  # noqa: E402
 from fedbandits.serve.coordinator import Coordinator  # noqa: E402
 from fedbandits.serve.demo import start_silo, write_token  # noqa: E402
+from fedbandits.serve.links import HttpLink  # noqa: E402
 from fedbandits.serve.server_http import federation_app  # noqa: E402
 from servehelp import one_silo_config  # noqa: E402
 
@@ -54,7 +55,7 @@ def test_the_silo_and_federation_dashboards_show_the_live_figures(tmp_path):
     token, sync = write_token(tokens[0]), write_token(tokens[1])
     view = write_token(tmp_path / "view.token")
     silo = start_silo(config, 0, "fed", tmp_path, tokens, ["--sync-seconds", "1"])
-    coordinator = Coordinator(config, [silo.url], tmp_path / "server", sync, entry="fed", sync_seconds=1.0)
+    coordinator = Coordinator(config, HttpLink([silo.url], sync), tmp_path / "server", entry="fed", sync_seconds=1.0)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(federation_app(coordinator, view), port=port, log_level="warning"))
     web = threading.Thread(target=server.run, daemon=True)

@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
 
 from fedbandits.config import Config
@@ -43,6 +42,7 @@ from fedbandits.federation.secure_aggregation import Roster, SecAggServer, defau
 from fedbandits.online import AgentSetup, Aggregator
 from fedbandits.privacy.distributed_noise import DistributedCalibration
 from fedbandits.serve import masking
+from fedbandits.serve.links import SiloLink
 from fedbandits.serve.options import POLICIES
 
 log = logging.getLogger("fedbandits.serve")
@@ -74,42 +74,35 @@ class Tick:
 
 
 class Coordinator:
-    """Sync rounds for M serving silos at ``urls`` (silo order)."""
+    """Sync rounds for the M serving silos that ``link`` reaches (silo order)."""
 
     def __init__(
         self,
         config: Config | dict[str, object] | str | Path,
-        urls: list[str],
+        link: SiloLink,
         state_dir: Path,
-        sync_token: str,
         *,
         entry: str | None = None,
         sync_seconds: float = 10.0,
         policy: str = "stop",
-        verify: str | bool = True,
-        timeout: float = 5.0,
-        transport: httpx.BaseTransport | None = None,
     ) -> None:
         setup = AgentSetup.from_config(config, entry)
         if not setup.federated:
             raise ValueError(f"entry: {setup.name!r} does not synchronise; the coordinator needs a fedlinucb entry")
-        if len(urls) != setup.silos:
-            raise ValueError(f"silos: the config's [environment] agents is {setup.silos}, got {len(urls)} silo URLs")
+        if link.silos != setup.silos:
+            raise ValueError(f"silos: the config's [environment] agents is {setup.silos}, got {link.silos} silos")
         if policy not in POLICIES:
             raise ValueError(f"budget policy must be one of {list(POLICIES)}, got {policy!r}")
         if not sync_seconds > 0:
             raise ValueError(f"sync_seconds must be > 0, got {sync_seconds!r}")
         self.setup = setup
-        self.urls = urls
+        self.link = link
         #: binds secure aggregation's keys and shares to this federation (config and entry)
         self.context = hashlib.sha256(
             json.dumps({"config": setup.config.to_dict(), "entry": setup.label}, sort_keys=True).encode()
         ).digest()
         self.policy = policy
         self.sync_seconds = float(sync_seconds)
-        self.client = httpx.Client(
-            headers={"Authorization": f"Bearer {sync_token}"}, timeout=timeout, verify=verify, transport=transport
-        )
         state_dir.mkdir(parents=True, exist_ok=True)
         self.db = sqlite3.connect(state_dir / "coordinator.sqlite", isolation_level=None, check_same_thread=False)
         self.db.execute("PRAGMA journal_mode = WAL")
@@ -170,10 +163,8 @@ class Coordinator:
                 s
                 for (s,) in self.db.execute("SELECT silo FROM payloads WHERE epoch = ? AND round = ?", (epoch, round_))
             }
-            for silo, url in enumerate(self.urls):
-                if silo in have:
-                    continue
-                got = self._post(url, "/v1/sync/release", {"epoch": epoch, "round": round_})
+            asks = {s: ("/v1/sync/release", {"epoch": epoch, "round": round_}) for s in self.silos if s not in have}
+            for silo, got in sorted(self.link.exchange(asks).items()):
                 payload = self._check_release(silo, got)
                 if payload is None:
                     unreachable.append(silo)
@@ -184,7 +175,7 @@ class Coordinator:
                 )
                 released.append(silo)
                 have.add(silo)
-            if len(have) == len(self.urls):
+            if len(have) == self.link.silos:
                 closed = True
                 self._close(epoch, round_)
         delivered = self._deliver() if ready else []
@@ -202,17 +193,16 @@ class Coordinator:
             return True
         epoch = int(kv.get("epoch", "1"))
         self._put(kv, "epoch", str(epoch))
-        silos = range(len(self.urls))
-        for silo in silos:  # 1. every silo's public keys
-            if f"keys:{silo}" not in kv:
-                got = self._post(self.urls[silo], "/v1/sync/keys", {"secagg_epoch": epoch})
-                try:
-                    keys = {k: masking.unb64(got[k], k) for k in ("c_public", "s_public")}  # type: ignore[index]
-                    assert all(len(v) == 32 for v in keys.values())
-                except (TypeError, KeyError, ValueError, AssertionError):
-                    unreachable.append(silo)
-                    continue
-                self._put(kv, f"keys:{silo}", json.dumps(got))
+        silos = self.silos
+        asks = {s: ("/v1/sync/keys", {"secagg_epoch": epoch}) for s in silos if f"keys:{s}" not in kv}
+        for silo, got in sorted(self.link.exchange(asks).items()):  # 1. every silo's public keys
+            try:
+                keys = {k: masking.unb64(got[k], k) for k in ("c_public", "s_public")}  # type: ignore[index]
+                assert all(len(v) == 32 for v in keys.values())
+            except (TypeError, KeyError, ValueError, AssertionError):
+                unreachable.append(silo)
+                continue
+            self._put(kv, f"keys:{silo}", json.dumps(got))
         if any(f"keys:{i}" not in kv for i in silos):
             return False
         if "roster" not in kv:  # 2. the roster
@@ -222,31 +212,30 @@ class Coordinator:
             roster = Roster(
                 self.context,
                 epoch,
-                default_threshold(len(self.urls), cal.colluders, cal.dropouts),
+                default_threshold(self.link.silos, cal.colluders, cal.dropouts),
                 {i: masking.unb64(k["c_public"], "c_public") for i, k in public.items()},
                 {i: masking.unb64(k["s_public"], "s_public") for i, k in public.items()},
             )
             self._put(kv, "roster", json.dumps(masking.roster_to_json(roster)))
         roster_json = json.loads(kv["roster"])
-        for silo in silos:  # 3. every silo's encrypted shares
-            if f"out:{silo}" not in kv and silo not in unreachable:
-                got = self._post(self.urls[silo], "/v1/sync/roster", {"roster": roster_json})
-                try:
-                    shares = masking.keyed(got["shares"], "shares")  # type: ignore[index]
-                    assert set(shares) == set(silos)
-                except (TypeError, KeyError, ValueError, AssertionError):
-                    unreachable.append(silo)
-                    continue
-                self._put(kv, f"out:{silo}", json.dumps(got["shares"]))  # type: ignore[index]
+        asks = {s: ("/v1/sync/roster", {"roster": roster_json}) for s in silos if f"out:{s}" not in kv}
+        for silo, got in sorted(self.link.exchange(asks).items()):  # 3. every silo's encrypted shares
+            try:
+                shares = masking.keyed(got["shares"], "shares")  # type: ignore[index]
+                assert set(shares) == set(silos)
+            except (TypeError, KeyError, ValueError, AssertionError):
+                unreachable.append(silo)
+                continue
+            self._put(kv, f"out:{silo}", json.dumps(got["shares"]))  # type: ignore[index]
         if any(f"out:{i}" not in kv for i in silos):
             return False
         routed = SecAggServer.route({i: masking.keyed(json.loads(kv[f"out:{i}"]), "shares") for i in silos})
-        for silo in silos:  # 4. the shares addressed to each silo
-            if f"in:{silo}" not in kv and silo not in unreachable:
-                if self._post(self.urls[silo], "/v1/sync/shares", {"shares": masking.unkeyed(routed[silo])}) is None:
-                    unreachable.append(silo)
-                    continue
-                self._put(kv, f"in:{silo}", "yes")
+        asks = {s: ("/v1/sync/shares", {"shares": masking.unkeyed(routed[s])}) for s in silos if f"in:{s}" not in kv}
+        for silo, got in sorted(self.link.exchange(asks).items()):  # 4. the shares addressed to each silo
+            if got is None:
+                unreachable.append(silo)
+                continue
+            self._put(kv, f"in:{silo}", "yes")
         if any(f"in:{i}" not in kv for i in silos):
             return False
         self._put(kv, "done", "yes")
@@ -291,28 +280,16 @@ class Coordinator:
         done = dict(((s, (e, r)) for s, e, r in self.db.execute("SELECT silo, epoch, round FROM delivered")))
         out = []
         body = {"epoch": epoch, "round": round_, "prefix": base64.b64encode(prefix.tobytes()).decode()}
-        for silo, url in enumerate(self.urls):
-            if done.get(silo) == (epoch, round_):
-                continue
-            if self._post(url, "/v1/sync/prefix", body) is not None:
+        asks = {s: ("/v1/sync/prefix", body) for s in self.silos if done.get(s) != (epoch, round_)}
+        for silo, got in sorted(self.link.exchange(asks).items()):
+            if got is not None:
                 self.db.execute("INSERT OR REPLACE INTO delivered VALUES (?, ?, ?)", (silo, epoch, round_))
                 out.append(silo)
         return out
 
-    def _post(self, url: str, path: str, body: dict[str, Any]) -> dict[str, Any] | None:
-        try:
-            response = self.client.post(url.rstrip("/") + path, json=body)
-        except httpx.HTTPError as exc:
-            log.info("%s%s: unreachable (%s)", url, path, type(exc).__name__)
-            return None
-        if response.status_code != 200:
-            log.warning("%s%s: %d %s", url, path, response.status_code, response.text[:200])
-            return None
-        try:
-            got = response.json()
-        except ValueError:
-            return None
-        return got if isinstance(got, dict) else None
+    @property
+    def silos(self) -> range:
+        return range(self.link.silos)
 
     # -- the schedule ------------------------------------------------------------------------
     def run(self, until: float | None = None) -> None:
@@ -346,7 +323,7 @@ class Coordinator:
         per_epoch = None if cal is None else cal.epsilon
         last = self.history[-1] if self.history else None
         return {
-            "silos": len(self.urls),
+            "silos": self.link.silos,
             "epoch": self.epoch,
             "rounds_closed": int(count),
             "unreachable": [] if last is None else last["unreachable"],
@@ -377,5 +354,5 @@ class Coordinator:
         }
 
     def close(self) -> None:
-        self.client.close()
+        self.link.close()
         self.db.close()

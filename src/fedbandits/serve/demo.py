@@ -35,6 +35,7 @@ from fedbandits.config import load_config
 from fedbandits.envs.synthetic import GaussianSphere, GaussianSphereParams
 from fedbandits.federation.processes import Proc, free_port, start_process
 from fedbandits.serve.coordinator import Coordinator
+from fedbandits.serve.links import HttpLink
 from fedbandits.serve.server_http import federation_app
 
 DEMO_CONFIG = Path(__file__).with_name("demo.toml")
@@ -229,9 +230,8 @@ def run_demo(args: argparse.Namespace) -> int:
         processes += [s.process for s in alone]
         coordinator = Coordinator(
             config,
-            [s.url for s in fed],
+            HttpLink([s.url for s in fed], sync),
             workdir / "server",
-            sync,
             entry="fed",
             sync_seconds=SYNC_SECONDS,
             policy="renew",

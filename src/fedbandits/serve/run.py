@@ -16,6 +16,7 @@ import uvicorn
 from fedbandits.config import load_config
 from fedbandits.serve.coordinator import Coordinator
 from fedbandits.serve.http import Service
+from fedbandits.serve.links import HttpLink
 from fedbandits.serve.server_http import federation_app
 from fedbandits.serve.silo import ServingSilo
 
@@ -120,13 +121,11 @@ def run_server(args: argparse.Namespace) -> int:
             raise ValueError(f"--silo-url {url}: must start with http:// or https://")
     coordinator = Coordinator(
         load_config(args.config),
-        list(args.silo_url),
+        HttpLink(list(args.silo_url), sync_token, verify=str(args.ca) if args.ca else True),
         args.state_dir,
-        sync_token,
         entry=args.entry,
         sync_seconds=args.sync_seconds,
         policy=args.budget_policy,
-        verify=str(args.ca) if args.ca else True,
     )
     logging.basicConfig(level=logging.WARNING, format="fedbandits serve server: %(message)s", stream=sys.stderr)
     where = "" if options is None else f"; status and dashboard on port {args.port}"

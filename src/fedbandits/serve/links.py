@@ -1,0 +1,93 @@
+"""How the coordinator reaches the serving silos' sync API: straight over HTTPS, or through Flower.
+
+The coordinator (:mod:`fedbandits.serve.coordinator`) speaks to the silos in phases: one request per
+silo that still owes an answer (a release, its keys, its shares; the prefix it lacks), all of one
+kind at once.  A :class:`SiloLink` carries such a phase: :meth:`SiloLink.exchange` takes
+``{silo: (path, body)}`` and returns ``{silo: answer}``, the answer being the silo's JSON object or
+None (unreachable, refused or malformed -- the coordinator asks again at its next tick; every sync
+request is idempotent on the silo's side, :mod:`fedbandits.serve.silo`).
+
+* :class:`HttpLink`: the coordinator calls each silo's ``/v1/sync/...`` itself, with the
+  federation's bearer token (``fedbandits serve server --silo-url ...``).
+* :class:`fedbandits.serve.flower.FlowerLink`: the requests ride the Flower deployment of
+  ``fedbandits deploy`` (SuperLink, authenticated SuperNodes, TLS); a silo's SuperNode hands each
+  one to its own service on loopback (``fedbandits serve server --flower``).
+
+:data:`SYNC_PATHS` are the only paths either link carries.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, Protocol
+
+import httpx
+
+log = logging.getLogger("fedbandits.serve")
+
+#: the silo's sync routes (fedbandits.serve.http); nothing else is ever forwarded to a silo
+SYNC_PATHS = ("/v1/sync/release", "/v1/sync/prefix", "/v1/sync/keys", "/v1/sync/roster", "/v1/sync/shares")
+
+Requests = dict[int, tuple[str, dict[str, Any]]]
+Answers = dict[int, "dict[str, Any] | None"]
+
+
+class SiloLink(Protocol):
+    """One phase of requests to the silos (see the module's docstring)."""
+
+    silos: int
+
+    def exchange(self, requests: Requests) -> Answers: ...
+
+    def close(self) -> None: ...
+
+
+def parse_answer(where: str, status: int, text: str) -> dict[str, Any] | None:
+    """A silo's HTTP answer as the coordinator takes it: a JSON object from a 200, else None (logged)."""
+    if status != 200:
+        log.warning("%s: %d %s", where, status, text[:200])
+        return None
+    try:
+        got = json.loads(text)
+    except ValueError:
+        log.warning("%s: an answer that is not JSON", where)
+        return None
+    return got if isinstance(got, dict) else None
+
+
+class HttpLink:
+    """The silos at ``urls`` (silo order), called one after the other with the sync token."""
+
+    def __init__(
+        self,
+        urls: list[str],
+        sync_token: str,
+        *,
+        verify: str | bool = True,
+        timeout: float = 5.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.urls = list(urls)
+        self.silos = len(self.urls)
+        self.client = httpx.Client(
+            headers={"Authorization": f"Bearer {sync_token}"}, timeout=timeout, verify=verify, transport=transport
+        )
+
+    def exchange(self, requests: Requests) -> Answers:
+        out: Answers = {}
+        for silo, (path, body) in requests.items():
+            if path not in SYNC_PATHS:
+                raise ValueError(f"not a sync path: {path!r}")
+            url = self.urls[silo].rstrip("/") + path
+            try:
+                response = self.client.post(url, json=body)
+            except httpx.HTTPError as exc:
+                log.info("%s: unreachable (%s)", url, type(exc).__name__)
+                out[silo] = None
+                continue
+            out[silo] = parse_answer(url, response.status_code, response.text)
+        return out
+
+    def close(self) -> None:
+        self.client.close()
