@@ -42,7 +42,7 @@ from fedbandits.federation.secure_aggregation import Roster, SecAggServer, defau
 from fedbandits.online import AgentSetup, Aggregator
 from fedbandits.privacy.distributed_noise import DistributedCalibration
 from fedbandits.serve import masking
-from fedbandits.serve.links import SiloLink
+from fedbandits.serve.links import Requests, SiloLink
 from fedbandits.serve.options import POLICIES
 
 log = logging.getLogger("fedbandits.serve")
@@ -230,7 +230,9 @@ class Coordinator:
         if any(f"out:{i}" not in kv for i in silos):
             return False
         routed = SecAggServer.route({i: masking.keyed(json.loads(kv[f"out:{i}"]), "shares") for i in silos})
-        asks = {s: ("/v1/sync/shares", {"shares": masking.unkeyed(routed[s])}) for s in silos if f"in:{s}" not in kv}
+        asks: Requests = {
+            s: ("/v1/sync/shares", {"shares": masking.unkeyed(routed[s])}) for s in silos if f"in:{s}" not in kv
+        }
         for silo, got in sorted(self.link.exchange(asks).items()):  # 4. the shares addressed to each silo
             if got is None:
                 unreachable.append(silo)
