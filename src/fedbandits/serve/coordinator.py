@@ -194,7 +194,7 @@ class Coordinator:
         epoch = int(kv.get("epoch", "1"))
         self._put(kv, "epoch", str(epoch))
         silos = self.silos
-        asks = {s: ("/v1/sync/keys", {"secagg_epoch": epoch}) for s in silos if f"keys:{s}" not in kv}
+        asks: Requests = {s: ("/v1/sync/keys", {"secagg_epoch": epoch}) for s in silos if f"keys:{s}" not in kv}
         for silo, got in sorted(self.link.exchange(asks).items()):  # 1. every silo's public keys
             try:
                 keys = {k: masking.unb64(got[k], k) for k in ("c_public", "s_public")}  # type: ignore[index]
@@ -230,9 +230,7 @@ class Coordinator:
         if any(f"out:{i}" not in kv for i in silos):
             return False
         routed = SecAggServer.route({i: masking.keyed(json.loads(kv[f"out:{i}"]), "shares") for i in silos})
-        asks: Requests = {
-            s: ("/v1/sync/shares", {"shares": masking.unkeyed(routed[s])}) for s in silos if f"in:{s}" not in kv
-        }
+        asks = {s: ("/v1/sync/shares", {"shares": masking.unkeyed(routed[s])}) for s in silos if f"in:{s}" not in kv}
         for silo, got in sorted(self.link.exchange(asks).items()):  # 4. the shares addressed to each silo
             if got is None:
                 unreachable.append(silo)
