@@ -268,6 +268,46 @@ def test_sync_rounds_give_every_silo_the_aggregators_prefix(tmp_path):
         np.testing.assert_allclose(s.agent.synced_bias[0], prefix[-DIM:])
 
 
+class Bundling(HttpLink):
+    """The HTTP link as a costly one (Flower's): the coordinator must send one exchange per tick."""
+
+    bundles = True
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.calls = []
+
+    def exchange(self, requests):
+        self.calls.append({silo: [path for path, _ in asks] for silo, asks in requests.items()})
+        return super().exchange(requests)
+
+
+def test_a_bundling_link_carries_the_closed_prefix_with_the_next_release_request(tmp_path):
+    cfg = config()
+    silos, clients, router, _ = federation(tmp_path, cfg=cfg)
+    link = Bundling([f"http://silo{i}" for i in range(3)], SYNC, transport=router)
+    coordinator = Coordinator(cfg, link, tmp_path / "bundled")
+    rng = np.random.default_rng(11)
+    traffic(clients, rng, 2)
+    tick = coordinator.tick()  # round 0 closes; its prefix waits for the next tick's message
+    assert (tick.closed, tick.delivered) == (True, []) and len(link.calls) == 1
+    assert link.calls[0] == {i: ["/v1/sync/release"] for i in range(3)}
+    assert [s.status()["model_version"] for s in silos] == [None] * 3
+    traffic(clients, rng, 2)
+    tick = coordinator.tick()  # one message per silo: the prefix of round 0, then the release of round 1
+    assert len(link.calls) == 2 and link.calls[1] == {i: ["/v1/sync/prefix", "/v1/sync/release"] for i in range(3)}
+    assert (tick.released, tick.closed, tick.delivered) == ([0, 1, 2], True, [0, 1, 2])
+    assert [s.status()["model_version"] for s in silos] == ["0.0"] * 3
+    router.down = {"silo1"}  # a silo that misses a tick gets the newest prefix with its next request
+    tick = coordinator.tick()
+    assert (tick.delivered, tick.unreachable, tick.closed) == ([0, 2], [1], False)
+    router.down = set()
+    tick = coordinator.tick()
+    assert link.calls[-1] == {1: ["/v1/sync/prefix", "/v1/sync/release"]}
+    assert (tick.delivered, tick.released, tick.closed) == ([1], [1], True)
+    assert [s.status()["model_version"] for s in silos] == ["0.1"] * 3
+
+
 def test_a_restarted_coordinator_resumes_its_round_and_tree(tmp_path):
     _, clients, router, coordinator = federation(tmp_path)
     rng = np.random.default_rng(5)

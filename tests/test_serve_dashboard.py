@@ -57,7 +57,7 @@ def test_the_silo_and_federation_dashboards_show_the_live_figures(tmp_path):
     silo = start_silo(config, 0, "fed", tmp_path, tokens, ["--sync-seconds", "1"])
     coordinator = Coordinator(config, HttpLink([silo.url], sync), tmp_path / "server", entry="fed", sync_seconds=1.0)
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(federation_app(coordinator, view), port=port, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(federation_app(coordinator.status, view), port=port, log_level="warning"))
     web = threading.Thread(target=server.run, daemon=True)
     web.start()
     try:

@@ -148,7 +148,14 @@ class ServerDeployment:
                 )
         atomic_write_bytes(spec_file, self.spec.to_json().encode())
         write_connection(self.cli_home, self.port, self.creds / "ca.pem", self.cli_host)
-        settings = {
+        write_app(self.workdir / "app", self.app_settings(spec_file), self.app_module)
+
+    #: the module whose ``server_app`` and ``client_app`` the submitted Flower app runs
+    app_module = "fedbandits.federation.app"
+
+    def app_settings(self, spec_file: Path) -> dict[str, object]:
+        """The submitted app's run config (what the ServerApp reads)."""
+        settings: dict[str, object] = {
             "spec-file": str(spec_file),
             "state-dir": str(self.state / "server"),
             "registry-file": str(self.workdir / "registry.json"),
@@ -167,7 +174,7 @@ class ServerDeployment:
                     "shuffler-key": str(self.hop / "server-client.key"),
                 }
             )
-        write_app(self.workdir / "app", settings)
+        return settings
 
     # -- processes ---------------------------------------------------------------------------
     def start_superlink(self) -> Proc:

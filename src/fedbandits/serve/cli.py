@@ -4,10 +4,17 @@
         [--entry LABEL] [--host 127.0.0.1] [--port 8700] [--tls-cert C --tls-key K] [--insecure-http]
         [--expiry-seconds S] [--budget-policy stop|renew] [--durability process|fsync]
         [--sync-seconds N] [--allow-unprivatized]
-    fedbandits serve server CONFIG.toml --silo-url URL [--silo-url URL ...] --state-dir DIR
-        --sync-token-file F [--entry LABEL] [--sync-seconds 10] [--budget-policy stop|renew] [--ca CA.pem]
+        [--superlink HOST:PORT --superlink-ca CA.pem --node-key silo-<I>]
+    fedbandits serve server CONFIG.toml --state-dir DIR [--entry LABEL] [--sync-seconds 10]
+        [--budget-policy stop|renew]
+        (--silo-url URL [--silo-url URL ...] --sync-token-file F [--ca CA.pem]
+         | --flower --certs DIR [--superlink-host H] [--superlink-port P] [--round-timeout S])
         [--port P --token-file F [--host 127.0.0.1] [--tls-cert C --tls-key K] [--insecure-http]]
-    fedbandits serve demo [--seconds 120] [--rate 20] [--workdir DIR]
+    fedbandits serve demo [--seconds 120] [--rate 20] [--workdir DIR] [--flower]
+
+The server reaches the silos either over HTTPS (``--silo-url``, with the federation's sync token)
+or through the Flower deployment of ``fedbandits deploy`` (``--flower``; each silo runs with
+``--superlink`` and its SuperNode key; :mod:`fedbandits.serve.deployment`).
 
 Off loopback a silo refuses to listen without TLS unless ``--insecure-http`` says the operator
 terminates TLS elsewhere.  Tokens are read from files (never from the command line, which other
@@ -50,12 +57,28 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     silo.add_argument("--durability", choices=sorted(DURABILITY), default="process")
     silo.add_argument("--sync-seconds", type=float, help="the server's schedule (to report an unreachable server)")
     silo.add_argument("--allow-unprivatized", action="store_true", help="opt in to protocol 'none'")
+    silo.add_argument(
+        "--superlink", metavar="HOST:PORT", help="sync through the Flower deployment: the server's SuperLink"
+    )
+    silo.add_argument("--superlink-ca", type=Path, help="with --superlink: the deployment's CA certificate")
+    silo.add_argument("--node-key", type=Path, help="with --superlink: this silo's SuperNode key (silo-<i>)")
     server = sub.add_parser("server", help="the federation's wall-clock sync rounds")
     server.add_argument("config", type=Path, metavar="CONFIG.toml")
-    server.add_argument("--silo-url", action="append", required=True, help="a silo's base URL, in silo order")
+    server.add_argument("--silo-url", action="append", help="a silo's base URL, in silo order (HTTPS link)")
     server.add_argument("--entry")
     server.add_argument("--state-dir", type=Path, required=True)
-    server.add_argument("--sync-token-file", type=Path, required=True)
+    server.add_argument("--sync-token-file", type=Path, help="the federation's token (HTTPS link)")
+    server.add_argument(
+        "--flower", action="store_true", help="sync through a Flower deployment (SuperLink, authenticated SuperNodes)"
+    )
+    server.add_argument(
+        "--certs", type=Path, help="with --flower: ca.pem, server.pem, server.key and every silo-<i>.pub"
+    )
+    server.add_argument("--superlink-host", default="127.0.0.1", help="with --flower: the SuperLink's address")
+    server.add_argument("--superlink-port", type=int, default=0, help="with --flower: its port (default: a free one)")
+    server.add_argument(
+        "--round-timeout", type=float, default=20.0, help="with --flower: how long a phase waits for the silos"
+    )
     server.add_argument("--sync-seconds", type=float, default=10.0)
     server.add_argument("--budget-policy", choices=POLICIES, default="stop")
     server.add_argument("--ca", type=Path, help="CA certificate to verify the silos' TLS (default: the system's)")
@@ -75,6 +98,11 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     )
     demo.add_argument("--workdir", type=Path, help="keep tokens, logs and event logs here (default: temporary)")
     demo.add_argument("--rate", type=float, default=20.0, help="users per second per silo (default 20)")
+    demo.add_argument(
+        "--flower",
+        action="store_true",
+        help="sync through a Flower deployment (SuperLink, SuperNodes; needs fedbandits[deploy]) instead of HTTPS",
+    )
     return p
 
 

@@ -31,6 +31,7 @@ import logging
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,7 @@ from fedbandits.federation.secure_aggregation import Roster, SecAggServer, defau
 from fedbandits.online import AgentSetup, Aggregator
 from fedbandits.privacy.distributed_noise import DistributedCalibration
 from fedbandits.serve import masking
-from fedbandits.serve.links import Requests, SiloLink
+from fedbandits.serve.links import Request, Requests, SiloLink, exchange_one
 from fedbandits.serve.options import POLICIES
 
 log = logging.getLogger("fedbandits.serve")
@@ -86,15 +87,9 @@ class Coordinator:
         sync_seconds: float = 10.0,
         policy: str = "stop",
     ) -> None:
-        setup = AgentSetup.from_config(config, entry)
-        if not setup.federated:
-            raise ValueError(f"entry: {setup.name!r} does not synchronise; the coordinator needs a fedlinucb entry")
+        setup = self.check(config, entry, policy, sync_seconds)
         if link.silos != setup.silos:
             raise ValueError(f"silos: the config's [environment] agents is {setup.silos}, got {link.silos} silos")
-        if policy not in POLICIES:
-            raise ValueError(f"budget policy must be one of {list(POLICIES)}, got {policy!r}")
-        if not sync_seconds > 0:
-            raise ValueError(f"sync_seconds must be > 0, got {sync_seconds!r}")
         self.setup = setup
         self.link = link
         #: binds secure aggregation's keys and shares to this federation (config and entry)
@@ -111,6 +106,20 @@ class Coordinator:
         self.stopped = threading.Event()
         self._resume()
         self._status = self._report()
+
+    @staticmethod
+    def check(
+        config: Config | dict[str, object] | str | Path, entry: str | None, policy: str, sync_seconds: float
+    ) -> AgentSetup:
+        """The entry's set-up, if a coordinator can sync it with these settings (else a ValueError)."""
+        setup = AgentSetup.from_config(config, entry)
+        if not setup.federated:
+            raise ValueError(f"entry: {setup.name!r} does not synchronise; the coordinator needs a fedlinucb entry")
+        if policy not in POLICIES:
+            raise ValueError(f"budget policy must be one of {list(POLICIES)}, got {policy!r}")
+        if not sync_seconds > 0:
+            raise ValueError(f"sync_seconds must be > 0, got {sync_seconds!r}")
+        return setup
 
     # -- state -------------------------------------------------------------------------------
     def _resume(self) -> None:
@@ -158,27 +167,42 @@ class Coordinator:
         closed = False
         # distributed-dp: no round before secure aggregation is set up (advanced as far as the silos answer)
         ready = not self.setup.masked or self.finished or self._secagg_setup(unreachable)
-        if ready and not self.finished:
-            have = {
-                s
-                for (s,) in self.db.execute("SELECT silo FROM payloads WHERE epoch = ? AND round = ?", (epoch, round_))
-            }
-            asks = {s: ("/v1/sync/release", {"epoch": epoch, "round": round_}) for s in self.silos if s not in have}
-            for silo, got in sorted(self.link.exchange(asks).items()):
-                payload = self._check_release(silo, got)
-                if payload is None:
-                    unreachable.append(silo)
-                    continue
-                self.db.execute(
-                    "INSERT INTO payloads VALUES (?, ?, ?, ?, ?)",
-                    (epoch, round_, silo, payload.tobytes(), int(got["samples"])),  # type: ignore[index]
-                )
-                released.append(silo)
-                have.add(silo)
-            if len(have) == self.link.silos:
-                closed = True
-                self._close(epoch, round_)
-        delivered = self._deliver() if ready else []
+        delivered: list[int] = []
+        asks: Requests = {s: [] for s in self.silos}
+        # a bundling link: the last closed round's prefix goes with this tick's release requests
+        prefix = self._deliveries() if ready and self.link.bundles else {}
+        for s, request in prefix.items():
+            asks[s].append(request)
+        have = {
+            s for (s,) in self.db.execute("SELECT silo FROM payloads WHERE epoch = ? AND round = ?", (epoch, round_))
+        }
+        releasing = ready and not self.finished
+        for s in self.silos:
+            if releasing and s not in have:
+                asks[s].append(("/v1/sync/release", {"epoch": epoch, "round": round_}))
+        for silo, answers in sorted(self.link.exchange({s: a for s, a in asks.items() if a}).items()):
+            if silo in prefix:
+                delivered += self._delivered(silo, prefix[silo], answers.pop(0))
+            if not answers:
+                continue
+            got = answers[0]
+            payload = self._check_release(silo, got)
+            if payload is None:
+                unreachable.append(silo)
+                continue
+            self.db.execute(
+                "INSERT INTO payloads VALUES (?, ?, ?, ?, ?)",
+                (epoch, round_, silo, payload.tobytes(), int(got["samples"])),  # type: ignore[index]
+            )
+            released.append(silo)
+            have.add(silo)
+        if releasing and len(have) == self.link.silos:
+            closed = True
+            self._close(epoch, round_)
+        if ready and not self.link.bundles:  # at once, in a message of its own
+            deliveries = self._deliveries()
+            for silo, got in sorted(exchange_one(self.link, deliveries).items()):
+                delivered += self._delivered(silo, deliveries[silo], got)
         record = Tick(epoch, round_, released, unreachable, closed, delivered)
         self.history.append({"at": time.time(), **record.__dict__})
         del self.history[:-200]
@@ -194,8 +218,10 @@ class Coordinator:
         epoch = int(kv.get("epoch", "1"))
         self._put(kv, "epoch", str(epoch))
         silos = self.silos
-        asks: Requests = {s: ("/v1/sync/keys", {"secagg_epoch": epoch}) for s in silos if f"keys:{s}" not in kv}
-        for silo, got in sorted(self.link.exchange(asks).items()):  # 1. every silo's public keys
+        asks: dict[int, Request] = {
+            s: ("/v1/sync/keys", {"secagg_epoch": epoch}) for s in silos if f"keys:{s}" not in kv
+        }
+        for silo, got in sorted(exchange_one(self.link, asks).items()):  # 1. every silo's public keys
             try:
                 keys = {k: masking.unb64(got[k], k) for k in ("c_public", "s_public")}  # type: ignore[index]
                 assert all(len(v) == 32 for v in keys.values())
@@ -219,7 +245,7 @@ class Coordinator:
             self._put(kv, "roster", json.dumps(masking.roster_to_json(roster)))
         roster_json = json.loads(kv["roster"])
         asks = {s: ("/v1/sync/roster", {"roster": roster_json}) for s in silos if f"out:{s}" not in kv}
-        for silo, got in sorted(self.link.exchange(asks).items()):  # 3. every silo's encrypted shares
+        for silo, got in sorted(exchange_one(self.link, asks).items()):  # 3. every silo's encrypted shares
             try:
                 shares = masking.keyed(got["shares"], "shares")  # type: ignore[index]
                 assert set(shares) == set(silos)
@@ -231,7 +257,7 @@ class Coordinator:
             return False
         routed = SecAggServer.route({i: masking.keyed(json.loads(kv[f"out:{i}"]), "shares") for i in silos})
         asks = {s: ("/v1/sync/shares", {"shares": masking.unkeyed(routed[s])}) for s in silos if f"in:{s}" not in kv}
-        for silo, got in sorted(self.link.exchange(asks).items()):  # 4. the shares addressed to each silo
+        for silo, got in sorted(exchange_one(self.link, asks).items()):  # 4. the shares addressed to each silo
             if got is None:
                 unreachable.append(silo)
                 continue
@@ -272,33 +298,39 @@ class Coordinator:
         )
         self._advance(epoch, round_, prefix)
 
-    def _deliver(self) -> list[int]:
+    def _deliveries(self) -> dict[int, Request]:
+        """The newest closed prefix for every silo that has not acknowledged it."""
         latest = self.latest()
         if latest is None:
-            return []
+            return {}
         epoch, round_, prefix, _ = latest
         done = dict(((s, (e, r)) for s, e, r in self.db.execute("SELECT silo, epoch, round FROM delivered")))
-        out = []
         body = {"epoch": epoch, "round": round_, "prefix": base64.b64encode(prefix.tobytes()).decode()}
-        asks = {s: ("/v1/sync/prefix", body) for s in self.silos if done.get(s) != (epoch, round_)}
-        for silo, got in sorted(self.link.exchange(asks).items()):
-            if got is not None:
-                self.db.execute("INSERT OR REPLACE INTO delivered VALUES (?, ?, ?)", (silo, epoch, round_))
-                out.append(silo)
-        return out
+        return {s: ("/v1/sync/prefix", body) for s in self.silos if done.get(s) != (epoch, round_)}
+
+    def _delivered(self, silo: int, request: Request, got: dict[str, Any] | None) -> list[int]:
+        """Record an acknowledged delivery; ``[silo]`` if it was, else ``[]``."""
+        if got is None:
+            return []
+        body = request[1]
+        self.db.execute("INSERT OR REPLACE INTO delivered VALUES (?, ?, ?)", (silo, body["epoch"], body["round"]))
+        return [silo]
 
     @property
     def silos(self) -> range:
         return range(self.link.silos)
 
     # -- the schedule ------------------------------------------------------------------------
-    def run(self, until: float | None = None) -> None:
-        """Tick at start + k * sync_seconds (wall clock) until ``stop()`` or the time ``until``."""
+    def run(self, until: float | None = None, after_tick: Callable[[], None] | None = None) -> None:
+        """Tick at start + k * sync_seconds (wall clock) until ``stop()`` or the time ``until``;
+        ``after_tick`` (e.g. publish the status) after each."""
         start = time.time()
         k = 0
         while not self.stopped.is_set() and (until is None or time.time() < until):
             try:
                 self.tick()
+                if after_tick is not None:
+                    after_tick()
             except Exception:  # one bad tick must not stop the federation's schedule
                 log.exception("sync tick failed")
             k += 1

@@ -33,13 +33,17 @@ import uvicorn
 
 from fedbandits.config import load_config
 from fedbandits.envs.synthetic import GaussianSphere, GaussianSphereParams
-from fedbandits.federation.processes import Proc, free_port, start_process
+from fedbandits.federation.certs import create_flower_credentials
+from fedbandits.federation.processes import Proc, free_port, start_process, watch_processes_under
 from fedbandits.serve.coordinator import Coordinator
 from fedbandits.serve.links import HttpLink
 from fedbandits.serve.server_http import federation_app
 
 DEMO_CONFIG = Path(__file__).with_name("demo.toml")
 SYNC_SECONDS = 5.0
+#: with --flower: every message starts a ClientApp process on the silo's host (Flower 1.42; about
+#: 2 s of CPU, docs/serving.md), and the demo's 3 silos share one host with the traffic generator
+FLOWER_SYNC_SECONDS = 15.0
 
 
 @dataclass
@@ -49,6 +53,13 @@ class SiloProcess:
     process: Proc
     url: str
     log: Path
+
+
+def marked(workdir: Path) -> dict[str, str]:
+    """The environment of a process the demo starts: marked with the work folder, so that the
+    demo's watchdog (:func:`fedbandits.federation.processes.watch_processes_under`) stops it, and
+    whatever it starts in turn, even if the demo is SIGKILLed."""
+    return {**os.environ, "FLWR_HOME": str(workdir.resolve())}
 
 
 def write_token(path: Path) -> str:
@@ -93,24 +104,53 @@ def start_silo(
         str(port),
         *extra,
     ]
-    process = start_process(name, cmd, log, dict(os.environ))
+    process = start_process(name, cmd, log, marked(workdir))
     url = f"http://127.0.0.1:{port}"
     wait_healthy(process, url, log)
     return SiloProcess(process, url, log)
 
 
-def wait_healthy(process: Proc, url: str, log: Path, seconds: float = 30.0) -> None:
+def start_flower_server(
+    config: Path,
+    workdir: Path,
+    silos: int,
+    status_port: int,
+    sync_seconds: float = FLOWER_SYNC_SECONDS,
+    link: str | None = None,
+) -> tuple[Proc, str]:
+    """``fedbandits serve server --flower`` on 127.0.0.1 with trial credentials made in ``workdir/certs``
+    (the deployment's CA, server certificate and one SuperNode key per silo), its status API on
+    ``status_port``; waits until the app is submitted (90 s at most).  ``link``: the SuperLink's
+    HOST:PORT (default: 127.0.0.1 and a free port; a restart passes the same).  Returns the process
+    and ``link``."""
+    certs = workdir / "certs"
+    if not (certs / "ca.pem").exists():
+        create_flower_credentials(certs, silos)
+    link = link or f"127.0.0.1:{free_port()}"
+    cmd = [
+        sys.executable, "-m", "fedbandits.cli", "serve", "server", str(config), "--entry", "fed", "--flower",
+        "--certs", str(certs), "--state-dir", str(workdir / "server"), "--superlink-port", link.split(":")[1],
+        "--sync-seconds", str(sync_seconds), "--budget-policy", "renew",
+        "--port", str(status_port), "--token-file", str(workdir / "view.token"),
+    ]  # fmt: skip
+    log = workdir / "server.log"
+    process = start_process("server", cmd, log, marked(workdir))
+    wait_healthy(process, f"http://127.0.0.1:{status_port}", log, 90.0, "server")
+    return process, link
+
+
+def wait_healthy(process: Proc, url: str, log: Path, seconds: float = 30.0, what: str = "silo") -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if not process.alive():
-            raise RuntimeError(f"silo process exited with {process.popen.returncode}: {log.read_text()[-400:]}")
+            raise RuntimeError(f"{what} process exited with {process.popen.returncode}: {log.read_text()[-400:]}")
         try:
             if httpx.get(url + "/healthz", timeout=1.0).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
         time.sleep(0.1)
-    raise RuntimeError(f"silo at {url} did not become healthy in {seconds:g} s")
+    raise RuntimeError(f"{what} at {url} did not become healthy in {seconds:g} s")
 
 
 @dataclass
@@ -136,10 +176,12 @@ async def _user(
     tally: Tally,
     line: str,
     rng: np.random.Generator,
+    slots: asyncio.Semaphore,
 ) -> None:
-    start = time.perf_counter()
     try:
-        r = await client.post(url + "/v1/decisions", json={"features": features.tolist()})
+        async with slots:
+            start = time.perf_counter()
+            r = await client.post(url + "/v1/decisions", json={"features": features.tolist()})
     except httpx.HTTPError as exc:
         tally.error(type(exc).__name__)
         return
@@ -155,7 +197,8 @@ async def _user(
     await asyncio.sleep(float(rng.exponential(2.0)))
     reward = float(np.clip(means[arm] + noise, -1.0, 1.0))
     try:
-        r = await client.post(url + "/v1/rewards", json={"decision_id": got["decision_id"], "reward": reward})
+        async with slots:
+            r = await client.post(url + "/v1/rewards", json={"decision_id": got["decision_id"], "reward": reward})
         if r.status_code == 200:
             tally.rewards_posted += 1
         else:
@@ -176,6 +219,9 @@ async def traffic(
     tally = Tally()
     tasks: set[asyncio.Task[None]] = set()
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=64, keepalive_expiry=2.0)
+    # requests wait for one of the pool's connections here, not in httpx's pool, whose queue costs
+    # time quadratic in its length: an open-loop generator that falls behind must not spiral
+    slots = asyncio.Semaphore(64)
     async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=10.0, limits=limits) as client:
         start = time.monotonic()
         step = 0
@@ -190,11 +236,14 @@ async def traffic(
                 means = round_.means[0, i].astype(np.float64)
                 noise = float(params.noise_sd * round_.noise[0, i])
                 for line, url in (("federated", fed[i]), ("alone", alone[i])):
-                    task = asyncio.create_task(_user(client, url, x, means, noise, tally, line, rng))
+                    task = asyncio.create_task(_user(client, url, x, means, noise, tally, line, rng, slots))
                     tasks.add(task)
                     task.add_done_callback(tasks.discard)
         if tasks:
             await asyncio.wait(tasks, timeout=30.0)
+        for task in list(tasks):  # users still waiting to act when the demo ends never do
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
     return tally
 
 
@@ -218,34 +267,50 @@ def run_demo(args: argparse.Namespace) -> int:
     token, sync = write_token(tokens[0]), write_token(tokens[1])
     silos = config.environment.params.agents  # type: ignore[attr-defined]
     processes: list[Proc] = []
+    watchdog = watch_processes_under(workdir)
     coordinator: Coordinator | None = None
     thread: threading.Thread | None = None
     web: uvicorn.Server | None = None
     web_thread = threading.Thread()
+    view = write_token(workdir / "view.token")
+    web_port = free_port()
     try:
-        schedule = ["--sync-seconds", str(SYNC_SECONDS), "--budget-policy", "renew"]
-        fed = [start_silo(path, i, "fed", workdir, tokens, schedule) for i in range(silos)]
+        sync_seconds = FLOWER_SYNC_SECONDS if args.flower else SYNC_SECONDS
+        schedule = ["--sync-seconds", str(sync_seconds), "--budget-policy", "renew"]
+        if args.flower:  # the Flower deployment carries the rounds: `serve server --flower`, silos with --superlink
+            server, link = start_flower_server(path, workdir, silos, web_port)
+            processes.append(server)
+            schedule += ["--superlink", link, "--superlink-ca", str(workdir / "certs" / "ca.pem")]
+            fed = [
+                start_silo(
+                    path, i, "fed", workdir, tokens, [*schedule, "--node-key", str(workdir / "certs" / f"silo-{i}")]
+                )
+                for i in range(silos)
+            ]
+        else:
+            fed = [start_silo(path, i, "fed", workdir, tokens, schedule) for i in range(silos)]
         processes += [s.process for s in fed]
         alone = [start_silo(path, i, "alone", workdir, tokens) for i in range(silos)]
         processes += [s.process for s in alone]
-        coordinator = Coordinator(
-            config,
-            HttpLink([s.url for s in fed], sync),
-            workdir / "server",
-            entry="fed",
-            sync_seconds=SYNC_SECONDS,
-            policy="renew",
-        )
-        thread = threading.Thread(target=coordinator.run, name="sync-rounds", daemon=True)
-        thread.start()
-        view = write_token(workdir / "view.token")
-        web_port = free_port()
-        web = uvicorn.Server(uvicorn.Config(federation_app(coordinator, view), port=web_port, log_level="warning"))
-        web_thread = threading.Thread(target=web.run, name="federation-status", daemon=True)
-        web_thread.start()
+        if not args.flower:
+            coordinator = Coordinator(
+                config,
+                HttpLink([s.url for s in fed], sync),
+                workdir / "server",
+                entry="fed",
+                sync_seconds=sync_seconds,
+                policy="renew",
+            )
+            thread = threading.Thread(target=coordinator.run, name="sync-rounds", daemon=True)
+            thread.start()
+            app = federation_app(coordinator.status, view)
+            web = uvicorn.Server(uvicorn.Config(app, port=web_port, log_level="warning"))
+            web_thread = threading.Thread(target=web.run, name="federation-status", daemon=True)
+            web_thread.start()
+        carrier = "the Flower deployment" if args.flower else "the silos' sync API"
         print(
-            f"demo: {silos} federated silos ({protocol}, sync every {SYNC_SECONDS:g} s) and {silos} lone silos on "
-            f"127.0.0.1, {args.rate:g} users/s each, for {args.seconds:g} s (work folder {workdir})",
+            f"demo: {silos} federated silos ({protocol}, sync every {sync_seconds:g} s over {carrier}) and {silos} "
+            f"lone silos on 127.0.0.1, {args.rate:g} users/s each, for {args.seconds:g} s (work folder {workdir})",
             flush=True,
         )
         print(
@@ -256,10 +321,14 @@ def run_demo(args: argparse.Namespace) -> int:
         tally = asyncio.run(
             traffic([s.url for s in fed], [s.url for s in alone], token, config, args.seconds, args.rate)
         )
-        coordinator.stop()
-        thread.join(timeout=30.0)
+        if coordinator is not None and thread is not None:
+            coordinator.stop()
+            thread.join(timeout=30.0)
         statuses = [httpx.get(s.url + "/v1/status", headers={"Authorization": f"Bearer {token}"}).json() for s in fed]
-        print(summary(tally, statuses, coordinator.status()))
+        server_status = httpx.get(
+            f"http://127.0.0.1:{web_port}/v1/status", headers={"Authorization": f"Bearer {view}"}, timeout=10.0
+        ).json()
+        print(summary(tally, statuses, server_status))
     finally:
         if web is not None:
             web.should_exit = True
@@ -271,6 +340,7 @@ def run_demo(args: argparse.Namespace) -> int:
             coordinator.close()
         for process in processes:  # SIGTERM, then SIGKILL after 10 s: no process of ours outlives the demo
             process.stop()
+        watchdog.close()  # and whatever is still marked with the work folder
         if not keep:
             shutil.rmtree(workdir, ignore_errors=True)
     return 0

@@ -1,11 +1,15 @@
 """How the coordinator reaches the serving silos' sync API: straight over HTTPS, or through Flower.
 
-The coordinator (:mod:`fedbandits.serve.coordinator`) speaks to the silos in phases: one request per
-silo that still owes an answer (a release, its keys, its shares; the prefix it lacks), all of one
-kind at once.  A :class:`SiloLink` carries such a phase: :meth:`SiloLink.exchange` takes
-``{silo: (path, body)}`` and returns ``{silo: answer}``, the answer being the silo's JSON object or
-None (unreachable, refused or malformed -- the coordinator asks again at its next tick; every sync
-request is idempotent on the silo's side, :mod:`fedbandits.serve.silo`).
+The coordinator (:mod:`fedbandits.serve.coordinator`) speaks to the silos in phases: the requests
+for every silo that still owes an answer (a release, its keys, its shares; the prefix it lacks), all
+at once.  A :class:`SiloLink` carries such a phase: :meth:`SiloLink.exchange` takes
+``{silo: [(path, body), ...]}`` (a silo's requests, served in order) and returns
+``{silo: [answer, ...]}``, each answer the silo's JSON object or None (unreachable, refused or
+malformed -- the coordinator asks again at its next tick; every sync request is idempotent on the
+silo's side, :mod:`fedbandits.serve.silo`).  :func:`exchange_one` is the one-request-per-silo
+form.  A link whose every message is costly (:attr:`SiloLink.bundles`: Flower runs a ClientApp
+process per message) has the coordinator send a closed round's prefix with the next tick's
+release requests, one message per silo per tick, instead of in a message of its own at once.
 
 * :class:`HttpLink`: the coordinator calls each silo's ``/v1/sync/...`` itself, with the
   federation's bearer token (``fedbandits serve server --silo-url ...``).
@@ -20,7 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeAlias
 
 import httpx
 
@@ -29,18 +33,33 @@ log = logging.getLogger("fedbandits.serve")
 #: the silo's sync routes (fedbandits.serve.http); nothing else is ever forwarded to a silo
 SYNC_PATHS = ("/v1/sync/release", "/v1/sync/prefix", "/v1/sync/keys", "/v1/sync/roster", "/v1/sync/shares")
 
-Requests = dict[int, tuple[str, dict[str, Any]]]
-Answers = dict[int, "dict[str, Any] | None"]
+Request = tuple[str, dict[str, Any]]
+Answer: TypeAlias = dict[str, Any] | None
+Requests = dict[int, list[Request]]
+Answers = dict[int, list[Answer]]
 
 
 class SiloLink(Protocol):
     """One phase of requests to the silos (see the module's docstring)."""
 
     silos: int
+    bundles: bool
 
     def exchange(self, requests: Requests) -> Answers: ...
 
     def close(self) -> None: ...
+
+
+def exchange_one(link: SiloLink, requests: dict[int, Request]) -> dict[int, Answer]:
+    """One request per silo: ``{silo: (path, body)}`` -> ``{silo: answer}``."""
+    got = link.exchange({silo: [request] for silo, request in requests.items()})
+    return {silo: answers[0] for silo, answers in got.items()}
+
+
+def check_path(path: str) -> str:
+    if path not in SYNC_PATHS:
+        raise ValueError(f"not a sync path: {path!r}")
+    return path
 
 
 def parse_answer(where: str, status: int, text: str) -> dict[str, Any] | None:
@@ -59,6 +78,8 @@ def parse_answer(where: str, status: int, text: str) -> dict[str, Any] | None:
 class HttpLink:
     """The silos at ``urls`` (silo order), called one after the other with the sync token."""
 
+    bundles = False
+
     def __init__(
         self,
         urls: list[str],
@@ -75,19 +96,16 @@ class HttpLink:
         )
 
     def exchange(self, requests: Requests) -> Answers:
-        out: Answers = {}
-        for silo, (path, body) in requests.items():
-            if path not in SYNC_PATHS:
-                raise ValueError(f"not a sync path: {path!r}")
-            url = self.urls[silo].rstrip("/") + path
-            try:
-                response = self.client.post(url, json=body)
-            except httpx.HTTPError as exc:
-                log.info("%s: unreachable (%s)", url, type(exc).__name__)
-                out[silo] = None
-                continue
-            out[silo] = parse_answer(url, response.status_code, response.text)
-        return out
+        return {silo: [self._post(silo, path, body) for path, body in asks] for silo, asks in requests.items()}
+
+    def _post(self, silo: int, path: str, body: dict[str, Any]) -> Answer:
+        url = self.urls[silo].rstrip("/") + check_path(path)
+        try:
+            response = self.client.post(url, json=body)
+        except httpx.HTTPError as exc:
+            log.info("%s: unreachable (%s)", url, type(exc).__name__)
+            return None
+        return parse_answer(url, response.status_code, response.text)
 
     def close(self) -> None:
         self.client.close()

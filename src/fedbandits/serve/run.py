@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import json
 import logging
 import signal
 import sys
@@ -14,7 +15,11 @@ from typing import Any
 import uvicorn
 
 from fedbandits.config import load_config
+from fedbandits.federation.processes import DeployError, flower_bin
+from fedbandits.federation.shuffler import split_address
+from fedbandits.federation.spec import make_spec
 from fedbandits.serve.coordinator import Coordinator
+from fedbandits.serve.deployment import ServeDeployment, SiloNode
 from fedbandits.serve.http import Service
 from fedbandits.serve.links import HttpLink
 from fedbandits.serve.server_http import federation_app
@@ -88,31 +93,64 @@ def run_silo(args: argparse.Namespace) -> int:
     )
     service = Service(silo, token, sync_token, args.sync_seconds)
     scheme = "https" if tls else "http"
+    node = silo_node(args, f"{scheme}://{_local_host(args.host)}:{args.port}")
     print(
         f"serving silo {args.silo} ({silo.setup.label}) on {scheme}://{args.host}:{args.port} "
         f"(event log {args.state_dir}, {silo.replayed} events replayed)",
         flush=True,
     )
     try:
+        if node is not None:
+            node.start()
+            print(f"syncing through the SuperLink at {args.superlink} (SuperNode log {node.state_dir})", flush=True)
         uvicorn.run(service.app, **options)
     finally:
+        if node is not None:
+            node.stop()
         silo.close()
     return 0
 
 
+def _local_host(host: str) -> str:
+    """Where a process on this machine reaches a service listening on ``host``."""
+    return "127.0.0.1" if host in ("0.0.0.0", "::", "localhost") else host
+
+
+def silo_node(args: argparse.Namespace, sync_url: str) -> SiloNode | None:
+    """The silo's SuperNode for ``--superlink`` (checked here, started by the caller), or None."""
+    flags = {"--superlink-ca": args.superlink_ca, "--node-key": args.node_key}
+    if args.superlink is None:
+        given = [flag for flag, value in flags.items() if value is not None]
+        if given:
+            raise ValueError(f"{given[0]} goes with --superlink")
+        return None
+    split_address(args.superlink, "--superlink")
+    for flag, path in flags.items():
+        if path is None:
+            raise ValueError(f"--superlink needs {flag}")
+        if not Path(path).is_file():
+            raise ValueError(f"{flag}: no such file {path}")
+    _deploy_extra("flower-supernode")
+    return SiloNode(
+        args.superlink,
+        args.superlink_ca,
+        args.node_key,
+        args.silo,
+        args.state_dir,
+        sync_url,
+        args.sync_token_file,
+    )
+
+
 def run_server(args: argparse.Namespace) -> int:
+    if args.flower:
+        return run_flower_server(args)
+    if not args.silo_url or args.sync_token_file is None:
+        raise ValueError("serve server needs --silo-url (one per silo) and --sync-token-file, or --flower")
+    if args.certs is not None:
+        raise ValueError("--certs goes with --flower")
     sync_token = read_token(args.sync_token_file, "--sync-token-file")
-    options = None
-    view_token = ""
-    if args.port is not None:
-        options = listen_options(args)
-        if args.token_file is None:
-            raise ValueError("--port: the status API needs --token-file (a viewing token)")
-        view_token = read_token(args.token_file, "--token-file")
-        if view_token == sync_token:
-            raise ValueError("--token-file and --sync-token-file must hold different tokens")
-    elif args.token_file is not None:
-        raise ValueError("--token-file is the status API's token: it goes with --port")
+    options, view_token = status_options(args, sync_token)
     for url in args.silo_url:
         host = url.split("://", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0].strip("[]")
         if url.startswith("http://") and not is_loopback(host):
@@ -141,7 +179,7 @@ def run_server(args: argparse.Namespace) -> int:
         else:  # the rounds in a thread, the status API in this one (uvicorn stops on SIGTERM and SIGINT)
             rounds = threading.Thread(target=coordinator.run, name="sync-rounds", daemon=True)
             rounds.start()
-            uvicorn.run(federation_app(coordinator, view_token), **options)
+            uvicorn.run(federation_app(coordinator.status, view_token), **options)
             coordinator.stop()
             rounds.join(timeout=30.0)
     except KeyboardInterrupt:
@@ -150,3 +188,99 @@ def run_server(args: argparse.Namespace) -> int:
         coordinator.stop()
         coordinator.close()
     return 0
+
+
+def status_options(args: argparse.Namespace, sync_token: str = "") -> tuple[dict[str, Any] | None, str]:
+    """uvicorn's options and the viewing token of the server's status API (``--port``), or (None, "")."""
+    if args.port is None:
+        if args.token_file is not None:
+            raise ValueError("--token-file is the status API's token: it goes with --port")
+        return None, ""
+    options = listen_options(args)
+    if args.token_file is None:
+        raise ValueError("--port: the status API needs --token-file (a viewing token)")
+    view_token = read_token(args.token_file, "--token-file")
+    if view_token == sync_token:
+        raise ValueError("--token-file and --sync-token-file must hold different tokens")
+    return options, view_token
+
+
+def run_flower_server(args: argparse.Namespace) -> int:
+    """``serve server --flower``: the deployment's SuperLink, the silos' keys registered, the serving
+    app submitted (its ServerApp runs the coordinator); the status API reads the ServerApp's status
+    file.  Stops everything it started on SIGTERM or Ctrl-C."""
+    if args.silo_url or args.sync_token_file is not None or args.ca is not None:
+        raise ValueError(
+            "--flower reaches the silos through their SuperNodes: no --silo-url, --sync-token-file or --ca"
+        )
+    if args.certs is None:
+        raise ValueError(
+            "--flower needs --certs (ca.pem, server.pem, server.key, silo-<i>.pub: fedbandits deploy certs)"
+        )
+    if not args.sync_seconds > 0 or not args.round_timeout > 0:
+        raise ValueError("--sync-seconds and --round-timeout must be > 0")
+    if not 0 <= args.superlink_port < 65536:
+        raise ValueError(f"--superlink-port must be in [0, 65535], got {args.superlink_port}")
+    options, view_token = status_options(args)
+    _deploy_extra("flower-superlink")
+    config = load_config(args.config)
+    Coordinator.check(config, args.entry, args.budget_policy, args.sync_seconds)
+    dep = ServeDeployment(
+        args.state_dir,
+        make_spec(config, args.entry),
+        certs=args.certs,
+        host=args.superlink_host,
+        port=args.superlink_port,
+        config_file=args.config,
+        entry=args.entry or "",
+        sync_seconds=args.sync_seconds,
+        policy=args.budget_policy,
+        round_timeout=args.round_timeout,
+    )
+    missing = dep.missing_credentials()
+    if missing:
+        raise ValueError("--certs lacks " + ", ".join(p.name for p in missing) + f" (in {dep.creds})")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+
+    def status() -> dict[str, Any]:
+        try:
+            return json.loads(dep.status_file.read_text())  # type: ignore[no-any-return]
+        except (OSError, ValueError):
+            return {"open_round": None, "history": [], "starting": True}
+
+    web = None
+    with dep:
+        try:
+            dep.start()
+        except DeployError as exc:
+            raise ValueError(str(exc)) from None
+        print(
+            f"syncing {dep.spec.silos} silos every {args.sync_seconds:g} s through the SuperLink on "
+            f"{args.superlink_host}:{dep.port} (TLS, SuperNode auth; run {dep.run_id}, state {dep.state})",
+            flush=True,
+        )
+        if options is not None:
+            web = uvicorn.Server(uvicorn.Config(federation_app(status, view_token), **options))
+            threading.Thread(target=web.run, name="federation-status", daemon=True).start()
+        try:
+            while not stop.wait(1.0):
+                if dep.error_file.exists():
+                    raise ValueError(f"the serving ServerApp failed:\n{dep.error_file.read_text()}")
+                link = dep.procs.get("superlink")
+                if link is not None and not link.alive():
+                    raise ValueError(f"the SuperLink exited; see {link.log}")
+        except KeyboardInterrupt:
+            pass
+        finally:
+            if web is not None:
+                web.should_exit = True
+    return 0
+
+
+def _deploy_extra(binary: str) -> None:
+    """A one-line error now, rather than a dead child process later, without the deploy extra."""
+    try:
+        flower_bin(binary)
+    except DeployError as exc:
+        raise ValueError(str(exc)) from None

@@ -12,6 +12,8 @@ sync token, which asks silos for releases).
 from __future__ import annotations
 
 import hmac
+from collections.abc import Callable
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -19,10 +21,11 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from fedbandits.serve import dashboard
-from fedbandits.serve.coordinator import Coordinator
 
 
-def federation_app(coordinator: Coordinator, token: str) -> Starlette:
+def federation_app(status_of: Callable[[], dict[str, Any]], token: str) -> Starlette:
+    """The app; ``status_of()`` gives the coordinator's last status
+    (:meth:`fedbandits.serve.coordinator.Coordinator.status`)."""
     if not token:
         raise ValueError("token must be non-empty (credentials are required)")
     expected = ("Bearer " + token).encode()
@@ -30,7 +33,7 @@ def federation_app(coordinator: Coordinator, token: str) -> Starlette:
     async def status(request: Request) -> Response:
         if not hmac.compare_digest(request.headers.get("authorization", "").encode(), expected):
             return JSONResponse({"error": "authorization: a valid 'Bearer <token>' header is required"}, 401)
-        return JSONResponse(coordinator.status())
+        return JSONResponse(status_of())
 
     async def healthz(request: Request) -> Response:
         return PlainTextResponse("ok\n")

@@ -1,0 +1,193 @@
+"""Serving silos' sync rounds over the Flower deployment (needs ``fedbandits[deploy,serve]``).
+
+With ``fedbandits serve server --flower`` the coordinator's requests ride the deployment of
+``fedbandits deploy``: its SuperLink (TLS), each silo's SuperNode (authenticated by the silo's
+registered key, so a reply from node n is silo ``registry[n]``'s) and a submitted Flower app whose
+components are here.
+
+* :data:`server_app`: runs the coordinator (:class:`fedbandits.serve.coordinator.Coordinator`,
+  its wall-clock schedule, SQLite log and budget policy: nothing differs from the HTTP link) with a
+  :class:`FlowerLink`, and writes the coordinator's status to ``state-dir/status.json`` after
+  every tick (``fedbandits serve server`` serves it on its status port).
+* :data:`client_app`: in a silo's SuperNode, hands each request to the silo's own service on
+  loopback -- only the sync routes (:data:`fedbandits.serve.links.SYNC_PATHS`), with the sync token
+  from the file the node config names -- and returns its status and body.
+
+One message per silo per phase (``query``; ConfigRecord ``sync`` {paths, bodies as JSON texts}: the
+silo's requests, served in order); the reply's ConfigRecord ``answer`` {statuses, texts}.  Flower
+1.42 starts a ClientApp process for every message (about 2 s of CPU on the silo's host, measured
+below in docs/serving.md), so the link *bundles*: a closed round's prefix travels with the next
+tick's release request, one message per silo per tick.  The silo's sync routes are idempotent (a retried
+release is the stored one, byte for byte), so asking twice is never a second release: a silo that
+is online but silent for a third of the deadline is asked once more, since a Flower 1.42
+SuperNode that was pulling a request when the server died holds each reply until its next pull
+(:func:`fedbandits.federation.app._exchange` has the story).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import httpx
+from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid, ServerApp
+
+from fedbandits.config import load_config
+from fedbandits.core.files import atomic_write_bytes
+from fedbandits.serve.coordinator import Coordinator
+from fedbandits.serve.links import SYNC_PATHS, Answers, Requests, check_path, parse_answer
+
+log = logging.getLogger("fedbandits.serve")
+
+server_app = ServerApp()
+client_app = ClientApp()
+
+#: the most a request or an answer may carry (a roster and shares at M = 100 are ~100 KB)
+MAX_TEXT = 1 << 20
+
+
+class FlowerLink:
+    """The coordinator's requests as Flower messages to the silos' nodes (``registry``: node id ->
+    silo index, from the deployment's registration of the silos' keys); one message per silo per
+    phase, carrying that silo's requests."""
+
+    bundles = True  # every message starts a ClientApp process on the silo's host
+
+    def __init__(self, grid: Grid, registry: dict[int, int], timeout: float = 30.0, poll: float = 0.2) -> None:
+        self.grid = grid
+        self.node_of = {silo: node for node, silo in registry.items()}
+        self.silos = len(self.node_of)
+        self.timeout = float(timeout)
+        self.poll = float(poll)
+
+    def exchange(self, requests: Requests) -> Answers:
+        out: Answers = {silo: [None] * len(asks) for silo, asks in requests.items()}
+        online = {int(n) for n in self.grid.get_node_ids()}
+        contents = {
+            silo: RecordDict(
+                {
+                    "sync": ConfigRecord(
+                        {"paths": [check_path(p) for p, _ in asks], "bodies": [json.dumps(b) for _, b in asks]}
+                    )
+                }
+            )
+            for silo, asks in requests.items()
+            if self.node_of.get(silo) in online and asks
+        }
+        sent: dict[str, int] = {}  # message id -> silo
+        answered: set[int] = set()
+        deadline = time.time() + self.timeout
+
+        def push(silos: list[int]) -> None:
+            ttl = max(1.0, deadline - time.time())
+            messages = [Message(contents[s], dst_node_id=self.node_of[s], message_type="query", ttl=ttl) for s in silos]
+            for mid, s in zip(self.grid.push_messages(messages), silos, strict=True):
+                if mid is not None:
+                    sent[mid] = s
+
+        push(sorted(contents))
+        pushed, nudged = time.time(), False
+        while set(sent.values()) - answered and time.time() < deadline:
+            for msg in self.grid.pull_messages([m for m, s in sent.items() if s not in answered]):
+                got = sent.get(msg.metadata.reply_to_message_id)
+                if got is None or got in answered:
+                    continue
+                silo = got
+                answered.add(silo)
+                where = f"silo {silo}"
+                if int(msg.metadata.src_node_id) != self.node_of[silo] or msg.has_error():
+                    reason = msg.error.reason if msg.has_error() else "a reply from another node"
+                    log.info("%s: no answer (%s)", where, str(reason)[:200])
+                    continue
+                out[silo] = _answers(where, msg, [p for p, _ in requests[silo]])
+            silent = sorted(set(sent.values()) - answered)
+            if silent and not nudged and time.time() - pushed > self.timeout / 3:
+                nudged = True
+                push(silent)
+            time.sleep(self.poll)
+        return out
+
+    def close(self) -> None:
+        pass
+
+
+def _answers(where: str, msg: Message, paths: list[str]) -> list[dict[str, Any] | None]:
+    """A silo's reply: one answer per request it was sent (all None if the reply is malformed)."""
+    record = msg.content.config_records.get("answer")
+    try:
+        statuses = [int(x) for x in record["statuses"]]  # type: ignore[index, union-attr]
+        texts = [str(x) for x in record["texts"]]  # type: ignore[index, union-attr]
+        if len(statuses) != len(paths) or len(texts) != len(paths) or sum(map(len, texts)) > MAX_TEXT:
+            raise ValueError("the answers do not match the requests")
+    except (TypeError, KeyError, ValueError) as exc:
+        log.warning("%s: a malformed reply (%s)", where, str(exc)[:100])
+        return [None] * len(paths)
+    return [parse_answer(f"{where} {p}", st, t) for p, st, t in zip(paths, statuses, texts, strict=True)]
+
+
+@server_app.main()
+def server_main(grid: Grid, context: Context) -> None:
+    cfg = context.run_config
+    state_dir = Path(str(cfg["state-dir"]))
+    state_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        registry = {int(n): int(s) for n, s in json.loads(Path(str(cfg["registry-file"])).read_text()).items()}
+        link = FlowerLink(grid, registry, float(cfg["round-timeout"]), float(cfg["poll-interval"]))
+        coordinator = Coordinator(
+            load_config(str(cfg["config-file"])),
+            link,
+            state_dir,
+            entry=str(cfg["entry"]) or None,
+            sync_seconds=float(cfg["sync-seconds"]),
+            policy=str(cfg["budget-policy"]),
+        )
+        status = state_dir / "status.json"
+        log.info("serving federation up (run %s): round %d.%d", context.run_id, coordinator.epoch, coordinator.round)
+        coordinator.run(after_tick=lambda: atomic_write_bytes(status, json.dumps(coordinator.status()).encode()))
+    except Exception:
+        atomic_write_bytes(state_dir / "error.txt", f"run {context.run_id}\n{traceback.format_exc()}".encode())
+        log.exception("serving federation failed")
+        raise
+
+
+@client_app.query()
+def forward(msg: Message, context: Context) -> Message:
+    """The federation's requests, handed in order to this silo's service on loopback."""
+    node = context.node_config
+    record = msg.content.config_records.get("sync")
+    try:
+        paths = [str(x) for x in record["paths"]]  # type: ignore[index, union-attr]
+        bodies = [str(x) for x in record["bodies"]]  # type: ignore[index, union-attr]
+        if len(paths) != len(bodies) or not 0 < len(paths) <= 8 or sum(map(len, bodies)) > MAX_TEXT:
+            raise ValueError
+    except (TypeError, KeyError, ValueError):
+        paths, bodies = [], []
+    statuses, texts = [], []
+    token = Path(str(node["sync-token-file"])).read_text(encoding="utf-8").strip()
+    with httpx.Client(
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        timeout=10.0,
+        verify=False,  # the service is on this machine (127.0.0.1): nothing crosses a network
+    ) as client:
+        for path, body in zip(paths, bodies, strict=True):
+            status, text = _forward_one(client, str(node["sync-url"]), path, body)
+            statuses.append(status)
+            texts.append(text)
+    answer = ConfigRecord({"statuses": statuses, "texts": texts})
+    return Message(RecordDict({"answer": answer}), reply_to=msg)
+
+
+def _forward_one(client: httpx.Client, base: str, path: str, body: str) -> tuple[int, str]:
+    if path not in SYNC_PATHS:
+        return 404, json.dumps({"error": f"not a sync path: {path[:40]!r}"})
+    try:
+        response = client.post(base.rstrip("/") + path, content=body.encode())
+    except httpx.HTTPError as exc:
+        return 503, json.dumps({"error": f"the silo's service is unreachable ({type(exc).__name__})"})
+    return response.status_code, response.text
