@@ -72,6 +72,7 @@ class Tick:
     unreachable: list[int]
     closed: bool
     delivered: list[int]
+    seconds: float = 0.0  # how long the tick took (its exchanges with the silos)
 
 
 class Coordinator:
@@ -161,6 +162,7 @@ class Coordinator:
 
     # -- one round ---------------------------------------------------------------------------
     def tick(self) -> Tick:
+        started = time.monotonic()
         epoch, round_ = self.epoch, self.round
         released: list[int] = []
         unreachable: list[int] = []
@@ -203,7 +205,7 @@ class Coordinator:
             deliveries = self._deliveries()
             for silo, got in sorted(exchange_one(self.link, deliveries).items()):
                 delivered += self._delivered(silo, deliveries[silo], got)
-        record = Tick(epoch, round_, released, unreachable, closed, delivered)
+        record = Tick(epoch, round_, released, unreachable, closed, delivered, time.monotonic() - started)
         self.history.append({"at": time.time(), **record.__dict__})
         del self.history[:-200]
         self._status = self._report()

@@ -34,7 +34,14 @@ import uvicorn
 from fedbandits.config import load_config
 from fedbandits.envs.synthetic import GaussianSphere, GaussianSphereParams
 from fedbandits.federation.certs import create_flower_credentials
-from fedbandits.federation.processes import Proc, free_port, start_process, watch_processes_under
+from fedbandits.federation.processes import (
+    DeployError,
+    Proc,
+    flower_bin,
+    free_port,
+    start_process,
+    watch_processes_under,
+)
 from fedbandits.serve.coordinator import Coordinator
 from fedbandits.serve.links import HttpLink
 from fedbandits.serve.server_http import federation_app
@@ -260,6 +267,11 @@ def run_demo(args: argparse.Namespace) -> int:
             f"--config {path}: the demo needs entries labelled 'fed' (fedlinucb) and 'alone' (linucb-independent)"
         )
     protocol = next(a for a in config.algorithms if a.label == "fed").params.protocol  # type: ignore[attr-defined]
+    if args.flower:
+        try:
+            flower_bin("flower-superlink")
+        except DeployError as exc:
+            raise ValueError(f"--flower: {exc}") from None
     keep = args.workdir is not None
     workdir = Path(args.workdir) if keep else Path(tempfile.mkdtemp(prefix="fedbandits-serve-demo-"))
     workdir.mkdir(parents=True, exist_ok=True)
