@@ -424,6 +424,30 @@ def test_the_command_line_refuses_unsafe_or_bad_settings_in_one_line(tmp_path, c
             ["--token-file", str(good), "--sync-token-file", str(other), "--silo", "3"],
             "silo must be an integer in [0, 3)",
         ),
+        (
+            ["--token-file", str(good), "--sync-token-file", str(other), "--node-key", str(good)],
+            "goes with --superlink",
+        ),
+        (["--token-file", str(good), "--sync-token-file", str(other), "--superlink", "host"], "must be HOST:PORT"),
+        (
+            ["--token-file", str(good), "--sync-token-file", str(other), "--superlink", "127.0.0.1:9"],
+            "--superlink needs --superlink-ca",
+        ),
+        (
+            [
+                "--token-file",
+                str(good),
+                "--sync-token-file",
+                str(other),
+                "--superlink",
+                "127.0.0.1:9",
+                "--superlink-ca",
+                str(good),
+                "--node-key",
+                str(tmp_path / "no-key"),
+            ],
+            "--node-key: no such file",
+        ),
     ]
     for extra, words in cases:
         assert main([*base, *extra]) == 2
@@ -444,6 +468,19 @@ def test_the_command_line_refuses_unsafe_or_bad_settings_in_one_line(tmp_path, c
     urls = ["--silo-url", "http://10.1.2.3:80", "--silo-url", "http://127.0.0.1:1", "--silo-url", "http://127.0.0.1:2"]
     assert main([*server, *urls]) == 2
     assert "must be reached over https" in capsys.readouterr().err
+    # the two links: the silos' sync API (URLs and the sync token) or Flower (--flower and the deployment's certs)
+    flower = [*server[:-2], "--flower"]
+    cases = [
+        (server[:-2], "needs --silo-url (one per silo) and --sync-token-file, or --flower"),
+        ([*server, *urls, "--certs", str(tmp_path)], "--certs goes with --flower"),
+        ([*flower, "--silo-url", "https://a:1"], "no --silo-url, --sync-token-file or --ca"),
+        (flower, "--flower needs --certs"),
+    ]
+    for args, words in cases:
+        assert main(args) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("fedbandits: error: ") and words in err and "\n" not in err, err
+    assert not (tmp_path / "srv").exists()
 
 
 def test_the_openapi_document_describes_every_route(tmp_path):

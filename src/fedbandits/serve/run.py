@@ -81,6 +81,8 @@ def run_silo(args: argparse.Namespace) -> int:
     if token == sync_token:
         raise ValueError("--token-file and --sync-token-file must hold different tokens")
     config = load_config(args.config)
+    scheme = "https" if tls else "http"
+    node = silo_node(args, f"{scheme}://{_local_host(args.host)}:{args.port}")  # checked before the log opens
     silo = ServingSilo(
         config,
         args.state_dir,
@@ -92,8 +94,6 @@ def run_silo(args: argparse.Namespace) -> int:
         allow_unprivatized=args.allow_unprivatized,
     )
     service = Service(silo, token, sync_token, args.sync_seconds)
-    scheme = "https" if tls else "http"
-    node = silo_node(args, f"{scheme}://{_local_host(args.host)}:{args.port}")
     print(
         f"serving silo {args.silo} ({silo.setup.label}) on {scheme}://{args.host}:{args.port} "
         f"(event log {args.state_dir}, {silo.replayed} events replayed)",
@@ -225,9 +225,14 @@ def run_flower_server(args: argparse.Namespace) -> int:
     _deploy_extra("flower-superlink")
     config = load_config(args.config)
     Coordinator.check(config, args.entry, args.budget_policy, args.sync_seconds)
+    spec = make_spec(config, args.entry)
+    need = ["ca.pem", "server.pem", "server.key", *(f"silo-{i}.pub" for i in range(spec.silos))]
+    missing = [name for name in need if not (args.certs / name).is_file()]
+    if missing:  # before anything is created in the work folder
+        raise ValueError(f"--certs lacks {', '.join(missing)} (in {args.certs}; `fedbandits deploy certs` makes them)")
     dep = ServeDeployment(
         args.state_dir,
-        make_spec(config, args.entry),
+        spec,
         certs=args.certs,
         host=args.superlink_host,
         port=args.superlink_port,
@@ -237,9 +242,6 @@ def run_flower_server(args: argparse.Namespace) -> int:
         policy=args.budget_policy,
         round_timeout=args.round_timeout,
     )
-    missing = dep.missing_credentials()
-    if missing:
-        raise ValueError("--certs lacks " + ", ".join(p.name for p in missing) + f" (in {dep.creds})")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
 
