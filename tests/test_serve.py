@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import warnings
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -308,6 +309,56 @@ def test_a_bundling_link_carries_the_closed_prefix_with_the_next_release_request
     assert [s.status()["model_version"] for s in silos] == ["0.1"] * 3
 
 
+def test_a_silo_syncing_through_its_supernode_answers_sync_requests_from_loopback_only(tmp_path):
+    silo, _ = make(tmp_path)
+    app = Service(silo, TOKEN, SYNC, sync_from_loopback=True).app
+    sync = {"Authorization": f"Bearer {SYNC}"}
+    remote = TestClient(app, client=("10.0.0.9", 40000))
+    r = remote.post("/v1/sync/release", json={"epoch": 0, "round": 0}, headers=sync)
+    assert r.status_code == 403 and "loopback" in r.json()["error"]
+    assert remote.get("/v1/status", headers=AUTH).status_code == 200  # its users' routes are not affected
+    assert not silo.store.releases()  # nothing was released to the remote caller
+    local = TestClient(app, client=("127.0.0.1", 40000))
+    assert local.post("/v1/sync/release", json={"epoch": 0, "round": 0}, headers=sync).status_code == 200
+
+
+def test_a_tick_that_overruns_the_schedule_skips_the_ticks_it_missed(tmp_path, monkeypatch):
+    import fedbandits.serve.coordinator as module
+
+    class Clock:  # the coordinator's time, advanced only by the slow link and by waiting
+        t = 1000.0
+
+    clock = Clock()
+    monkeypatch.setattr(module, "time", SimpleNamespace(time=lambda: clock.t, monotonic=lambda: clock.t))
+
+    class SlowLink:  # no silo answers; the first exchange takes 5 ticks' time
+        silos, bundles, starts = 3, False, []
+
+        def exchange(self, requests):
+            if any(requests.values()):
+                self.starts.append(clock.t)
+                clock.t += 0.5 if len(self.starts) == 1 else 0.001
+            return {silo: [None] * len(asks) for silo, asks in requests.items()}
+
+        def close(self):
+            pass
+
+    class Waiting:  # the stop event: waiting moves the clock
+        def is_set(self):
+            return False
+
+        def wait(self, seconds):
+            clock.t += seconds
+
+    link = SlowLink()
+    coordinator = Coordinator(config(), link, tmp_path / "server", sync_seconds=0.1)
+    coordinator.stopped = Waiting()
+    coordinator.run(until=1000.95)
+    # ticks on the schedule 1000 + 0.1 k: k = 0 ran 0.5 s, so k = 1..4 are skipped (the old loop ran
+    # them late, back to back at 0.5, 0.501, ...) and the next ones are k = 5, 6, 7, 8, 9 on time
+    assert [round(t - 1000, 3) for t in link.starts] == [0.0, 0.5, 0.6, 0.7, 0.8, 0.9]
+
+
 def test_a_restarted_coordinator_resumes_its_round_and_tree(tmp_path):
     _, clients, router, coordinator = federation(tmp_path)
     rng = np.random.default_rng(5)
@@ -430,6 +481,13 @@ def test_the_command_line_refuses_unsafe_or_bad_settings_in_one_line(tmp_path, c
         ),
         (["--token-file", str(good), "--sync-token-file", str(other), "--superlink", "host"], "must be HOST:PORT"),
         (
+            [
+                *["--token-file", str(good), "--sync-token-file", str(other), "--superlink", "127.0.0.1:9"],
+                *["--superlink-ca", str(good), "--node-key", str(good), "--host", "silo.example", "--insecure-http"],
+            ],
+            "with --superlink, an IP address",
+        ),
+        (
             ["--token-file", str(good), "--sync-token-file", str(other), "--superlink", "127.0.0.1:9"],
             "--superlink needs --superlink-ca",
         ),
@@ -473,6 +531,7 @@ def test_the_command_line_refuses_unsafe_or_bad_settings_in_one_line(tmp_path, c
     cases = [
         (server[:-2], "needs --silo-url (one per silo) and --sync-token-file, or --flower"),
         ([*server, *urls, "--certs", str(tmp_path)], "--certs goes with --flower"),
+        ([*server, *urls, "--round-timeout", "5"], "--round-timeout goes with --flower"),
         ([*flower, "--silo-url", "https://a:1"], "no --silo-url, --sync-token-file or --ca"),
         (flower, "--flower needs --certs"),
     ]

@@ -74,10 +74,10 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     server.add_argument(
         "--certs", type=Path, help="with --flower: ca.pem, server.pem, server.key and every silo-<i>.pub"
     )
-    server.add_argument("--superlink-host", default="127.0.0.1", help="with --flower: the SuperLink's address")
-    server.add_argument("--superlink-port", type=int, default=0, help="with --flower: its port (default: a free one)")
+    server.add_argument("--superlink-host", help="with --flower: the SuperLink's address (default 127.0.0.1)")
+    server.add_argument("--superlink-port", type=int, help="with --flower: its port (default: a free one, kept)")
     server.add_argument(
-        "--round-timeout", type=float, default=20.0, help="with --flower: how long a phase waits for the silos"
+        "--round-timeout", type=float, help="with --flower: how long a phase waits for the silos (default 20 s)"
     )
     server.add_argument("--sync-seconds", type=float, default=10.0)
     server.add_argument("--budget-policy", choices=POLICIES, default="stop")

@@ -28,6 +28,7 @@ import base64
 import hashlib
 import json
 import logging
+import math
 import sqlite3
 import threading
 import time
@@ -184,9 +185,11 @@ class Coordinator:
                 asks[s].append(("/v1/sync/release", {"epoch": epoch, "round": round_}))
         for silo, answers in sorted(self.link.exchange({s: a for s, a in asks.items() if a}).items()):
             if silo in prefix:
-                delivered += self._delivered(silo, prefix[silo], answers.pop(0))
-            if not answers:
-                continue
+                got_prefix = self._delivered(silo, prefix[silo], answers.pop(0))
+                delivered += got_prefix
+                if not answers:
+                    unreachable += [] if got_prefix else [silo]
+                    continue
             got = answers[0]
             payload = self._check_release(silo, got)
             if payload is None:
@@ -204,7 +207,10 @@ class Coordinator:
         if ready and not self.link.bundles:  # at once, in a message of its own
             deliveries = self._deliveries()
             for silo, got in sorted(exchange_one(self.link, deliveries).items()):
-                delivered += self._delivered(silo, deliveries[silo], got)
+                got_prefix = self._delivered(silo, deliveries[silo], got)
+                delivered += got_prefix
+                if not got_prefix and silo not in unreachable:
+                    unreachable.append(silo)
         record = Tick(epoch, round_, released, unreachable, closed, delivered, time.monotonic() - started)
         self.history.append({"at": time.time(), **record.__dict__})
         del self.history[:-200]
@@ -335,7 +341,8 @@ class Coordinator:
                     after_tick()
             except Exception:  # one bad tick must not stop the federation's schedule
                 log.exception("sync tick failed")
-            k += 1
+            # the next tick on the schedule; one that a long tick overran is skipped, not run late
+            k = max(k + 1, math.ceil((time.time() - start) / self.sync_seconds))
             wait = start + k * self.sync_seconds - time.time()
             if wait > 0:
                 self.stopped.wait(wait if until is None else min(wait, max(0.0, until - time.time())))

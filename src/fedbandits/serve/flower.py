@@ -13,8 +13,10 @@ components are here.
   loopback -- only the sync routes (:data:`fedbandits.serve.links.SYNC_PATHS`), with the sync token
   from the file the node config names -- and returns its status and body.
 
-One message per silo per phase (``query``; ConfigRecord ``sync`` {paths, bodies as JSON texts}: the
-silo's requests, served in order); the reply's ConfigRecord ``answer`` {statuses, texts}.  Flower
+One message per silo per phase (``query``; ConfigRecord ``sync`` {silo, paths, bodies as JSON texts}:
+the silo's requests, served in order); the reply's ConfigRecord ``answer`` {statuses, texts}.  A
+node refuses (409) a message addressed to another silo than its ``silo-id``: a SuperNode started
+with another silo's key releases nothing.  Flower
 1.42 starts a ClientApp process for every message (about 2 s of CPU on the silo's host, measured
 below in docs/serving.md), so the link *bundles*: a closed round's prefix travels with the next
 tick's release request, one message per silo per tick.  The silo's sync routes are idempotent (a retried
@@ -73,7 +75,11 @@ class FlowerLink:
             silo: RecordDict(
                 {
                     "sync": ConfigRecord(
-                        {"paths": [check_path(p) for p, _ in asks], "bodies": [json.dumps(b) for _, b in asks]}
+                        {
+                            "silo": silo,
+                            "paths": [check_path(p) for p, _ in asks],
+                            "bodies": [json.dumps(b) for _, b in asks],
+                        }
                     )
                 }
             )
@@ -87,7 +93,11 @@ class FlowerLink:
         def push(silos: list[int]) -> None:
             ttl = max(1.0, deadline - time.time())
             messages = [Message(contents[s], dst_node_id=self.node_of[s], message_type="query", ttl=ttl) for s in silos]
-            for mid, s in zip(self.grid.push_messages(messages), silos, strict=True):
+            ids = list(self.grid.push_messages(messages))
+            if len(ids) != len(messages):  # the SuperLink refused the push (e.g. too large): nobody asked
+                log.warning("the SuperLink took %d of %d messages", len(ids), len(messages))
+                return
+            for mid, s in zip(ids, silos, strict=True):
                 if mid is not None:
                     sent[mid] = s
 
@@ -166,8 +176,13 @@ def forward(msg: Message, context: Context) -> Message:
         bodies = [str(x) for x in record["bodies"]]  # type: ignore[index, union-attr]
         if len(paths) != len(bodies) or not 0 < len(paths) <= 8 or sum(map(len, bodies)) > MAX_TEXT:
             raise ValueError
+        addressed = int(record["silo"])  # type: ignore[index, arg-type]
     except (TypeError, KeyError, ValueError):
-        paths, bodies = [], []
+        paths, bodies, addressed = [], [], -1
+    if addressed != int(node["silo-id"]):  # a key used by the wrong silo: refuse, release nothing
+        refusal = json.dumps({"error": f"this node is silo {node['silo-id']}'s; the message is for silo {addressed}"})
+        answer = ConfigRecord({"statuses": [409] * len(paths), "texts": [refusal] * len(paths)})
+        return Message(RecordDict({"answer": answer}), reply_to=msg)
     statuses, texts = [], []
     token = Path(str(node["sync-token-file"])).read_text(encoding="utf-8").strip()
     with httpx.Client(

@@ -28,6 +28,7 @@ import base64
 import binascii
 import contextlib
 import hmac
+import ipaddress
 import math
 import time
 from collections import deque
@@ -59,6 +60,14 @@ class BadRequest(ServeError):
 
 def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message.splitlines()[0] if message else "error"}, status_code=status)
+
+
+def _loopback(request: Request) -> bool:
+    host = request.client.host if request.client is not None else ""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 async def _body(request: Request) -> Any:
@@ -112,13 +121,23 @@ def _decision_id(value: Any, name: str) -> str:
 class Service:
     """The routes of one serving silo, with its tokens and its latency records."""
 
-    def __init__(self, silo: ServingSilo, token: str, sync_token: str, sync_seconds: float | None = None) -> None:
+    def __init__(
+        self,
+        silo: ServingSilo,
+        token: str,
+        sync_token: str,
+        sync_seconds: float | None = None,
+        *,
+        sync_from_loopback: bool = False,
+    ) -> None:
         if not token or not sync_token:
             raise ValueError("token and sync token must be non-empty (credentials are required)")
         self.silo = silo
         self.token = ("Bearer " + token).encode()
         self.sync_token = ("Bearer " + sync_token).encode()
         self.sync_seconds = sync_seconds
+        #: the sync routes answer only clients on this machine (the silo's SuperNode, with --superlink)
+        self.sync_from_loopback = sync_from_loopback
         self.latency = {name: Latencies() for name in ("decisions", "rewards", "sync")}
         self.refused: dict[int, int] = {}
         #: (second, decisions, rewards, reward sum) per wall-clock second, the last hour
@@ -160,9 +179,14 @@ class Service:
         self, handler: Callable[[Request], Awaitable[Response]], token: bytes, timed: str | None = None
     ) -> Callable[[Request], Awaitable[Response]]:
         latency = self.latency[timed] if timed else None
+        local_only = token == self.sync_token and self.sync_from_loopback
 
         async def endpoint(request: Request) -> Response:
             start = time.perf_counter()
+            if local_only and not _loopback(request):
+                return self._refuse(
+                    403, "sync: this silo syncs through its SuperNode; its sync routes answer loopback only"
+                )
             given = request.headers.get("authorization", "").encode()
             if not hmac.compare_digest(given, token):
                 return self._refuse(401, "authorization: a valid 'Bearer <token>' header is required")

@@ -6,16 +6,19 @@ import argparse
 import ipaddress
 import json
 import logging
+import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import uvicorn
 
 from fedbandits.config import load_config
-from fedbandits.federation.processes import DeployError, flower_bin
+from fedbandits.federation.flower_setup import check_quotable
+from fedbandits.federation.processes import DeployError, flower_bin, take_lock
 from fedbandits.federation.shuffler import split_address
 from fedbandits.federation.spec import make_spec
 from fedbandits.serve.coordinator import Coordinator
@@ -81,8 +84,13 @@ def run_silo(args: argparse.Namespace) -> int:
     if token == sync_token:
         raise ValueError("--token-file and --sync-token-file must hold different tokens")
     config = load_config(args.config)
+    ServingSilo.check(config, args.entry, args.silo, args.budget_policy, args.allow_unprivatized)
     scheme = "https" if tls else "http"
     node = silo_node(args, f"{scheme}://{_local_host(args.host)}:{args.port}")  # checked before the log opens
+    try:  # one serving process per state folder: a second would share the log and kill the first's SuperNode
+        lock = take_lock(Path(args.state_dir), "serving silo")
+    except DeployError as exc:
+        raise ValueError(str(exc)) from None
     silo = ServingSilo(
         config,
         args.state_dir,
@@ -93,7 +101,7 @@ def run_silo(args: argparse.Namespace) -> int:
         durability=args.durability,
         allow_unprivatized=args.allow_unprivatized,
     )
-    service = Service(silo, token, sync_token, args.sync_seconds)
+    service = Service(silo, token, sync_token, args.sync_seconds, sync_from_loopback=node is not None)
     print(
         f"serving silo {args.silo} ({silo.setup.label}) on {scheme}://{args.host}:{args.port} "
         f"(event log {args.state_dir}, {silo.replayed} events replayed)",
@@ -108,12 +116,21 @@ def run_silo(args: argparse.Namespace) -> int:
         if node is not None:
             node.stop()
         silo.close()
+        os.close(lock)
     return 0
 
 
 def _local_host(host: str) -> str:
-    """Where a process on this machine reaches a service listening on ``host``."""
-    return "127.0.0.1" if host in ("0.0.0.0", "::", "localhost") else host
+    """Where a process on this machine reaches a service listening on ``host`` (for the URL)."""
+    if host in ("0.0.0.0", "localhost"):
+        return "127.0.0.1"
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return host  # a name: checked by silo_node when it matters
+    if ip.version == 6:  # an IPv6 listener is IPv6-only (asyncio sets IPV6_V6ONLY)
+        return "[::1]" if ip.is_unspecified else f"[{host}]"
+    return host
 
 
 def silo_node(args: argparse.Namespace, sync_url: str) -> SiloNode | None:
@@ -130,6 +147,21 @@ def silo_node(args: argparse.Namespace, sync_url: str) -> SiloNode | None:
             raise ValueError(f"--superlink needs {flag}")
         if not Path(path).is_file():
             raise ValueError(f"{flag}: no such file {path}")
+    if args.host != "localhost":
+        try:
+            ipaddress.ip_address(args.host)
+        except ValueError:
+            raise ValueError(
+                f"--host {args.host}: with --superlink, an IP address (the SuperNode reaches it)"
+            ) from None
+    try:  # what goes between quotes into the SuperNode's node config
+        for what, value in (
+            ("--state-dir", Path(args.state_dir).resolve()),
+            ("--sync-token-file", args.sync_token_file),
+        ):
+            check_quotable(what, value)
+    except DeployError as exc:
+        raise ValueError(str(exc)) from None
     _deploy_extra("flower-supernode")
     return SiloNode(
         args.superlink,
@@ -147,8 +179,9 @@ def run_server(args: argparse.Namespace) -> int:
         return run_flower_server(args)
     if not args.silo_url or args.sync_token_file is None:
         raise ValueError("serve server needs --silo-url (one per silo) and --sync-token-file, or --flower")
-    if args.certs is not None:
-        raise ValueError("--certs goes with --flower")
+    for flag in ("certs", "superlink_host", "superlink_port", "round_timeout"):
+        if getattr(args, flag) is not None:
+            raise ValueError(f"--{flag.replace('_', '-')} goes with --flower")
     sync_token = read_token(args.sync_token_file, "--sync-token-file")
     options, view_token = status_options(args, sync_token)
     for url in args.silo_url:
@@ -217,10 +250,13 @@ def run_flower_server(args: argparse.Namespace) -> int:
         raise ValueError(
             "--flower needs --certs (ca.pem, server.pem, server.key, silo-<i>.pub: fedbandits deploy certs)"
         )
-    if not args.sync_seconds > 0 or not args.round_timeout > 0:
+    host = args.superlink_host or "127.0.0.1"
+    port = 0 if args.superlink_port is None else args.superlink_port
+    round_timeout = 20.0 if args.round_timeout is None else args.round_timeout
+    if not args.sync_seconds > 0 or not round_timeout > 0:
         raise ValueError("--sync-seconds and --round-timeout must be > 0")
-    if not 0 <= args.superlink_port < 65536:
-        raise ValueError(f"--superlink-port must be in [0, 65535], got {args.superlink_port}")
+    if not 0 <= port < 65536:
+        raise ValueError(f"--superlink-port must be in [0, 65535], got {port}")
     options, view_token = status_options(args)
     _deploy_extra("flower-superlink")
     config = load_config(args.config)
@@ -234,14 +270,22 @@ def run_flower_server(args: argparse.Namespace) -> int:
         args.state_dir,
         spec,
         certs=args.certs,
-        host=args.superlink_host,
-        port=args.superlink_port,
+        host=host,
+        port=port,
         config_file=args.config,
         entry=args.entry or "",
         sync_seconds=args.sync_seconds,
         policy=args.budget_policy,
-        round_timeout=args.round_timeout,
+        round_timeout=round_timeout,
     )
+    if args.sync_seconds < 15:
+        print(
+            f"note: --sync-seconds {args.sync_seconds:g}: every tick starts a ClientApp process on each silo's host "
+            "(about 2 s of CPU); 15 s or more is advised (docs/serving.md)",
+            file=sys.stderr,
+        )
+    # no tick for this long: the ServerApp is gone or stuck (a tick is at most a few phases of round_timeout)
+    patience = args.sync_seconds + 5 * round_timeout + 60
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
 
@@ -253,10 +297,12 @@ def run_flower_server(args: argparse.Namespace) -> int:
 
     web = None
     with dep:
+        dep.status_file.unlink(missing_ok=True)  # an earlier run's status is not this one's
         try:
             dep.start()
         except DeployError as exc:
             raise ValueError(str(exc)) from None
+        started = time.time()
         print(
             f"syncing {dep.spec.silos} silos every {args.sync_seconds:g} s through the SuperLink on "
             f"{args.superlink_host}:{dep.port} (TLS, SuperNode auth; run {dep.run_id}, state {dep.state})",
@@ -272,6 +318,9 @@ def run_flower_server(args: argparse.Namespace) -> int:
                 link = dep.procs.get("superlink")
                 if link is not None and not link.alive():
                     raise ValueError(f"the SuperLink exited; see {link.log}")
+                ticked = dep.status_file.stat().st_mtime if dep.status_file.exists() else started
+                if time.time() - ticked > patience:
+                    raise ValueError(f"the serving ServerApp has not ticked for {patience:g} s; see {dep.logs}")
         except KeyboardInterrupt:
             pass
         finally:

@@ -75,6 +75,28 @@ class Clock:
 class ServingSilo:
     """One silo's agent and event log.  Not thread-safe: the service calls it from one thread."""
 
+    @staticmethod
+    def check(
+        config: Config | dict[str, object] | str | Path,
+        entry: str | None,
+        silo: int,
+        policy: str = "stop",
+        allow_unprivatized: bool = False,
+    ) -> AgentSetup:
+        """The entry's set-up, if a silo can serve it with these settings (else a ServeError); opens nothing."""
+        if policy not in POLICIES:
+            raise ServeError(400, f"budget policy must be one of {list(POLICIES)}, got {policy!r}")
+        setup = AgentSetup.from_config(config, entry)  # refuses the protocols an agent does not sync with
+        if setup.federated and not setup.private and not allow_unprivatized:
+            raise ServeError(
+                400,
+                "protocol 'none' sends the silo's exact statistics to the server; "
+                "pass allow_unprivatized (--allow-unprivatized) to opt in",
+            )
+        if isinstance(silo, bool) or not isinstance(silo, int) or not 0 <= silo < setup.silos:
+            raise ServeError(400, f"silo must be an integer in [0, {setup.silos}) ([environment] agents), got {silo!r}")
+        return setup
+
     def __init__(
         self,
         config: Config | dict[str, object] | str | Path,
@@ -88,17 +110,7 @@ class ServingSilo:
         allow_unprivatized: bool = False,
         now: Callable[[], float] = time.time,
     ) -> None:
-        if policy not in POLICIES:
-            raise ServeError(400, f"budget policy must be one of {list(POLICIES)}, got {policy!r}")
-        setup = AgentSetup.from_config(config, entry)  # refuses the protocols an agent does not sync with
-        if setup.federated and not setup.private and not allow_unprivatized:
-            raise ServeError(
-                400,
-                "protocol 'none' sends the silo's exact statistics to the server; "
-                "pass allow_unprivatized (--allow-unprivatized) to opt in",
-            )
-        if isinstance(silo, bool) or not isinstance(silo, int) or not 0 <= silo < setup.silos:
-            raise ServeError(400, f"silo must be an integer in [0, {setup.silos}) ([environment] agents), got {silo!r}")
+        setup = self.check(config, entry, silo, policy, allow_unprivatized)
         self.setup = setup
         self.policy = policy
         self.clock = Clock(now)
