@@ -408,6 +408,8 @@ def test_config_errors_name_the_field():
     with pytest.raises(ConfigError, match=r"algorithms\[1\]\.name: an agent runs"):
         Agent.from_config(config({"name": "linucb-super"}))
     with pytest.raises(ConfigError, match=r"algorithms\[1\]\.protocol: an agent synchronises through"):
+        Agent.from_config(config({**LDP, "protocol": "sdp-vector-sum", "calibration": "paper"}))
+    with pytest.raises(ConfigError, match=r"algorithms\[1\]\.protocol: 'sdp-amplification' needs a shuffler"):
         Agent.from_config(config({**LDP, "protocol": "sdp-amplification", "calibration": "paper"}))
     with pytest.raises(ConfigError, match=r"entry: no \[\[algorithms\]\] entry labelled 'x'"):
         Agent.from_config(config(), entry="x")

@@ -349,6 +349,8 @@ class Agent:
                     "guarantee_reason": cal.guarantee_reason,
                 }
             )
+            if self.setup.shuffled:  # what protects one release from whoever sees it with its sender
+                out["epsilon_silo"] = cal.epsilon_silo  # type: ignore[union-attr]
             out.update(self._noise_report())
             # budget epochs compose by basic composition: each earlier epoch spent what the noise certifies
             per_epoch = self._epoch_epsilon()

@@ -34,6 +34,10 @@ AGENT_ALGORITHMS = ("linucb-independent", "fedlinucb")
 #: the protocols a FedLinUCB agent synchronises through (tree mechanism): the same silo-side
 #: pieces as the deployment (:mod:`fedbandits.federation.silo`)
 AGENT_PROTOCOLS = ("none", "ldp", "distributed-dp")
+#: protocols whose releases must reach the analyzer only through a shuffler party (Zhou & Chowdhury
+#: 2023, Algorithm 2 with S = shuffle): an agent releases for them only when its transport has one
+#: (``fedbandits serve silo --shuffler``); in process, nothing would shuffle
+SHUFFLED_PROTOCOLS = ("sdp-amplification",)
 
 
 @dataclass(frozen=True)
@@ -48,7 +52,11 @@ class AgentSetup:
     calibration: NoiseCalibration | DistributedCalibration | None
 
     @classmethod
-    def from_config(cls, source: Config | dict[str, Any] | str | Path, entry: str | None = None) -> AgentSetup:
+    def from_config(
+        cls, source: Config | dict[str, Any] | str | Path, entry: str | None = None, *, shuffler: bool = False
+    ) -> AgentSetup:
+        """``shuffler``: the agent's releases go through a shuffler party (then ``sdp-amplification``
+        is accepted too)."""
         config = as_config(source)
         index = _entry_index(config, entry)
         alg = config.algorithms[index]
@@ -68,7 +76,12 @@ class AgentSetup:
         reg = float(params.reg)
         calibration = None
         if isinstance(params, FedLinUCBParams):
-            if params.protocol not in AGENT_PROTOCOLS:
+            if params.protocol in SHUFFLED_PROTOCOLS and not shuffler:
+                raise ConfigError(
+                    f"{where}.protocol: {params.protocol!r} needs a shuffler between the silos and the server: "
+                    "an agent releases for it only behind `fedbandits serve silo --shuffler` (docs/serving.md)"
+                )
+            if params.protocol not in AGENT_PROTOCOLS + SHUFFLED_PROTOCOLS:
                 raise ConfigError(
                     f"{where}.protocol: an agent synchronises through {', '.join(map(repr, AGENT_PROTOCOLS))}, "
                     f"got {params.protocol!r}"
@@ -127,6 +140,11 @@ class AgentSetup:
     @property
     def masked(self) -> bool:
         return isinstance(self.calibration, DistributedCalibration)
+
+    @property
+    def shuffled(self) -> bool:
+        """Whether the releases reach the analyzer only as a shuffled batch (``sdp-amplification``)."""
+        return self.federated and self.fed_params.protocol in SHUFFLED_PROTOCOLS
 
     @property
     def horizon(self) -> int:

@@ -72,6 +72,8 @@ def dump(agent: Agent, pending: bool = True) -> tuple[dict[str, Any], dict[str, 
         "noise": None,
         "releases_made": 0,
     }
+    if agent.setup.shuffled:  # restore() accepts the shuffled protocol again (older files: never shuffled)
+        header["shuffled"] = True
     arrays: dict[str, np.ndarray] = {
         "gram": agent.state.gram,
         "inv": agent.state.inv,
@@ -154,7 +156,8 @@ def restore(
 ) -> Agent:
     """The saved agent, rebuilt from its config and then given back every saved number."""
     try:
-        setup = AgentSetup.from_config(config_from_dict(header["config"]), header["entry"])
+        config = config_from_dict(header["config"])
+        setup = AgentSetup.from_config(config, header["entry"], shuffler=bool(header.get("shuffled", False)))
     except ConfigError as exc:
         raise StateFileError(f"the state file's config no longer validates: {exc}") from None
     source = header["noise_source"]

@@ -5,11 +5,13 @@
         [--expiry-seconds S] [--budget-policy stop|renew] [--durability process|fsync]
         [--sync-seconds N] [--allow-unprivatized]
         [--superlink HOST:PORT --superlink-ca CA.pem --node-key silo-<I>]
+        [--shuffler HOST:PORT --shuffler-ca CA.pem --shuffler-cert C --shuffler-key K]   (sdp-amplification)
     fedbandits serve server CONFIG.toml --state-dir DIR [--entry LABEL] [--sync-seconds 10]
         [--budget-policy stop|renew]
         (--silo-url URL [--silo-url URL ...] --sync-token-file F [--ca CA.pem]
          | --flower --certs DIR [--superlink-host H] [--superlink-port P] [--round-timeout S])
         [--port P --token-file F [--host 127.0.0.1] [--tls-cert C --tls-key K] [--insecure-http]]
+        [--shuffler HOST:PORT --shuffler-ca CA.pem --shuffler-cert C --shuffler-key K]   (sdp-amplification)
     fedbandits serve demo [--seconds 120] [--rate 20] [--workdir DIR] [--flower]
 
 The server reaches the silos either over HTTPS (``--silo-url``, with the federation's sync token)
@@ -62,6 +64,7 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     )
     silo.add_argument("--superlink-ca", type=Path, help="with --superlink: the deployment's CA certificate")
     silo.add_argument("--node-key", type=Path, help="with --superlink: this silo's SuperNode key (silo-<i>)")
+    _shuffler_flags(silo, "silo-<i>-client")
     server = sub.add_parser("server", help="the federation's wall-clock sync rounds")
     server.add_argument("config", type=Path, metavar="CONFIG.toml")
     server.add_argument("--silo-url", action="append", help="a silo's base URL, in silo order (HTTPS link)")
@@ -79,6 +82,7 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     server.add_argument(
         "--round-timeout", type=float, help="with --flower: how long a phase waits for the silos (default 20 s)"
     )
+    _shuffler_flags(server, "server-client")
     server.add_argument("--sync-seconds", type=float, default=10.0)
     server.add_argument("--budget-policy", choices=POLICIES, default="stop")
     server.add_argument("--ca", type=Path, help="CA certificate to verify the silos' TLS (default: the system's)")
@@ -104,6 +108,16 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
         help="sync through a Flower deployment (SuperLink, SuperNodes; needs fedbandits[deploy]) instead of HTTPS",
     )
     return p
+
+
+def _shuffler_flags(parser: argparse.ArgumentParser, identity: str) -> None:
+    """sdp-amplification: the deployment's shuffler party and this party's mutual-TLS credentials for it."""
+    parser.add_argument("--shuffler", metavar="HOST:PORT", help="sdp-amplification: the shuffler party")
+    parser.add_argument("--shuffler-ca", type=Path, help="with --shuffler: the shuffler hop's CA (shuffler-ca.pem)")
+    parser.add_argument(
+        "--shuffler-cert", type=Path, help=f"with --shuffler: this party's certificate ({identity}.pem)"
+    )
+    parser.add_argument("--shuffler-key", type=Path, help=f"with --shuffler: its key ({identity}.key)")
 
 
 def run_serve(args: argparse.Namespace) -> int:

@@ -46,6 +46,7 @@ from fedbandits.privacy.distributed_noise import DistributedCalibration
 from fedbandits.serve import masking
 from fedbandits.serve.links import Request, Requests, SiloLink, exchange_one
 from fedbandits.serve.options import POLICIES
+from fedbandits.serve.shuffling import ServerShuffling
 
 log = logging.getLogger("fedbandits.serve")
 
@@ -60,6 +61,10 @@ CREATE TABLE IF NOT EXISTS closed (
 );
 CREATE TABLE IF NOT EXISTS delivered (silo INTEGER PRIMARY KEY, epoch INTEGER NOT NULL, round INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS secagg (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS shuffled (
+    epoch INTEGER NOT NULL, round INTEGER NOT NULL, batch BLOB NOT NULL, withheld INTEGER NOT NULL,
+    PRIMARY KEY (epoch, round)
+);
 """
 
 
@@ -88,8 +93,11 @@ class Coordinator:
         entry: str | None = None,
         sync_seconds: float = 10.0,
         policy: str = "stop",
+        shuffling: ServerShuffling | None = None,
     ) -> None:
-        setup = self.check(config, entry, policy, sync_seconds)
+        setup = self.check(config, entry, policy, sync_seconds, shuffler=shuffling is not None)
+        #: sdp-amplification: the releases are at the shuffler; a round closes with its batch
+        self.shuffling = shuffling
         if link.silos != setup.silos:
             raise ValueError(f"silos: the config's [environment] agents is {setup.silos}, got {link.silos} silos")
         self.setup = setup
@@ -111,12 +119,21 @@ class Coordinator:
 
     @staticmethod
     def check(
-        config: Config | dict[str, object] | str | Path, entry: str | None, policy: str, sync_seconds: float
+        config: Config | dict[str, object] | str | Path,
+        entry: str | None,
+        policy: str,
+        sync_seconds: float,
+        shuffler: bool = False,
     ) -> AgentSetup:
-        """The entry's set-up, if a coordinator can sync it with these settings (else a ValueError)."""
-        setup = AgentSetup.from_config(config, entry)
+        """The entry's set-up, if a coordinator can sync it with these settings (else a ValueError);
+        ``shuffler``: the releases go through the deployment's shuffler (``sdp-amplification``)."""
+        setup = AgentSetup.from_config(config, entry, shuffler=shuffler)
         if not setup.federated:
             raise ValueError(f"entry: {setup.name!r} does not synchronise; the coordinator needs a fedlinucb entry")
+        if shuffler and not setup.shuffled:
+            raise ValueError(f"a shuffler is for protocol 'sdp-amplification', not {setup.protocol!r}")
+        if setup.shuffled and policy != "stop":
+            raise ValueError("budget policy: the shuffler numbers the rounds of one budget epoch; use 'stop'")
         if policy not in POLICIES:
             raise ValueError(f"budget policy must be one of {list(POLICIES)}, got {policy!r}")
         if not sync_seconds > 0:
@@ -148,6 +165,12 @@ class Coordinator:
                 self.epoch, self.round, self.aggregator = epoch + 1, 0, Aggregator(self.setup)
 
     def _payloads(self, epoch: int, round_: int) -> list[np.ndarray]:
+        if self.shuffling is not None:  # the round's anonymous batch, as M rows
+            got = self.db.execute(
+                "SELECT batch FROM shuffled WHERE epoch = ? AND round = ?", (epoch, round_)
+            ).fetchone()
+            batch = np.frombuffer(got[0], dtype="<f8").reshape(-1, self.setup.width)
+            return self.shuffling.rows(batch)
         rows = self.db.execute(
             "SELECT silo, payload FROM payloads WHERE epoch = ? AND round = ? ORDER BY silo", (epoch, round_)
         ).fetchall()
@@ -282,6 +305,13 @@ class Coordinator:
     def _check_release(self, silo: int, got: dict[str, Any] | None) -> np.ndarray | None:
         if got is None:
             return None
+        if self.shuffling is not None:  # an acknowledgement: the release itself is at the shuffler
+            if got.get("shuffled") not in ("accepted", "duplicate", "included", "withheld") or not isinstance(
+                got.get("samples"), int
+            ):
+                log.warning("silo %d: a malformed acknowledgement refused", silo)
+                return None
+            return np.zeros(0)
         try:
             if got.get("dtype") != self._dtype():
                 raise ValueError(f"dtype {got.get('dtype')!r}")
@@ -296,6 +326,16 @@ class Coordinator:
         return payload
 
     def _close(self, epoch: int, round_: int) -> None:
+        if self.shuffling is not None:  # every silo has sent: the shuffler permutes the round once
+            batch, withheld = self.shuffling.close(epoch, round_)
+            if withheld:
+                log.warning(
+                    "round %d.%d: the shuffler withheld the batch (a silo acknowledged without sending)", epoch, round_
+                )
+            self.db.execute(
+                "INSERT OR REPLACE INTO shuffled VALUES (?, ?, ?, ?)",
+                (epoch, round_, np.ascontiguousarray(batch, dtype="<f8").tobytes(), int(withheld)),
+            )
         payloads = self._payloads(epoch, round_)
         prefix = self.base + self.aggregator.aggregate(payloads)
         samples = self.db.execute(

@@ -50,11 +50,25 @@ class ServeDeployment(ServerDeployment):
     policy: str = "stop"
     #: how long one phase of requests waits for the silos (a silo silent for a third of it is asked again)
     round_timeout: float = 20.0
+    #: sdp-amplification: the shuffler hop's CA, the server's client certificate and key (``shuffler``: HOST:PORT)
+    shuffler_files: tuple[Path, Path, Path] | None = None
 
     app_module = "fedbandits.serve.flower"
 
+    def missing_credentials(self) -> list[Path]:
+        """The Flower side's files (the shuffler's are named one by one on the command line)."""
+        need = [self.creds / n for n in ("ca.pem", "server.pem", "server.key")]
+        need += [self.silo_public_key(i) for i in range(self.spec.silos)]
+        need += [Path(f) for f in self.shuffler_files or ()]
+        return [f for f in need if not f.is_file()]
+
     def app_settings(self, spec_file: Path) -> dict[str, object]:
+        shuffler: dict[str, object] = {}
+        if self.shuffler_files is not None:
+            ca, cert, key = (str(Path(f).resolve()) for f in self.shuffler_files)
+            shuffler = {"shuffler": str(self.shuffler), "shuffler-ca": ca, "shuffler-cert": cert, "shuffler-key": key}
         return {
+            **shuffler,
             "config-file": str(Path(self.config_file).resolve()),
             "entry": self.entry,
             "state-dir": str(self.state / "server"),

@@ -42,8 +42,11 @@ from flwr.serverapp import Grid, ServerApp
 
 from fedbandits.config import load_config
 from fedbandits.core.files import atomic_write_bytes
+from fedbandits.federation.shuffler import ShufflerClient
+from fedbandits.federation.spec import make_spec
 from fedbandits.serve.coordinator import Coordinator
 from fedbandits.serve.links import SYNC_PATHS, Answers, Requests, check_path, parse_answer
+from fedbandits.serve.shuffling import ServerShuffling
 
 log = logging.getLogger("fedbandits.serve")
 
@@ -149,13 +152,21 @@ def server_main(grid: Grid, context: Context) -> None:
     try:
         registry = {int(n): int(s) for n, s in json.loads(Path(str(cfg["registry-file"])).read_text()).items()}
         link = FlowerLink(grid, registry, float(cfg["round-timeout"]), float(cfg["poll-interval"]))
+        config = load_config(str(cfg["config-file"]))
+        entry = str(cfg["entry"]) or None
+        shuffling = None
+        if str(cfg.get("shuffler", "")):  # sdp-amplification: rounds close with the shuffler's batch
+            setup = Coordinator.check(config, entry, str(cfg["budget-policy"]), float(cfg["sync-seconds"]), True)
+            digest = make_spec(config, setup.label).digest
+            shuffling = ServerShuffling(ShufflerClient.from_config(cfg), digest, setup.width, setup.silos)
         coordinator = Coordinator(
-            load_config(str(cfg["config-file"])),
+            config,
             link,
             state_dir,
-            entry=str(cfg["entry"]) or None,
+            entry=entry,
             sync_seconds=float(cfg["sync-seconds"]),
             policy=str(cfg["budget-policy"]),
+            shuffling=shuffling,
         )
         status = state_dir / "status.json"
         log.info("serving federation up (run %s): round %d.%d", context.run_id, coordinator.epoch, coordinator.round)

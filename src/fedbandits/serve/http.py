@@ -44,6 +44,7 @@ from starlette.routing import Route
 
 from fedbandits.serve import dashboard, masking, openapi
 from fedbandits.serve.metrics import Latencies, prometheus_text
+from fedbandits.serve.shuffling import SiloShuffling
 from fedbandits.serve.silo import ServeError, ServingSilo
 
 #: request bodies above this many bytes are refused (413) unread
@@ -129,6 +130,7 @@ class Service:
         sync_seconds: float | None = None,
         *,
         sync_from_loopback: bool = False,
+        shuffling: SiloShuffling | None = None,
     ) -> None:
         if not token or not sync_token:
             raise ValueError("token and sync token must be non-empty (credentials are required)")
@@ -138,6 +140,10 @@ class Service:
         self.sync_seconds = sync_seconds
         #: the sync routes answer only clients on this machine (the silo's SuperNode, with --superlink)
         self.sync_from_loopback = sync_from_loopback
+        if silo.setup.shuffled != (shuffling is not None):
+            raise ValueError("a silo of protocol 'sdp-amplification' releases through the shuffler, and only it does")
+        #: sdp-amplification: releases go to the shuffler party, the coordinator gets an acknowledgement
+        self.shuffling = shuffling
         self.latency = {name: Latencies() for name in ("decisions", "rewards", "sync")}
         self.refused: dict[int, int] = {}
         #: (second, decisions, rewards, reward sum) per wall-clock second, the last hour
@@ -290,7 +296,11 @@ class Service:
     # -- federation --------------------------------------------------------------------------
     async def release(self, request: Request) -> Response:
         body = _object(await _body(request), {"epoch", "round"}, {"epoch", "round"})
-        payload, samples = self.silo.release(_integer(body, "epoch"), _integer(body, "round"))
+        epoch, round_ = _integer(body, "epoch"), _integer(body, "round")
+        payload, samples = self.silo.release(epoch, round_)
+        if self.shuffling is not None:  # committed first: a retry sends the same bytes to the shuffler
+            status = await asyncio.to_thread(self.shuffling.send, epoch, round_, payload)
+            return JSONResponse({"shuffled": status, "samples": samples})
         return JSONResponse(
             {"payload": base64.b64encode(payload.tobytes()).decode(), "dtype": payload.dtype.str, "samples": samples}
         )

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import signal
+import ssl
 import sys
 import threading
 import time
@@ -16,16 +17,18 @@ from typing import Any
 
 import uvicorn
 
-from fedbandits.config import load_config
+from fedbandits.config import Config, load_config
 from fedbandits.federation.flower_setup import check_quotable
 from fedbandits.federation.processes import DeployError, flower_bin, take_lock
-from fedbandits.federation.shuffler import split_address
+from fedbandits.federation.shuffler import ShufflerClient, split_address
 from fedbandits.federation.spec import make_spec
+from fedbandits.online import AgentSetup
 from fedbandits.serve.coordinator import Coordinator
 from fedbandits.serve.deployment import ServeDeployment, SiloNode
 from fedbandits.serve.http import Service
 from fedbandits.serve.links import HttpLink
 from fedbandits.serve.server_http import federation_app
+from fedbandits.serve.shuffling import ServerShuffling, SiloShuffling
 from fedbandits.serve.silo import ServingSilo
 
 
@@ -84,7 +87,10 @@ def run_silo(args: argparse.Namespace) -> int:
     if token == sync_token:
         raise ValueError("--token-file and --sync-token-file must hold different tokens")
     config = load_config(args.config)
-    ServingSilo.check(config, args.entry, args.silo, args.budget_policy, args.allow_unprivatized)
+    shuffler = shuffler_party(args)
+    setup = ServingSilo.check(
+        config, args.entry, args.silo, args.budget_policy, args.allow_unprivatized, shuffler is not None
+    )
     scheme = "https" if tls else "http"
     node = silo_node(args, f"{scheme}://{_local_host(args.host)}:{args.port}")  # checked before the log opens
     try:  # one serving process per state folder: a second would share the log and kill the first's SuperNode
@@ -100,8 +106,14 @@ def run_silo(args: argparse.Namespace) -> int:
         policy=args.budget_policy,
         durability=args.durability,
         allow_unprivatized=args.allow_unprivatized,
+        shuffler=shuffler is not None,
     )
-    service = Service(silo, token, sync_token, args.sync_seconds, sync_from_loopback=node is not None)
+    shuffling = None
+    if shuffler is not None:  # bound to the deployment's spec of this config and entry (its hash)
+        shuffling = SiloShuffling(shuffler, make_spec(config, setup.label).digest, args.silo)
+    service = Service(
+        silo, token, sync_token, args.sync_seconds, sync_from_loopback=node is not None, shuffling=shuffling
+    )
     print(
         f"serving silo {args.silo} ({silo.setup.label}) on {scheme}://{args.host}:{args.port} "
         f"(event log {args.state_dir}, {silo.replayed} events replayed)",
@@ -184,19 +196,23 @@ def run_server(args: argparse.Namespace) -> int:
             raise ValueError(f"--{flag.replace('_', '-')} goes with --flower")
     sync_token = read_token(args.sync_token_file, "--sync-token-file")
     options, view_token = status_options(args, sync_token)
+    shuffler = shuffler_party(args)
     for url in args.silo_url:
         host = url.split("://", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0].strip("[]")
         if url.startswith("http://") and not is_loopback(host):
             raise ValueError(f"--silo-url {url}: off loopback the silos must be reached over https")
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"--silo-url {url}: must start with http:// or https://")
+    config = load_config(args.config)
+    setup = Coordinator.check(config, args.entry, args.budget_policy, args.sync_seconds, shuffler is not None)
     coordinator = Coordinator(
-        load_config(args.config),
+        config,
         HttpLink(list(args.silo_url), sync_token, verify=str(args.ca) if args.ca else True),
         args.state_dir,
         entry=args.entry,
         sync_seconds=args.sync_seconds,
         policy=args.budget_policy,
+        shuffling=None if shuffler is None else server_shuffling(shuffler, config, setup),
     )
     logging.basicConfig(level=logging.WARNING, format="fedbandits serve server: %(message)s", stream=sys.stderr)
     where = "" if options is None else f"; status and dashboard on port {args.port}"
@@ -221,6 +237,30 @@ def run_server(args: argparse.Namespace) -> int:
         coordinator.stop()
         coordinator.close()
     return 0
+
+
+def shuffler_party(args: argparse.Namespace) -> ShufflerClient | None:
+    """The shuffler party of ``--shuffler`` with this party's mutual-TLS credentials, or None (checked)."""
+    flags = {
+        "--shuffler-ca": args.shuffler_ca,
+        "--shuffler-cert": args.shuffler_cert,
+        "--shuffler-key": args.shuffler_key,
+    }
+    if args.shuffler is None:
+        given = [flag for flag, value in flags.items() if value is not None]
+        if given:
+            raise ValueError(f"{given[0]} goes with --shuffler")
+        return None
+    split_address(args.shuffler, "--shuffler")
+    for flag, path in flags.items():
+        if path is None:
+            raise ValueError(f"--shuffler needs {flag}")
+        if not Path(path).is_file():
+            raise ValueError(f"{flag}: no such file {path}")
+    try:
+        return ShufflerClient(args.shuffler, args.shuffler_ca, args.shuffler_cert, args.shuffler_key)
+    except (OSError, ssl.SSLError) as exc:
+        raise ValueError(f"--shuffler-cert/--shuffler-key/--shuffler-ca: unusable ({exc})") from None
 
 
 def status_options(args: argparse.Namespace, sync_token: str = "") -> tuple[dict[str, Any] | None, str]:
@@ -260,8 +300,9 @@ def run_flower_server(args: argparse.Namespace) -> int:
     options, view_token = status_options(args)
     _deploy_extra("flower-superlink")
     config = load_config(args.config)
-    Coordinator.check(config, args.entry, args.budget_policy, args.sync_seconds)
-    spec = make_spec(config, args.entry)
+    shuffler = shuffler_party(args)
+    setup = Coordinator.check(config, args.entry, args.budget_policy, args.sync_seconds, shuffler is not None)
+    spec = make_spec(config, setup.label)
     need = ["ca.pem", "server.pem", "server.key", *(f"silo-{i}.pub" for i in range(spec.silos))]
     missing = [name for name in need if not (args.certs / name).is_file()]
     if missing:  # before anything is created in the work folder
@@ -277,6 +318,8 @@ def run_flower_server(args: argparse.Namespace) -> int:
         sync_seconds=args.sync_seconds,
         policy=args.budget_policy,
         round_timeout=round_timeout,
+        shuffler=args.shuffler,
+        shuffler_files=None if shuffler is None else (args.shuffler_ca, args.shuffler_cert, args.shuffler_key),
     )
     if args.sync_seconds < 15:
         print(
@@ -327,6 +370,11 @@ def run_flower_server(args: argparse.Namespace) -> int:
             if web is not None:
                 web.should_exit = True
     return 0
+
+
+def server_shuffling(party: ShufflerClient, config: Config, setup: AgentSetup) -> ServerShuffling:
+    """The coordinator's side of the shuffler, bound to the deployment's spec (its hash)."""
+    return ServerShuffling(party, make_spec(config, setup.label).digest, setup.width, setup.silos)
 
 
 def _deploy_extra(binary: str) -> None:

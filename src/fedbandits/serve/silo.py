@@ -38,6 +38,7 @@ from fedbandits.config import Config
 from fedbandits.federation.secure_aggregation import Roster, SecAggClient, SecAggError
 from fedbandits.online import AGENT_PROTOCOLS, Agent, AgentError, AgentSetup
 from fedbandits.online.inputs import AlreadyRewarded, ExpiredDecision
+from fedbandits.online.setup import SHUFFLED_PROTOCOLS
 from fedbandits.privacy.discrete_gaussian import SecretTreeRandomizer
 from fedbandits.privacy.distributed_noise import DistributedCalibration
 from fedbandits.serve.masking import client_from_text, client_to_text, keyed, mask_round, unkeyed
@@ -45,8 +46,8 @@ from fedbandits.serve.options import POLICIES
 from fedbandits.serve.store import Store, StoreError
 
 #: protocols a serving silo syncs with: the online agent's (distributed-dp through pairwise masking,
-#: fedbandits.serve.masking); sdp-amplification would need the deployment's shuffler
-SERVE_PROTOCOLS = AGENT_PROTOCOLS
+#: fedbandits.serve.masking) and sdp-amplification through the deployment's shuffler (fedbandits.serve.shuffling)
+SERVE_PROTOCOLS = (*AGENT_PROTOCOLS, *SHUFFLED_PROTOCOLS)
 
 
 class ServeError(ValueError):
@@ -82,11 +83,21 @@ class ServingSilo:
         silo: int,
         policy: str = "stop",
         allow_unprivatized: bool = False,
+        shuffler: bool = False,
     ) -> AgentSetup:
-        """The entry's set-up, if a silo can serve it with these settings (else a ServeError); opens nothing."""
+        """The entry's set-up, if a silo can serve it with these settings (else a ServeError); opens
+        nothing.  ``shuffler``: its releases go through the deployment's shuffler
+        (:mod:`fedbandits.serve.shuffling`), which ``sdp-amplification`` needs."""
         if policy not in POLICIES:
             raise ServeError(400, f"budget policy must be one of {list(POLICIES)}, got {policy!r}")
-        setup = AgentSetup.from_config(config, entry)  # refuses the protocols an agent does not sync with
+        # refuses the protocols an agent does not sync with, and sdp-amplification without a shuffler
+        setup = AgentSetup.from_config(config, entry, shuffler=shuffler)
+        if shuffler and not setup.shuffled:
+            raise ServeError(400, f"a shuffler is for protocol 'sdp-amplification', not {setup.protocol!r}")
+        if setup.shuffled and policy != "stop":
+            raise ServeError(
+                400, "budget policy: the shuffler numbers the rounds of one budget epoch; sdp-amplification uses 'stop'"
+            )
         if setup.federated and not setup.private and not allow_unprivatized:
             raise ServeError(
                 400,
@@ -108,9 +119,10 @@ class ServingSilo:
         policy: str = "stop",
         durability: str = "process",
         allow_unprivatized: bool = False,
+        shuffler: bool = False,
         now: Callable[[], float] = time.time,
     ) -> None:
-        setup = self.check(config, entry, silo, policy, allow_unprivatized)
+        setup = self.check(config, entry, silo, policy, allow_unprivatized, shuffler)
         self.setup = setup
         self.policy = policy
         self.clock = Clock(now)
