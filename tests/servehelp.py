@@ -22,10 +22,18 @@ def one_silo_config(folder: Path, batch: int) -> Path:
     return path
 
 
-def start_server(config: Path, urls: list[str], state: Path, sync_token: Path, sync_seconds: float, log: Path) -> Proc:
+def start_server(
+    config: Path,
+    urls: list[str],
+    state: Path,
+    sync_token: Path,
+    sync_seconds: float,
+    log: Path,
+    extra: tuple[str, ...] = (),
+) -> Proc:
     """`fedbandits serve server` as its own process (its own session: a SIGKILL of the group is clean)."""
     cmd = [sys.executable, "-m", "fedbandits.cli", "serve", "server", str(config), "--entry", "fed"]
     cmd += ["--state-dir", str(state), "--sync-token-file", str(sync_token), "--sync-seconds", str(sync_seconds)]
     for url in urls:
         cmd += ["--silo-url", url]
-    return start_process("server", cmd, log, dict(os.environ))
+    return start_process("server", [*cmd, *extra], log, dict(os.environ))

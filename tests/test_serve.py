@@ -481,6 +481,14 @@ def test_the_command_line_refuses_unsafe_or_bad_settings_in_one_line(tmp_path, c
         ),
         (["--token-file", str(good), "--sync-token-file", str(other), "--superlink", "host"], "must be HOST:PORT"),
         (
+            ["--token-file", str(good), "--sync-token-file", str(other), "--shuffler-ca", str(good)],
+            "goes with --shuffler",
+        ),
+        (
+            ["--token-file", str(good), "--sync-token-file", str(other), "--shuffler", "127.0.0.1:9"],
+            "--shuffler needs --shuffler-ca",
+        ),
+        (
             [
                 *["--token-file", str(good), "--sync-token-file", str(other), "--superlink", "127.0.0.1:9"],
                 *["--superlink-ca", str(good), "--node-key", str(good), "--host", "silo.example", "--insecure-http"],
@@ -532,6 +540,7 @@ def test_the_command_line_refuses_unsafe_or_bad_settings_in_one_line(tmp_path, c
         (server[:-2], "needs --silo-url (one per silo) and --sync-token-file, or --flower"),
         ([*server, *urls, "--certs", str(tmp_path)], "--certs goes with --flower"),
         ([*server, *urls, "--round-timeout", "5"], "--round-timeout goes with --flower"),
+        ([*server, *urls, "--shuffler-key", str(good)], "--shuffler-key goes with --shuffler"),
         ([*flower, "--silo-url", "https://a:1"], "no --silo-url, --sync-token-file or --ca"),
         (flower, "--flower needs --certs"),
     ]

@@ -165,3 +165,22 @@ def test_sdp_amplification_is_refused_without_a_shuffler_or_with_renewed_epochs(
     with pytest.raises(ConfigError, match="needs a shuffler"):
         Coordinator.check(cfg, None, "stop", 10.0)
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists() and not (tmp_path / "c").exists()
+
+
+def test_the_flower_serverapp_is_given_the_shuffler(tmp_path):
+    from fedbandits.federation.certs import create_shuffler_credentials
+    from fedbandits.federation.shuffler import ShufflerClient
+    from fedbandits.serve.deployment import ServeDeployment
+
+    creds = create_shuffler_credentials(tmp_path / "hop", M)
+    files = (creds / "shuffler-ca.pem", creds / "server-client.pem", creds / "server-client.key")
+    spec = make_spec(AgentSetup.from_config(config(), shuffler=True).config)
+    dep = ServeDeployment(
+        tmp_path / "work", spec, certs=tmp_path / "certs", shuffler="127.0.0.1:9", shuffler_files=files
+    )
+    settings = dep.app_settings(tmp_path / "work" / "spec.json")
+    assert settings["shuffler"] == "127.0.0.1:9"
+    party = ShufflerClient.from_config(settings)  # what the ServerApp builds from its run config
+    assert (party.host, party.port) == ("127.0.0.1", 9)
+    missing = {p.name for p in dep.missing_credentials()}  # the Flower side's files; the hop's are there
+    assert missing == {"ca.pem", "server.pem", "server.key", *(f"silo-{i}.pub" for i in range(M))}
