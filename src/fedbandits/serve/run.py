@@ -147,18 +147,9 @@ def _local_host(host: str) -> str:
 
 def silo_node(args: argparse.Namespace, sync_url: str) -> SiloNode | None:
     """The silo's SuperNode for ``--superlink`` (checked here, started by the caller), or None."""
-    flags = {"--superlink-ca": args.superlink_ca, "--node-key": args.node_key}
-    if args.superlink is None:
-        given = [flag for flag, value in flags.items() if value is not None]
-        if given:
-            raise ValueError(f"{given[0]} goes with --superlink")
+    files = {"--superlink-ca": args.superlink_ca, "--node-key": args.node_key}
+    if not _address_and_files("--superlink", args.superlink, files):
         return None
-    split_address(args.superlink, "--superlink")
-    for flag, path in flags.items():
-        if path is None:
-            raise ValueError(f"--superlink needs {flag}")
-        if not Path(path).is_file():
-            raise ValueError(f"{flag}: no such file {path}")
     if args.host != "localhost":
         try:
             ipaddress.ip_address(args.host)
@@ -239,24 +230,32 @@ def run_server(args: argparse.Namespace) -> int:
     return 0
 
 
+def _address_and_files(flag: str, address: str | None, files: dict[str, Path | None]) -> bool:
+    """Whether ``flag`` (HOST:PORT) is given: then every one of ``files`` must be, and exist; if not,
+    none of them may be."""
+    if address is None:
+        given = [name for name, path in files.items() if path is not None]
+        if given:
+            raise ValueError(f"{given[0]} goes with {flag}")
+        return False
+    split_address(address, flag)
+    for name, path in files.items():
+        if path is None:
+            raise ValueError(f"{flag} needs {name}")
+        if not Path(path).is_file():
+            raise ValueError(f"{name}: no such file {path}")
+    return True
+
+
 def shuffler_party(args: argparse.Namespace) -> ShufflerClient | None:
     """The shuffler party of ``--shuffler`` with this party's mutual-TLS credentials, or None (checked)."""
-    flags = {
+    files = {
         "--shuffler-ca": args.shuffler_ca,
         "--shuffler-cert": args.shuffler_cert,
         "--shuffler-key": args.shuffler_key,
     }
-    if args.shuffler is None:
-        given = [flag for flag, value in flags.items() if value is not None]
-        if given:
-            raise ValueError(f"{given[0]} goes with --shuffler")
+    if not _address_and_files("--shuffler", args.shuffler, files):
         return None
-    split_address(args.shuffler, "--shuffler")
-    for flag, path in flags.items():
-        if path is None:
-            raise ValueError(f"--shuffler needs {flag}")
-        if not Path(path).is_file():
-            raise ValueError(f"{flag}: no such file {path}")
     try:
         return ShufflerClient(args.shuffler, args.shuffler_ca, args.shuffler_cert, args.shuffler_key)
     except (OSError, ssl.SSLError) as exc:
