@@ -80,11 +80,15 @@ def federation(tmp_path):
         service = Service(silo, TOKEN, SYNC, shuffling=SiloShuffling(party, spec.digest, i))
         silos.append(silo)
         clients[f"silo{i}"] = TestClient(service.app)
-    link = HttpLink([f"http://silo{i}" for i in range(M)], SYNC, transport=Router(clients))
+    return cfg, party, silos, clients, coordinator_of(tmp_path, cfg, party, clients)
+
+
+def coordinator_of(tmp_path, cfg, party, clients):
+    """The coordinator (its state in ``tmp_path/server``) over the silos' sync API and the shuffler."""
     setup = AgentSetup.from_config(cfg, shuffler=True)
-    shuffling = ServerShuffling(party, spec.digest, setup.width, M)
-    coordinator = Coordinator(cfg, link, tmp_path / "server", shuffling=shuffling)
-    return cfg, party, silos, clients, coordinator
+    link = HttpLink([f"http://silo{i}" for i in range(M)], SYNC, transport=Router(clients))
+    shuffling = ServerShuffling(party, make_spec(setup.config).digest, setup.width, M)
+    return Coordinator(cfg, link, tmp_path / "server", shuffling=shuffling)
 
 
 def traffic(clients, rng, n):
@@ -137,10 +141,7 @@ def test_a_restarted_coordinator_replays_the_shuffled_rounds(tmp_path):
         coordinator.tick()
     prefix = coordinator.latest()[2].copy()
     coordinator.close()
-    link = HttpLink([f"http://silo{i}" for i in range(M)], SYNC, transport=Router(clients))
-    setup = AgentSetup.from_config(cfg, shuffler=True)
-    shuffling = ServerShuffling(party, make_spec(setup.config).digest, setup.width, M)
-    again = Coordinator(cfg, link, tmp_path / "server", shuffling=shuffling)
+    again = coordinator_of(tmp_path, cfg, party, clients)
     assert (again.epoch, again.round) == (0, 2) and again.aggregator.analyzer.k == coordinator.aggregator.analyzer.k
     traffic(clients, rng, 1)
     assert again.tick().closed and not np.array_equal(again.latest()[2], prefix)
