@@ -15,6 +15,12 @@ mutual TLS under a CA of its own operator, ``shuffler-ca.pem`` / ``.key``: ``shu
 ``shuffler.key`` (its server certificate) and one TLS client certificate per party,
 ``server-client.pem`` / ``.key`` and ``silo-<i>-client.pem`` / ``.key``, whose common name
 (``server``, ``silo-<i>``) is the identity the shuffler checks.
+
+For ``distributed-dp`` each silo also signs its secure-aggregation messages (issue #32;
+:mod:`fedbandits.federation.signing`) under a third CA, ``signing-ca.pem`` / ``.key``, which the
+silos' consortium keeps (never the server's operator: whoever holds it can speak for any silo):
+``silo-<i>-signing.pem`` (an Ed25519 key certified for common name ``silo-<i>``) and
+``silo-<i>-signing.key``.
 """
 
 from __future__ import annotations
@@ -27,10 +33,14 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 #: file stem of the shuffler hop's own CA (``shuffler-ca.pem`` / ``shuffler-ca.key``)
 SHUFFLER_CA = "shuffler-ca"
+
+#: file stem of the silos' signing CA (``signing-ca.pem`` / ``signing-ca.key``)
+SIGNING_CA = "signing-ca"
 
 #: names every trial server certificate lists, so that the operator's CLI on the server host works
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
@@ -43,7 +53,7 @@ def _write(path: Path, data: bytes, private: bool = False) -> None:
         os.chmod(path, 0o600)
 
 
-def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+def _key_pem(key: ec.EllipticCurvePrivateKey | Ed25519PrivateKey) -> bytes:
     return key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
@@ -184,14 +194,57 @@ def create_shuffler_credentials(out: str | Path, silos: int, hosts: list[str] | 
     return out
 
 
+def create_signing_credentials(out: str | Path, silos: int, days: int = 30) -> Path:
+    """The silos' signing CA (``signing-ca.pem`` / ``.key``) and, per silo, an Ed25519 signing key
+    ``silo-<i>-signing.key`` with its certificate ``silo-<i>-signing.pem`` (common name ``silo-<i>``,
+    digital signatures only)."""
+    out = Path(out)
+    create_ca(out, days, name="fedbandits silos' signing CA", stem=SIGNING_CA)
+    ca_cert = x509.load_pem_x509_certificate((out / f"{SIGNING_CA}.pem").read_bytes())
+    ca_key = serialization.load_pem_private_key((out / f"{SIGNING_CA}.key").read_bytes(), password=None)
+    now = dt.datetime.now(dt.UTC)
+    usage = dict.fromkeys(
+        (
+            "content_commitment",
+            "key_encipherment",
+            "data_encipherment",
+            "key_agreement",
+            "key_cert_sign",
+            "crl_sign",
+            "encipher_only",
+            "decipher_only",
+        ),
+        False,
+    )
+    for i in range(silos):
+        key = Ed25519PrivateKey.generate()
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"silo-{i}")]))
+            .issuer_name(ca_cert.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + dt.timedelta(days=days))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.KeyUsage(digital_signature=True, **usage), critical=True)
+            .sign(ca_key, hashes.SHA384())  # type: ignore[arg-type]
+        )
+        _write(out / f"silo-{i}-signing.pem", cert.public_bytes(serialization.Encoding.PEM))
+        _write(out / f"silo-{i}-signing.key", _key_pem(key), private=True)
+    return out
+
+
 def create_trial_credentials(
     out: str | Path, silos: int, hosts: list[str] | None = None, shuffler_hosts: list[str] | None = None
 ) -> Path:
     """Everything a one-host trial needs in ``out``: the Flower credentials (CA, server certificate,
-    ``silos`` silo keys) and the shuffler hop's (:func:`create_shuffler_credentials`).  In a real
+    ``silos`` silo keys), the shuffler hop's (:func:`create_shuffler_credentials`) and the silos'
+    signing identities (:func:`create_signing_credentials`).  In a real
     deployment the two sets are made by different operators (see docs/deployment.md)."""
     create_flower_credentials(out, silos, hosts)
     create_shuffler_credentials(out, silos, shuffler_hosts)
+    create_signing_credentials(out, silos)
     return Path(out)
 
 

@@ -1,0 +1,484 @@
+"""Secure aggregation that holds against a server that cheats (issue #32), transport-agnostic.
+
+Bonawitz et al. (CCS 2017, Section 4 and Figure 4: the actively secure protocol) with three
+departures made for many rounds per set of keys; the silos' side is :class:`MaskingSilo`, the
+server's :class:`MaskingServer`; both hold plain data and pickle into durable state.
+
+Per *epoch* (a set of members and their keys, kept across rounds and dropouts):
+
+1. *Advertise*: silo i draws X25519 key pairs c_i (to encrypt shares) and s_i (to agree mask
+   seeds) and signs (deployment, epoch, i, c_i, s_i) with its long-term Ed25519 key, whose
+   certificate for ``silo-<i>`` the pinned signing CA issued (:mod:`fedbandits.federation.signing`).
+2. *Roster*: the server publishes every member's advert.  A silo takes part only if every entry's
+   certificate and signature verify for that member and this epoch, its own entry is its own keys,
+   the epoch is the one it advertised for and later than any it joined before (an old roster is
+   refused), and the threshold t satisfies 2t > n + colluders (so that no two survivor lists can
+   both gather t signatures, below).
+
+Per *round* r of the epoch:
+
+3. *Mask*: silo i draws a fresh self-mask seed b_i^r, splits it into Shamir shares (threshold t,
+   over the prime field 2^521 - 1), encrypts share j for member j (AES-256-GCM under the c_i/c_j
+   agreement; the associated data binds deployment, epoch, round, i and j) and sends
+   y_i = x_i + PRG(b_i^r) + sum_j sign(i, j) PRG(k_ij^r)  (mod 2^bits)
+   with the encrypted shares and a commitment SHA-256(b_i^r).  The pairwise *round seed*
+   k_ij^r = SHAKE-256(s_ij || r) is one-way in the epoch's pair seed s_ij = X25519(s_i, s_j).
+   A round is masked once: a retry gets the stored bytes, an older round number is refused.
+4. *Consistency check*: the server names the survivors U (the silos whose message it holds); each
+   survivor signs (deployment, epoch, r, U), and signs one list per round only.
+5. *Unmask*: the server sends each survivor U, the dropped D = members - U, the survivors'
+   signatures and the encrypted self-mask shares addressed to it.  The silo answers only if U is
+   the list it signed and at least t members of U signed it, and then reveals its shares of b_k^r
+   for every k in U and its round seeds k_ij^r for every j in D: for no silo both.  The server
+   rebuilds each b_k^r from t shares (checked against the commitment), removes the self-masks and
+   the pairwise masks between U and D, and has the sum over U.
+
+Departures from the paper, and why:
+
+* A dropped silo's masks are removed with the survivors' *round seeds* with it, not by rebuilding
+  its key s_j from Shamir shares.  Keys span many rounds here: a rebuilt s_j would strip the pairwise
+  masks from every earlier round of the epoch, where b_j^r was revealed because j survived -- the
+  honest recovery of the previous protocol opened those messages (tests/test_secagg_attacks.py).
+  A round seed opens one pair in one round.  The price: when somebody dropped, *every* survivor must
+  answer the unmask step (a survivor that also drops then leaves the round closed without data);
+  with nobody dropped, any t answers suffice.  Nothing about a key is ever revealed, so an epoch
+  survives dropouts.
+* Self-mask seeds are fresh per round (the paper's protocol is one round): a seed revealed in round
+  r says nothing about round r + 1.
+* The signatures of step 4 are checked against the roster's certified keys; the paper's PKI is the
+  signing CA.
+
+What a cheating server gets: to open silo i's message it needs b_i^r, which only t signers of a
+list containing i reveal, *and* every round seed of i, which only holders of a list without i
+reveal; each honest silo signs one list per round, and two lists cannot both reach t signatures when
+2t > n + colluders.  It can still refuse service, drop silos, and choose which rounds close
+(docs/deployment.md, *Trust model*).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+from dataclasses import dataclass, field
+
+import numpy as np
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from fedbandits.federation.secure_aggregation import (
+    KEY_BYTES,
+    NONCE_BYTES,
+    SHARE_BYTES,
+    Roster,
+    SecAggError,
+    _agree,
+    keypair,
+    prg,
+    shamir_join,
+    shamir_split,
+)
+from fedbandits.federation.signing import Authority, Identity, SigningError
+
+#: an encrypted share: nonce, the 66-byte share, the GCM tag
+BLOB_BYTES = NONCE_BYTES + SHARE_BYTES + 16
+#: rounds a silo keeps the record of (a request about an older round is refused)
+KEPT_ROUNDS = 4
+
+
+def secure_threshold(members: int, colluders: int) -> int:
+    """The smallest t with 2t > members + colluders: two survivor lists cannot both gather t
+    signatures, since they would share an honest signer (at least t > colluders, too)."""
+    return min(members, (members + colluders) // 2 + 1)
+
+
+def _round_seed(pair_seed: bytes, round_: int) -> bytes:
+    return hashlib.shake_256(b"fedbandits-round-seed" + pair_seed + round_.to_bytes(8, "little")).digest(KEY_BYTES)
+
+
+def _commitment(roster: Roster, round_: int, silo: int, b: bytes) -> bytes:
+    return hashlib.sha256(roster.info("self-mask-commitment", round_, silo) + b).digest()
+
+
+def advert_bytes(context: bytes, epoch: int, silo: int, c_public: bytes, s_public: bytes) -> bytes:
+    return b"|".join([b"fedbandits-advert", context, str(epoch).encode(), str(silo).encode(), c_public, s_public])
+
+
+def survivors_bytes(roster: Roster, round_: int, survivors: list[int]) -> bytes:
+    return roster.info("survivors", round_, ",".join(map(str, survivors)))
+
+
+@dataclass(frozen=True)
+class Advert:
+    """A silo's public keys for one epoch, signed; ``cert`` certifies the signing key."""
+
+    c_public: bytes
+    s_public: bytes
+    cert: bytes
+    signature: bytes
+
+
+@dataclass(frozen=True)
+class SignedRoster(Roster):
+    """The epoch's roster with every member's certificate and advert signature."""
+
+    certs: dict[int, bytes] = field(default_factory=dict)
+    signatures: dict[int, bytes] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, context: bytes, epoch: int, threshold: int, adverts: dict[int, Advert]) -> SignedRoster:
+        return cls(
+            context,
+            epoch,
+            threshold,
+            {i: a.c_public for i, a in adverts.items()},
+            {i: a.s_public for i, a in adverts.items()},
+            {i: a.cert for i, a in adverts.items()},
+            {i: a.signature for i, a in adverts.items()},
+        )
+
+    def advert(self, silo: int) -> Advert:
+        return Advert(self.c_public[silo], self.s_public[silo], self.certs[silo], self.signatures[silo])
+
+
+def check_advert(authority: Authority, context: bytes, epoch: int, silo: int, advert: Advert) -> str | None:
+    """Why silo ``silo``'s advert for ``epoch`` is not acceptable, or None."""
+    if not all(isinstance(k, bytes) and len(k) == KEY_BYTES for k in (advert.c_public, advert.s_public)):
+        return f"silo {silo}: public keys must be two {KEY_BYTES}-byte values"
+    try:
+        message = advert_bytes(context, epoch, silo, advert.c_public, advert.s_public)
+        authority.verify(advert.cert, silo, message, advert.signature)
+    except SigningError as exc:
+        return f"advert of epoch {epoch}: {exc}"
+    return None
+
+
+@dataclass(frozen=True)
+class Masked:
+    """Silo i's message of one round: masked residues, encrypted self-mask shares, commitment."""
+
+    masked: np.ndarray
+    blobs: dict[int, bytes]
+    commitment: bytes
+
+
+@dataclass(frozen=True)
+class Reveal:
+    """A survivor's unmask answer: shares of the survivors' self-mask seeds, round seeds with the dropped."""
+
+    b_shares: dict[int, bytes]
+    seeds: dict[int, bytes]
+
+
+@dataclass
+class _RoundRecord:
+    digest: bytes  # SHA-256 of the residues that were masked (a retry with other data is refused)
+    message: Masked
+    own_share: bytes
+
+
+def _survivor_list(value: object, members: list[int], name: str = "survivors") -> list[int]:
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise SecAggError(f"{name}: must be a list of silo indices")
+    if value != sorted(set(value)) or not set(value) <= set(members):
+        raise SecAggError(f"{name}: must be sorted, distinct members of {members}")
+    return value
+
+
+# -- silo -----------------------------------------------------------------------------------------
+@dataclass
+class MaskingSilo:
+    """One silo's side.  Every method either answers or raises :class:`SecAggError` with the reason,
+    leaving the state as it was; the caller persists the state before the answer leaves the silo."""
+
+    silo: int
+    bits: int
+    width: int
+    context: bytes
+    identity: Identity
+    authority: Authority
+    colluders: int = 0
+    roster: SignedRoster | None = None
+    offered: int = 0  # the epoch the current keys were advertised for
+    joined: int = 0  # the last epoch whose roster this silo accepted
+    c_private: bytes = b""
+    s_private: bytes = b""
+    last_round: int = 0
+    rounds: dict[int, _RoundRecord] = field(default_factory=dict)
+    signed: dict[int, list[int]] = field(default_factory=dict)
+    answered: dict[int, Reveal] = field(default_factory=dict)
+
+    def advertise(self, epoch: int) -> Advert:
+        """Step 1: fresh keys for ``epoch`` (the same advert again while that epoch is being set up)."""
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch <= self.joined:
+            raise SecAggError(f"epoch {epoch!r}: keys are advertised for a later epoch than {self.joined} only")
+        if epoch != self.offered or not self.s_private:
+            c_private, c_public = keypair()
+            s_private, s_public = keypair()
+            self.c_private, self.s_private, self.offered = c_private, s_private, epoch
+        else:
+            c_public, s_public = self._public(self.c_private), self._public(self.s_private)
+        signature = self.identity.sign(advert_bytes(self.context, epoch, self.silo, c_public, s_public))
+        return Advert(c_public, s_public, self.identity.cert, signature)
+
+    @staticmethod
+    def _public(private: bytes) -> bytes:
+        return X25519PrivateKey.from_private_bytes(private).public_key().public_bytes_raw()
+
+    def join(self, roster: SignedRoster) -> None:
+        """Step 2: check the roster (module docstring) and take it."""
+        if roster == self.roster:
+            return  # a retried delivery
+        if roster.context != self.context:
+            raise SecAggError("the roster belongs to another deployment")
+        if roster.epoch != self.offered or roster.epoch <= self.joined:
+            raise SecAggError(
+                f"roster of epoch {roster.epoch}: this silo advertised keys for epoch {self.offered} "
+                f"and joined epoch {self.joined} (a replayed or foreign roster)"
+            )
+        members = roster.members
+        if not set(roster.c_public) == set(roster.certs) == set(roster.signatures) == set(members):
+            raise SecAggError(
+                f"roster of epoch {roster.epoch}: every member needs two keys, a certificate and a signature"
+            )
+        if self.silo not in members or roster.s_public[self.silo] != self._public(self.s_private):
+            raise SecAggError(f"the roster of epoch {roster.epoch} lists other keys for silo {self.silo}")
+        if roster.c_public[self.silo] != self._public(self.c_private):
+            raise SecAggError(f"the roster of epoch {roster.epoch} lists other keys for silo {self.silo}")
+        n, t = len(members), roster.threshold
+        if not secure_threshold(n, self.colluders) <= t <= n:
+            raise SecAggError(
+                f"roster of epoch {roster.epoch}: threshold {t} for {n} member(s) must be in "
+                f"[{secure_threshold(n, self.colluders)}, {n}] (2t > members + {self.colluders} colluders)"
+            )
+        if len(set(roster.s_public.values())) != n or len(set(roster.c_public.values())) != n:
+            raise SecAggError(f"roster of epoch {roster.epoch}: two members advertise the same key")
+        for j in members:
+            reason = check_advert(self.authority, self.context, roster.epoch, j, roster.advert(j))
+            if reason is not None:
+                raise SecAggError(f"roster refused: {reason}")
+        self.roster, self.joined = roster, roster.epoch
+        self.last_round, self.rounds, self.signed, self.answered = 0, {}, {}, {}
+
+    def _roster(self) -> SignedRoster:
+        if self.roster is None:
+            raise SecAggError("no roster: this silo has joined no epoch")
+        return self.roster
+
+    def _share_key(self, j: int) -> bytes:
+        roster = self._roster()
+        return _agree(
+            self.c_private, roster.c_public[j], roster.info("share-key", min(self.silo, j), max(self.silo, j))
+        )
+
+    def _pair_round_seed(self, j: int, round_: int) -> bytes:
+        roster = self._roster()
+        pair = _agree(self.s_private, roster.s_public[j], roster.info("mask", min(self.silo, j), max(self.silo, j)))
+        return _round_seed(pair, round_)
+
+    def mask(self, round_: int, residues: np.ndarray) -> Masked:
+        """Step 3: the round's message (stored: a retry gets the same bytes)."""
+        roster = self._roster()
+        residues = np.asarray(residues, dtype=np.uint64)
+        digest = hashlib.sha256(residues.tobytes()).digest()
+        kept = self.rounds.get(round_)
+        if kept is not None:
+            if kept.digest != digest:
+                raise SecAggError(f"round {round_} was masked already, for other residues")
+            return kept.message
+        if round_ <= self.last_round:
+            raise SecAggError(f"round {round_} is not after round {self.last_round}: a replayed round")
+        b = secrets.token_bytes(KEY_BYTES)
+        shares = shamir_split(b, roster.members, roster.threshold)
+        blobs = {}
+        for j, share in shares.items():
+            if j != self.silo:
+                nonce = os.urandom(NONCE_BYTES)
+                ad = roster.info("self-mask-share", round_, self.silo, j)
+                blobs[j] = nonce + AESGCM(self._share_key(j)).encrypt(nonce, share, ad)
+        out = residues + prg(b, round_, self.width, self.bits)
+        for j in roster.members:
+            if j != self.silo:
+                m = prg(self._pair_round_seed(j, round_), 0, self.width, self.bits)
+                out = out + m if self.silo < j else out - m
+        message = Masked(out & np.uint64((1 << self.bits) - 1), blobs, _commitment(roster, round_, self.silo, b))
+        self.rounds[round_] = _RoundRecord(digest, message, shares[self.silo])
+        self.last_round = round_
+        for old in [r for r in self.rounds if r <= round_ - KEPT_ROUNDS]:
+            self.rounds.pop(old)
+            self.signed.pop(old, None)
+            self.answered.pop(old, None)
+        return message
+
+    def sign_survivors(self, round_: int, survivors: object) -> bytes:
+        """Step 4: this silo's signature of the round's survivor list (one list per round)."""
+        roster = self._roster()
+        listed = _survivor_list(survivors, roster.members)
+        if round_ not in self.rounds:
+            raise SecAggError(f"round {round_}: this silo sent no message it still keeps")
+        if self.silo not in listed:
+            raise SecAggError(f"round {round_}: the survivor list leaves out this silo, which sent its message")
+        if len(listed) < roster.threshold:
+            raise SecAggError(f"round {round_}: {len(listed)} survivor(s), fewer than the threshold {roster.threshold}")
+        if self.signed.get(round_, listed) != listed:
+            raise SecAggError(f"round {round_}: a second, different survivor list (signed {self.signed[round_]})")
+        self.signed[round_] = listed
+        return self.identity.sign(survivors_bytes(roster, round_, listed))
+
+    def unmask(
+        self, round_: int, survivors: object, dropped: object, signatures: dict[int, bytes], blobs: dict[int, bytes]
+    ) -> Reveal:
+        """Step 5: reveal for every member either its self-mask share (survivors) or this silo's
+        round seed with it (dropped), once t survivors have signed the list this silo signed."""
+        roster = self._roster()
+        listed = _survivor_list(survivors, roster.members)
+        gone = _survivor_list(dropped, roster.members, "dropped")
+        both = sorted(set(listed) & set(gone))
+        if both:
+            raise SecAggError(f"round {round_}: asks for both the self-mask share and the round seed of silo(s) {both}")
+        if sorted(listed + gone) != roster.members:
+            raise SecAggError(f"round {round_}: survivors and dropped must partition the members {roster.members}")
+        if self.signed.get(round_) != listed:
+            raise SecAggError(
+                f"round {round_}: the survivor list is not the one this silo signed ({self.signed.get(round_)})"
+            )
+        if round_ in self.answered:
+            return self.answered[round_]
+        signers = [j for j in sorted(signatures) if j in listed]
+        if len(signers) < roster.threshold or set(signatures) - set(listed):
+            raise SecAggError(
+                f"round {round_}: needs signatures of the list from at least {roster.threshold} survivors, "
+                f"got {len(signers)} (and {sorted(set(signatures) - set(listed))} from outside it)"
+            )
+        message = survivors_bytes(roster, round_, listed)
+        for j in signers:
+            try:
+                self.authority.verify(roster.certs[j], j, message, signatures[j])
+            except SigningError as exc:
+                raise SecAggError(f"round {round_}: {exc} (the survivor list)") from None
+        if set(blobs) != set(listed) - {self.silo}:
+            raise SecAggError(f"round {round_}: needs one self-mask share from each other survivor")
+        shares = {self.silo: self.rounds[round_].own_share}
+        for k, blob in blobs.items():
+            if not isinstance(blob, bytes) or len(blob) != BLOB_BYTES:
+                raise SecAggError(f"round {round_}: the self-mask share of silo {k} must be {BLOB_BYTES} bytes")
+            try:
+                ad = roster.info("self-mask-share", round_, k, self.silo)
+                shares[k] = AESGCM(self._share_key(k)).decrypt(blob[:NONCE_BYTES], blob[NONCE_BYTES:], ad)
+            except InvalidTag:
+                raise SecAggError(f"round {round_}: the self-mask share of silo {k} does not authenticate") from None
+        reveal = Reveal(shares, {j: self._pair_round_seed(j, round_) for j in gone})
+        self.answered[round_] = reveal
+        return reveal
+
+
+# -- server ---------------------------------------------------------------------------------------
+@dataclass
+class MaskingServer:
+    """The server's side: roster, validation of messages and signatures, unmasking, the sum."""
+
+    context: bytes
+    bits: int
+    width: int
+    authority: Authority
+    epoch: int = 0
+    roster: SignedRoster | None = None
+    round_: int | None = None
+    received: dict[int, Masked] = field(default_factory=dict)
+    survivors: list[int] | None = None
+    signatures: dict[int, bytes] = field(default_factory=dict)
+
+    @property
+    def next_epoch(self) -> int:
+        return self.epoch + 1
+
+    def publish(self, adverts: dict[int, Advert], threshold: int) -> SignedRoster:
+        """A new epoch with the silos whose adverts for it verify (check them with :func:`check_advert`)."""
+        if not 1 <= threshold <= len(adverts):
+            raise SecAggError(f"threshold must be in [1, {len(adverts)}] for {len(adverts)} silos, got {threshold}")
+        self.epoch += 1
+        self.roster = SignedRoster.of(self.context, self.epoch, threshold, adverts)
+        self.round_, self.received, self.survivors, self.signatures = None, {}, None, {}
+        return self.roster
+
+    def open_round(self, round_: int) -> None:
+        if self.roster is None:
+            raise SecAggError("no epoch: publish a roster first")
+        self.round_, self.received, self.survivors, self.signatures = round_, {}, None, {}
+
+    def accept(self, sender: object, epoch: object, round_: object, message: Masked) -> str | None:
+        """Keep a masked message, or return why it is rejected (nothing kept)."""
+        if self.roster is None or self.round_ is None or self.survivors is not None:
+            return "no round is taking messages"
+        if epoch != self.epoch:
+            return f"epoch {epoch!r} is not the current epoch {self.epoch} (foreign or replayed)"
+        if round_ != self.round_:
+            return f"round {round_!r} is not the current round {self.round_} (stale or replayed)"
+        if sender not in self.roster.s_public:
+            return f"sender {sender!r} is not in the roster of epoch {self.epoch} (foreign)"
+        if sender in self.received:
+            return f"silo {sender}: a second masked message in round {round_}"
+        x = message.masked
+        if not isinstance(x, np.ndarray) or x.dtype != np.uint64 or x.shape != (self.width,):
+            return f"silo {sender}: a masked message must be {self.width} uint64 residues"
+        if (x >> np.uint64(self.bits)).any():
+            return f"silo {sender}: residues must be below 2^{self.bits}"
+        others = set(self.roster.members) - {sender}
+        if set(message.blobs) != others or not all(
+            isinstance(b, bytes) and len(b) == BLOB_BYTES for b in message.blobs.values()
+        ):
+            return f"silo {sender}: needs one {BLOB_BYTES}-byte self-mask share for each other member"
+        if not isinstance(message.commitment, bytes) or len(message.commitment) != 32:
+            return f"silo {sender}: the self-mask commitment must be 32 bytes"
+        self.received[sender] = Masked(x.copy(), dict(message.blobs), message.commitment)  # type: ignore[index]
+        return None
+
+    def close_messages(self) -> list[int]:
+        """The survivor list U of the round (no message is taken after this)."""
+        assert self.roster is not None
+        self.survivors = sorted(self.received)
+        return self.survivors
+
+    def dropped(self) -> list[int]:
+        assert self.roster is not None
+        return [i for i in self.roster.members if i not in (self.survivors or self.received)]
+
+    def accept_signature(self, silo: int, signature: object) -> str | None:
+        assert self.roster is not None and self.round_ is not None and self.survivors is not None
+        if silo not in self.survivors:
+            return f"silo {silo} is not a survivor of round {self.round_}"
+        try:
+            message = survivors_bytes(self.roster, self.round_, self.survivors)
+            self.authority.verify(self.roster.certs[silo], silo, message, signature)
+        except SigningError as exc:
+            return f"round {self.round_}: {exc} (the survivor list)"
+        self.signatures[silo] = signature  # type: ignore[assignment]
+        return None
+
+    def shares_for(self, silo: int) -> dict[int, bytes]:
+        """The survivors' encrypted self-mask shares addressed to ``silo``."""
+        assert self.survivors is not None
+        return {k: self.received[k].blobs[silo] for k in self.survivors if k != silo}
+
+    def total(self, reveals: dict[int, Reveal]) -> np.ndarray:
+        """The modular sum of the survivors' inputs (module docstring, step 5)."""
+        assert self.roster is not None and self.round_ is not None and self.survivors is not None
+        roster, r, mod = self.roster, self.round_, np.uint64((1 << self.bits) - 1)
+        answered = {j: v for j, v in reveals.items() if j in self.survivors}
+        out = np.zeros(self.width, dtype=np.uint64)
+        for k in self.survivors:
+            shares = {j: v.b_shares[k] for j, v in answered.items() if k in v.b_shares}
+            b = shamir_join(shares, roster.threshold)
+            if _commitment(roster, r, k, b) != self.received[k].commitment:
+                raise SecAggError(f"round {r}: the shares of silo {k}'s self-mask rebuild another seed")
+            out = out + self.received[k].masked - prg(b, r, self.width, self.bits)
+        for j in self.dropped():
+            for k in self.survivors:
+                seed = answered.get(k, Reveal({}, {})).seeds.get(j)
+                if not isinstance(seed, bytes) or len(seed) != KEY_BYTES:
+                    raise SecAggError(f"round {r}: survivor {k} gave no round seed with dropped silo {j}")
+                m = prg(seed, 0, self.width, self.bits)
+                out = out - m if k < j else out + m  # survivor k's term for j was sign(k, j) m
+        self.round_ = None
+        return out & mod

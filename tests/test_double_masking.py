@@ -1,0 +1,139 @@
+"""Secure aggregation with signed keys, self-masks and a consistency check
+(fedbandits.federation.double_masking), honest runs and bad input, in process."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+
+from fedbandits.federation.double_masking import Masked, SecAggError, secure_threshold
+from maskinghelp import CHI2_15_999, chi2_top_bits, federation
+
+
+def test_every_message_is_uniform_and_the_unmasked_sum_is_exact(tmp_path) -> None:
+    fed = federation(tmp_path, 5)
+    x = fed.inputs(0)
+    x[:, :100] = 7  # a plaintext far from uniform
+    fed.send(1, x)
+    assert all(chi2_top_bits(m.masked, fed.bits) < CHI2_15_999 for m in fed.server.received.values())
+    # the plain modular sum of the messages still carries the self-masks: uniform, not the sum
+    naive = fed.modsum(np.stack([m.masked for m in fed.server.received.values()]))
+    assert chi2_top_bits(naive, fed.bits) < CHI2_15_999
+    np.testing.assert_array_equal(fed.server.total(fed.unmask(1)), fed.modsum(x))
+
+
+def test_any_threshold_of_answers_unmasks_a_round_nobody_dropped(tmp_path) -> None:
+    fed = federation(tmp_path, 5)  # t = 3
+    x = fed.inputs(1)
+    fed.send(1, x)
+    reveals = fed.unmask(1, answering={0, 3, 4})
+    np.testing.assert_array_equal(fed.server.total(reveals), fed.modsum(x))
+
+
+def test_a_dropped_silo_is_removed_and_the_epoch_goes_on(tmp_path) -> None:
+    fed = federation(tmp_path, 6)
+    for r, skip in ((1, {2}), (2, set()), (3, {0, 5})):
+        x = fed.inputs(10 + r)
+        kept = [i for i in range(6) if i not in skip]
+        np.testing.assert_array_equal(fed.round(r, x, skip), fed.modsum(x[kept]))
+    assert fed.server.epoch == 1  # no key was revealed: no new set-up
+
+
+def test_with_somebody_dropped_every_survivor_must_answer(tmp_path) -> None:
+    fed = federation(tmp_path, 5)
+    fed.send(1, fed.inputs(2), skip={4})
+    reveals = fed.unmask(1, answering={0, 1, 2})  # 3 = t answers, but survivor 3's seed with 4 is missing
+    with pytest.raises(SecAggError, match="survivor 3 gave no round seed with dropped silo 4"):
+        fed.server.total(reveals)
+
+
+def test_too_few_survivors_cannot_be_signed_for(tmp_path) -> None:
+    fed = federation(tmp_path, 5)
+    fed.send(1, fed.inputs(3), skip={2, 3, 4})
+    survivors = fed.server.close_messages()
+    with pytest.raises(SecAggError, match="fewer than the threshold 3"):
+        fed.silos[0].sign_survivors(1, survivors)
+
+
+def test_a_retried_round_gets_the_same_bytes_and_other_data_is_refused(tmp_path) -> None:
+    fed = federation(tmp_path, 3)
+    x = fed.inputs(4)
+    first = fed.silos[0].mask(1, x[0])
+    again = fed.silos[0].mask(1, x[0])
+    assert first is again
+    with pytest.raises(SecAggError, match="masked already, for other residues"):
+        fed.silos[0].mask(1, x[1])
+
+
+def test_the_state_pickles_mid_round(tmp_path) -> None:
+    fed = federation(tmp_path, 3)
+    x = fed.inputs(5)
+    fed.send(1, x)
+    survivors = fed.server.close_messages()
+    for j in survivors:
+        fed.server.accept_signature(j, fed.silos[j].sign_survivors(1, survivors))
+    fed.silos = [pickle.loads(pickle.dumps(s)) for s in fed.silos]  # restarted silos
+    fed.server = pickle.loads(pickle.dumps(fed.server))
+    reveals = {
+        j: fed.silos[j].unmask(1, survivors, [], dict(fed.server.signatures), fed.server.shares_for(j))
+        for j in survivors
+    }
+    np.testing.assert_array_equal(fed.server.total(reveals), fed.modsum(x))
+
+
+def test_secure_threshold_splits_every_two_lists() -> None:
+    for n in range(1, 40):
+        for c in range(n):
+            t = secure_threshold(n, c)
+            assert t <= n and 2 * t > n + c and t > c
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (lambda m: Masked(m.masked[:-1], m.blobs, m.commitment), "4096 uint64 residues"),
+        (lambda m: Masked(m.masked.astype(np.int64), m.blobs, m.commitment), "4096 uint64 residues"),
+        (lambda m: Masked(m.masked | np.uint64(1 << 45), m.blobs, m.commitment), "below 2"),
+        (lambda m: Masked(m.masked, {**m.blobs, 1: b"x" * 10}, m.commitment), "self-mask share for each"),
+        (lambda m: Masked(m.masked, {}, m.commitment), "self-mask share for each"),
+        (lambda m: Masked(m.masked, m.blobs, b"short"), "commitment must be 32 bytes"),
+    ],
+)
+def test_malformed_messages_are_rejected_and_the_round_still_closes(tmp_path, change, reason) -> None:
+    fed = federation(tmp_path, 3)
+    x = fed.inputs(6)
+    fed.server.open_round(1)
+    bad = change(fed.silos[0].mask(1, x[0]))
+    got = fed.server.accept(0, 1, 1, bad)
+    assert got is not None and reason in got
+    assert fed.server.received == {}
+    for s in fed.silos:
+        assert fed.server.accept(s.silo, 1, 1, s.mask(1, x[s.silo])) is None
+    np.testing.assert_array_equal(fed.server.total(fed.unmask(1)), fed.modsum(x))
+
+
+def test_malformed_unmask_requests_are_refused_and_change_nothing(tmp_path) -> None:
+    fed = federation(tmp_path, 3)
+    x = fed.inputs(7)
+    fed.send(1, x)
+    survivors = fed.server.close_messages()
+    for j in survivors:
+        fed.server.accept_signature(j, fed.silos[j].sign_survivors(1, survivors))
+    sigs, blobs = dict(fed.server.signatures), fed.server.shares_for(0)
+    silo = fed.silos[0]
+    for args, reason in [
+        ((["0", 1, 2], [], sigs, blobs), "list of silo indices"),
+        (([2, 1, 0], [], sigs, blobs), "sorted, distinct"),
+        (([0, 1, 2], [], {0: b"x" * 64, 1: sigs[1], 2: sigs[2]}, blobs), "does not verify"),
+        (([0, 1, 2], [], {0: sigs[0]}, blobs), "at least 2 survivors"),
+        (([0, 1, 2], [], sigs, {1: blobs[1]}), "one self-mask share from each"),
+        (([0, 1, 2], [], sigs, {1: blobs[1], 2: blobs[1]}), "does not authenticate"),
+        (([0, 1, 2], [], sigs, {1: blobs[1], 2: b"y" * 7}), "must be 94 bytes"),
+    ]:
+        with pytest.raises(SecAggError, match=reason):
+            silo.unmask(1, *args)
+        assert 1 not in silo.answered
+    reveals = {j: fed.silos[j].unmask(1, survivors, [], sigs, fed.server.shares_for(j)) for j in survivors}
+    np.testing.assert_array_equal(fed.server.total(reveals), fed.modsum(x))
