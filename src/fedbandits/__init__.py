@@ -21,11 +21,49 @@ privacy < protocols < algorithms < registry < config < online < sim < experiment
 tests/test_imports.py checks it.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from fedbandits._version import __version__
-from fedbandits.api import quickstart_config, run, tune
-from fedbandits.config import Config, ConfigError, config_from_dict, load_config, loads_config
-from fedbandits.online import Agent, Decision
-from fedbandits.sim.results import Results
+
+if TYPE_CHECKING:
+    from fedbandits.api import quickstart_config, run, tune
+    from fedbandits.config import Config, ConfigError, config_from_dict, load_config, loads_config
+    from fedbandits.online import Agent, Decision
+    from fedbandits.sim.results import Results
+
+# The public names are imported at their first use (PEP 562): importing a submodule -- the
+# deployment's ClientApp imports fedbandits.federation.app once per message -- must not pay for the
+# experiments and their scipy solvers, which ``fedbandits.api`` pulls in (tests/test_lazy.py).
+_HOMES = {
+    "quickstart_config": "fedbandits.api",
+    "run": "fedbandits.api",
+    "tune": "fedbandits.api",
+    "Config": "fedbandits.config",
+    "ConfigError": "fedbandits.config",
+    "config_from_dict": "fedbandits.config",
+    "load_config": "fedbandits.config",
+    "loads_config": "fedbandits.config",
+    "Agent": "fedbandits.online",
+    "Decision": "fedbandits.online",
+    "Results": "fedbandits.sim.results",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'fedbandits' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_HOMES])
+
 
 __all__ = [
     "Agent",
