@@ -10,10 +10,10 @@ import pytest
 
 from fedbandits.config import loads_config
 from fedbandits.federation.deployment_results import deployment_results
-from fedbandits.federation.parity import compare, reference_run, run_loopback
-from fedbandits.federation.secure_aggregation import SecAggServer
+from fedbandits.federation.double_masking import Masked
+from fedbandits.federation.parity import _trial_signing, compare, reference_run, run_loopback
 from fedbandits.federation.server import Coordinator, Incoming, validate_release
-from fedbandits.federation.silo import Silo
+from fedbandits.federation.silo import Silo, SiloError
 from fedbandits.federation.spec import make_spec
 from fedbandits.sim.runner import run_experiment
 
@@ -69,31 +69,55 @@ def test_loopback_decodes_exactly_the_simulators_sums(tmp_path: Path) -> None:
 
 
 def _setup(spec, tmp_path: Path) -> tuple[Coordinator, list[Silo]]:  # type: ignore[no-untyped-def]
-    coord = Coordinator(spec, tmp_path / "server")
-    silos = [Silo(spec, i, tmp_path / f"silo-{i}", "derived") for i in range(spec.silos)]
-    roster = coord.start_epoch({i: s.advertise() for i, s in enumerate(silos)}, [1000 + i for i in range(spec.silos)])
-    routed = SecAggServer.route({i: s.share(roster) for i, s in enumerate(silos)})
-    for i, s in enumerate(silos):
-        s.receive(routed[i])
+    signing = _trial_signing(spec, tmp_path / "signing")
+    assert signing is not None
+    coord = Coordinator(spec, tmp_path / "server", signing[0][1])
+    silos = [Silo(spec, i, tmp_path / f"silo-{i}", "derived", signing=signing[i]) for i in range(spec.silos)]
+    epoch = coord.next_epoch
+    roster = coord.start_epoch({i: s.advertise(epoch) for i, s in enumerate(silos)}, NODES[: spec.silos])
+    for s in silos:
+        s.join(roster)
     return coord, silos
 
 
-def test_a_silo_missing_from_a_round_is_recovered_and_the_next_round_rekeys(tmp_path: Path) -> None:
+NODES = [1000 + i for i in range(40)]
+
+
+def _send(coord: Coordinator, silos: list[Silo], k: int, present: tuple[int, ...]) -> dict[int, np.ndarray]:
+    """Round ``k`` with the ``present`` silos' masked releases; their residues."""
+    coord.open_masked_round(k)
+    residues = {}
+    for i in present:
+        silos[i].release(k, coord.state.prefix, k - 1)
+        residues[i] = silos[i].state.messages[k]
+        assert coord.accept_masked(i, coord.state.secagg.epoch, k, silos[i].masked(k)) is None  # type: ignore[union-attr]
+    return residues
+
+
+def _unmask(coord: Coordinator, silos: list[Silo], k: int) -> dict:  # type: ignore[type-arg]
+    """The honest consistency check and unmask step of round ``k``."""
+    survivors, dropped = coord.close_messages(), coord.dropped()
+    for j in survivors:
+        assert coord.accept_signature(j, silos[j].sign_survivors(k, survivors)) is None
+    secagg = coord.state.secagg
+    assert secagg is not None
+    return {j: silos[j].unmask(k, survivors, dropped, dict(secagg.signatures), secagg.shares_for(j)) for j in survivors}
+
+
+def test_a_silo_missing_from_a_round_is_removed_and_the_epoch_goes_on(tmp_path: Path) -> None:
     spec = _spec(extra="dropouts = 1")
     coord, silos = _setup(spec, tmp_path)
-    coord.open_masked_round(1)
-    residues = {}
-    for i in (0, 1, 3):  # silo 2 never answers
-        silos[i].release(1, None, 0)
-        residues[i] = silos[i].state.messages[1]
-        assert coord.accept_masked(i, coord.state.secagg.epoch, 1, silos[i].masked(1)) is None  # type: ignore[union-attr]
+    residues = _send(coord, silos, 1, (0, 1, 3))  # silo 2 never answers
     assert coord.dropped() == [2]
-    prefix = coord.close_masked_round(1, {j: silos[j].reveal([2]) for j in (0, 1, 3)}, [])
+    prefix = coord.close_masked_round(1, _unmask(coord, silos, 1), [])
     codec = spec.distributed().codec(spec.dim())
     exact = codec.decode(codec.centred(np.sum([residues[i] for i in residues], axis=0, dtype=np.uint64) & codec.mask))
     np.testing.assert_array_equal(prefix, exact)  # the survivors' sum, exactly
     assert coord.state.rounds[0].missing == [2]
-    assert coord.needs_epoch([1000, 1001, 1002, 1003])  # silo 2's key is revealed: new keys first
+    assert not coord.needs_epoch(NODES[:4])  # no key was revealed: silo 2 comes back with the same keys
+    _send(coord, silos, 2, (0, 1, 2, 3))
+    coord.close_masked_round(2, _unmask(coord, silos, 2), [])
+    assert coord.state.rounds[1].missing == [] and coord.state.epochs == 1
     report = deployment_results(spec, coord, 0.0).algorithms[spec.label].report
     assert report["min_present"] == 3 and report["short_rounds"] == 0 and report["guarantee"] == "formal"
 
@@ -101,28 +125,25 @@ def test_a_silo_missing_from_a_round_is_recovered_and_the_next_round_rekeys(tmp_
 def test_unprovisioned_dropout_withdraws_the_guarantee(tmp_path: Path) -> None:
     spec = _spec()  # dropouts = 0
     coord, silos = _setup(spec, tmp_path)
-    coord.open_masked_round(1)
-    for i in (0, 1, 2):
-        silos[i].release(1, None, 0)
-        coord.accept_masked(i, coord.state.secagg.epoch, 1, silos[i].masked(1))  # type: ignore[union-attr]
-    coord.close_masked_round(1, {j: silos[j].reveal([3]) for j in (0, 1, 2)}, [])
+    _send(coord, silos, 1, (0, 1, 2))
+    coord.close_masked_round(1, _unmask(coord, silos, 1), [])
     report = deployment_results(spec, coord, 0.0).algorithms[spec.label].report
     assert report["short_rounds"] == 1 and report["guarantee"] == "no formal guarantee"
     assert report["epsilon_delivered"] > 5.0 and "3 of 4 silos" in str(report["guarantee_reason"])
 
 
 def test_a_round_whose_masks_cannot_be_removed_closes_empty_and_costs_no_guarantee(tmp_path: Path) -> None:
-    """Too few survivors' shares to rebuild a dropped silo's key (t = 3 of 4): the round closes as an
-    empty node (nobody's data released, the prefix does not move), the epoch ends, and the report's
-    worst round is taken over rounds that released data only."""
+    """Fewer survivors than t = 3 of 4: their self-masks cannot be rebuilt, so the round closes as an
+    empty node (nobody's data released, the prefix does not move; the epoch goes on), and the
+    report's worst round is taken over rounds that released data only."""
     spec = _spec()
     coord, silos = _setup(spec, tmp_path)
-    coord.open_masked_round(1)
-    for i in (0, 1):
-        silos[i].release(1, None, 0)
-        coord.accept_masked(i, coord.state.secagg.epoch, 1, silos[i].masked(1))  # type: ignore[union-attr]
-    prefix = coord.close_masked_round(1, {j: silos[j].reveal([2, 3]) for j in (0, 1)}, [])
-    assert not prefix.any() and coord.state.rounds[0].accepted == [] and coord.needs_epoch([1000])
+    _send(coord, silos, 1, (0, 1))
+    survivors = coord.close_messages()
+    with pytest.raises(SiloError, match="fewer than the threshold 3"):
+        silos[0].sign_survivors(1, survivors)
+    prefix = coord.close_masked_round(1, {}, [])
+    assert not prefix.any() and coord.state.rounds[0].accepted == [] and not coord.needs_epoch(NODES[:4])
     report = deployment_results(spec, coord, 0.0).algorithms[spec.label].report
     # counted as short (more missing than provisioned), but it released nothing: still formal
     assert report["min_present"] == 4 and report["short_rounds"] == 1 and report["guarantee"] == "formal"
@@ -145,11 +166,12 @@ def test_masked_messages_are_validated_and_replays_refused(tmp_path: Path) -> No
             spec, Incoming(1000, meta, arrays), phase="sync", round_=1, registry=None, seen=set(), width=width
         )
 
-    assert "expected exactly one array 'masked'" in str(check({"psum": good.astype(np.float64)}))
-    assert "uint64 residues" in str(check({"masked": good.astype(np.int64)}))
-    assert "uint64 residues" in str(check({"masked": good[:-1]}))
-    res = check({"masked": good})
-    assert not isinstance(res, str) and res[0] == 0 and np.array_equal(res[1], good)  # type: ignore[arg-type]
+    assert "expected exactly one array 'masked'" in str(check({"psum": good.masked.astype(np.float64)}))
+    assert "uint64 residues" in str(check({"masked": good.masked.astype(np.int64)}))
+    assert "uint64 residues" in str(check({"masked": good.masked[:-1]}))
+    assert "self-mask share for each" in str(coord.accept_masked(0, 1, 1, Masked(good.masked, {}, good.commitment)))
+    res = check({"masked": good.masked})
+    assert not isinstance(res, str) and res[0] == 0 and np.array_equal(res[1], good.masked)  # type: ignore[arg-type]
     assert coord.accept_masked(0, 1, 1, good) is None
     assert "second masked message" in str(coord.accept_masked(0, 1, 1, good))
     assert "not the current epoch" in str(coord.accept_masked(1, 7, 1, good))
@@ -161,9 +183,10 @@ def test_a_restarted_silo_resends_the_same_residues_and_mask(tmp_path: Path) -> 
     _, silos = _setup(spec, tmp_path)
     silos[1].release(1, None, 0)
     first, masked = silos[1].state.messages[1].copy(), silos[1].masked(1)
-    again = Silo(spec, 1, tmp_path / "silo-1", "derived")  # from the durable state
+    again = Silo(spec, 1, tmp_path / "silo-1", "derived", signing=silos[1].signing)  # from the durable state
     np.testing.assert_array_equal(again.release(1, None, 0), first)
-    np.testing.assert_array_equal(again.masked(1), masked)
+    np.testing.assert_array_equal(again.masked(1).masked, masked.masked)  # the same self-mask, not a new one
+    assert again.masked(1).blobs == masked.blobs
 
 
 def test_a_silo_draws_secret_exact_shares_by_default(tmp_path: Path) -> None:
@@ -174,8 +197,10 @@ def test_a_silo_draws_secret_exact_shares_by_default(tmp_path: Path) -> None:
     cal = spec.distributed()
     codec = cal.codec(spec.dim())
     shares = []
+    signing = _trial_signing(spec, tmp_path / "signing")
+    assert signing is not None
     for i in range(40):
-        silo = Silo(spec, i, tmp_path / f"s{i}")
+        silo = Silo(spec, i, tmp_path / f"s{i}", signing=signing[i])
         residues = silo.release(1, None, 0)
         gamma = silo.state.randomizer.exact[0, 0, 0]  # type: ignore[union-attr]
         shares.append(codec.centred(residues) - codec.encode(gamma))

@@ -192,7 +192,7 @@ DEPLOY_STARTUP = (
 )
 LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("fedbandits.federation.cli", f"fedbandits.federation.{module}"): DEPLOY_STARTUP
-    for module in ("certs", "deployment", "flower_setup", "parity", "processes", "server", "shuffler")
+    for module in ("certs", "deployment", "flower_setup", "parity", "processes", "server", "shuffler", "signing")
 }
 SERVE_EXTRA = (
     "the serve extra (starlette, uvicorn, httpx) may be absent: every `fedbandits` command builds the "

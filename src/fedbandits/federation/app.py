@@ -50,10 +50,12 @@ from flwr.common.constant import SUPERLINK_NODE_ID, ErrorCode
 from flwr.serverapp import Grid, ServerApp
 
 from fedbandits.federation.deployment_results import deployment_results
+from fedbandits.federation.double_masking import Advert, Masked, Reveal, SignedRoster
 from fedbandits.federation.processes import serving_lock
-from fedbandits.federation.secure_aggregation import KEY_BYTES, Roster, SecAggServer
+from fedbandits.federation.secure_aggregation import KEY_BYTES, SHARE_BYTES
 from fedbandits.federation.server import WITHHELD, Coordinator, Incoming, validate_release
 from fedbandits.federation.shuffler import ShufflerClient
+from fedbandits.federation.signing import SIGNATURE_BYTES, Authority, Identity
 from fedbandits.federation.silo import Silo, SiloError, check_pinned_spec
 from fedbandits.federation.spec import atomic_write_bytes, cached_spec_from_json, spec_from_json
 from fedbandits.sim.task import time_grid
@@ -66,6 +68,9 @@ FINAL_PULL_MARGIN = 1.0
 #: NUDGE_FLOOR s) after its request, while its node is online and half of the silos have answered
 #: (else half the deadline), is asked once more (see :func:`_exchange`)
 NUDGE_FRACTION, NUDGE_FLOOR = 1 / 6, 10.0
+
+#: a silo's node config for secure aggregation's signatures (distributed-dp)
+SIGNING_CONFIG = ("signing-key", "signing-cert", "signing-ca")
 
 server_app = ServerApp()
 client_app = ClientApp()
@@ -131,7 +136,8 @@ def _serve(grid: Grid, cfg: dict[str, Any], state_dir: Path, run_id: int) -> Non
     registry = None
     if registry_file:
         registry = {int(node): int(silo) for node, silo in json.loads(Path(registry_file).read_text()).items()}
-    coord = Coordinator(spec, state_dir)
+    ca = str(cfg.get("signing-ca", ""))
+    coord = Coordinator(spec, state_dir, Authority.load(ca) if ca else None)
     shuffler = None
     if spec.shuffled:
         shuffler = ShufflerClient.from_config(cfg)
@@ -276,6 +282,19 @@ def _int_list(meta: dict[str, Any], key: str) -> list[int] | None:
     return value
 
 
+def _roster_meta(roster: SignedRoster) -> dict[str, Any]:
+    members = roster.members
+    return {
+        "epoch": roster.epoch,
+        "threshold": roster.threshold,
+        "members": members,
+        "c_public": [roster.c_public[i] for i in members],
+        "s_public": [roster.s_public[i] for i in members],
+        "certs": [roster.certs[i] for i in members],
+        "signatures": [roster.signatures[i] for i in members],
+    }
+
+
 def _masked_round(
     grid: Grid,
     coord: Coordinator,
@@ -286,101 +305,111 @@ def _masked_round(
     poll: float,
 ) -> None:
     """One ``distributed-dp`` synchronisation: key set-up if the epoch needs one, masked releases,
-    recovery of the dropped silos' masks, the decoded sum (module docstring)."""
+    the consistency check, the unmask step, the decoded sum (module docstring)."""
     spec = coord.spec
     base = {"round": k, "digest": spec.digest, "prefix_round": k - 1, "spec": spec_json}
     rejected: list[tuple[int, str]] = []
-    per_node: dict[int, dict[str, Any]] = {}
-    if coord.needs_epoch(_targets(grid, registry)):
+    roster_meta: dict[str, Any] = {}
+
+    def ask(meta: dict[str, Any], phase: str, only: list[int], per_node: dict[int, dict[str, Any]] | None = None):  # type: ignore[no-untyped-def]
         got, bad = _collect(
             coord,
             registry,
-            _exchange(grid, coord, registry, "query", {**base, "phase": "keys"}, k, timeout, poll),
-            "keys",
+            _exchange(
+                grid, coord, registry, "query", {**base, **meta, "phase": phase}, k, timeout, poll, per_node, only=only
+            ),
+            phase,
             k,
         )
-        rejected += bad
-        keys = {}
+        rejected.extend(bad)
+        return got
+
+    if coord.needs_epoch(_targets(grid, registry)):
+        epoch = coord.next_epoch
+        adverts = {}
+        got = ask({"epoch": epoch}, "keys", _targets(grid, registry))
         for silo, (node, meta) in got.items():
-            c, s_ = meta.get("c_public"), meta.get("s_public")
-            if isinstance(c, bytes) and isinstance(s_, bytes) and len(c) == len(s_) == KEY_BYTES:
-                keys[silo] = (c, s_)
+            advert = Advert(*(meta.get(key) for key in ("c_public", "s_public", "cert", "signature")))  # type: ignore[arg-type]
+            refused = coord.check_advert(silo, advert)
+            if refused is None:
+                adverts[silo] = advert
             else:
-                rejected.append((node, f"silo {silo}: public keys must be two {KEY_BYTES}-byte values"))
-        if not keys:
+                log.warning("round %d: refused the keys of silo %d: %s", k, silo, refused)
+                rejected.append((node, refused))
+        if not adverts:
             log.warning("round %d: no silo answered the secure-aggregation key set-up; closing without data", k)
             coord.close_without_data(k, rejected)
             return
-        roster = coord.start_epoch(keys, [got[silo][0] for silo in keys])
-        members = roster.members
-        roster_meta = {
-            "phase": "shares",
-            "epoch": roster.epoch,
-            "threshold": roster.threshold,
-            "members": members,
-            "c_public": [roster.c_public[i] for i in members],
-            "s_public": [roster.s_public[i] for i in members],
-        }
-        got, bad = _collect(
-            coord,
-            registry,
-            _exchange(grid, coord, registry, "query", {**base, **roster_meta}, k, timeout, poll),
-            "shares",
-            k,
-        )
-        rejected += bad
-        shares: dict[int, dict[int, bytes]] = {}
-        for silo, (node, meta) in got.items():
-            to, blobs = _int_list(meta, "to"), _byte_list(meta, "blobs")
-            if (
-                silo in members
-                and to is not None
-                and blobs is not None
-                and sorted(to) == members
-                and len(to) == len(blobs)
-            ):
-                shares[silo] = dict(zip(to, blobs, strict=True))
-            else:
-                rejected.append((node, f"silo {silo}: key shares must be one blob for each member {members}"))
-        nodes = {silo: node for silo, (node, _) in got.items()}
-        for silo, held in SecAggServer.route(shares).items():
-            if silo in nodes:
-                owners = sorted(held)
-                per_node[nodes[silo]] = {"held_from": owners, "held": [held[j] for j in owners]}
+        roster = coord.start_epoch(adverts, [got[silo][0] for silo in adverts])
+        roster_meta = {f"roster_{key}": value for key, value in _roster_meta(roster).items()}
     coord.open_masked_round(k)
-    assert coord.state.secagg is not None
-    epoch = coord.state.secagg.epoch
+    secagg = coord.state.secagg
+    assert secagg is not None and secagg.roster is not None
+    epoch, t = secagg.epoch, secagg.roster.threshold
     replies = _exchange(
-        grid, coord, registry, "train", {**base, "phase": "sync", "epoch": epoch}, k, timeout, poll, per_node
+        grid, coord, registry, "train", {**base, "phase": "sync", "epoch": epoch, **roster_meta}, k, timeout, poll
     )
-    got_masked = 0
+    nodes: dict[int, int] = {}
     for inc in replies:
         res = validate_release(
             coord.spec, inc, phase="sync", round_=k, registry=registry, seen=set(), width=coord.width
         )
-        reason = res if isinstance(res, str) else coord.accept_masked(res[0], (inc.meta or {}).get("epoch"), k, res[1])  # type: ignore[arg-type]
+        if isinstance(res, str):
+            reason: str | None = res
+        else:
+            meta = inc.meta or {}
+            to, blobs = _int_list(meta, "b_to"), _byte_list(meta, "b_blobs")
+            if to is None or blobs is None or len(to) != len(blobs):
+                reason = f"silo {res[0]}: self-mask shares must pair b_to (integers) with b_blobs (bytes)"
+            else:
+                message = Masked(res[1], dict(zip(to, blobs, strict=True)), meta.get("b_commit"))  # type: ignore[arg-type]
+                reason = coord.accept_masked(res[0], meta.get("epoch"), k, message)
+                nodes[res[0]] = inc.node_id
         if reason is not None:
             log.warning("round %d: rejected a message from node %d: %s", k, inc.node_id, reason)
             rejected.append((inc.node_id, reason))
-        else:
-            got_masked += 1
+    survivors = coord.close_messages()
     dropped = coord.dropped()
-    revealed: dict[int, dict[int, bytes]] = {}
-    if dropped:
-        log.warning("round %d: silo(s) %s sent no masked message; asking the others for their key shares", k, dropped)
-        unmask = {**base, "phase": "unmask", "epoch": epoch, "dropped": dropped}
-        got, bad = _collect(
-            coord, registry, _exchange(grid, coord, registry, "query", unmask, k, timeout, poll), "unmask", k
-        )
-        rejected += bad
-        for silo, (node, meta) in got.items():
-            whose, blobs = _int_list(meta, "owners"), _byte_list(meta, "shares")
-            if whose is not None and blobs is not None and len(whose) == len(blobs):
-                revealed[silo] = dict(zip(whose, blobs, strict=True))
-            else:
-                rejected.append((node, f"silo {silo}: revealed shares must pair owners with shares"))
-    coord.close_masked_round(k, revealed, rejected)
-    log.info("round %d closed: %d masked message(s), dropped %s, %d rejected", k, got_masked, dropped, len(rejected))
+    if len(survivors) < t:
+        log.warning("round %d: %d masked message(s), fewer than t = %d; closing without data", k, len(survivors), t)
+        coord.close_without_data(k, rejected)
+        return
+    # consistency check: every survivor signs the one survivor list of the round
+    for silo, (node, meta) in ask(
+        {"epoch": epoch, "survivors": survivors}, "survivors", [nodes[i] for i in survivors]
+    ).items():
+        refused = coord.accept_signature(silo, meta.get("signature"))
+        if refused is not None:
+            rejected.append((node, refused))
+    signers = sorted(secagg.signatures)
+    if len(signers) < t:
+        log.warning("round %d: %d survivor signature(s), fewer than t = %d; closing without data", k, len(signers), t)
+        coord.close_without_data(k, rejected)
+        return
+    unmask = {
+        "epoch": epoch,
+        "survivors": survivors,
+        "dropped": dropped,
+        "signers": signers,
+        "signatures": [secagg.signatures[i] for i in signers],
+    }
+    per_node = {}
+    for silo in survivors:
+        held = secagg.shares_for(silo)
+        per_node[nodes[silo]] = {"held_from": sorted(held), "held": [held[j] for j in sorted(held)]}
+    reveals: dict[int, Reveal] = {}
+    for silo, (node, meta) in ask(unmask, "unmask", [nodes[i] for i in survivors], per_node).items():
+        owners, shares = _int_list(meta, "b_owners"), _byte_list(meta, "b_shares", SHARE_BYTES)
+        seed_for, seeds = _int_list(meta, "seed_for"), _byte_list(meta, "seeds", KEY_BYTES)
+        if None in (owners, shares, seed_for, seeds) or len(owners) != len(shares) or len(seed_for) != len(seeds):  # type: ignore[arg-type]
+            rejected.append((node, f"silo {silo}: an unmask answer pairs b_owners with b_shares, seed_for with seeds"))
+            continue
+        reveals[silo] = Reveal(dict(zip(owners, shares, strict=True)), dict(zip(seed_for, seeds, strict=True)))  # type: ignore[arg-type]
+    coord.close_masked_round(k, reveals, rejected)
+    log.info(
+        "round %d closed: %d masked message(s), dropped %s, %d signature(s), %d unmask answer(s), %d rejected",
+        k, len(survivors), dropped, len(signers), len(reveals), len(rejected),
+    )  # fmt: skip
 
 
 def _targets(grid: Grid, registry: dict[int, int] | None) -> list[int]:
@@ -402,9 +431,10 @@ def _exchange(
     per_node: dict[int, dict[str, Any]] | None = None,
     reask: bool = False,
     nudge_after: float | None = None,
+    only: list[int] | None = None,
 ) -> list[Incoming]:
-    """Send one request to every connected silo (``per_node``: extra meta for some nodes); collect
-    replies until all arrive or the deadline.
+    """Send one request to every connected silo (``only``: to those of these nodes; ``per_node``:
+    extra meta for some nodes); collect replies until all arrive or the deadline.
 
     With ``reask``, a silo whose node goes offline during the round (the SuperLink's notice: it
     crashed after taking the request, or before) is waited for until the deadline and asked again
@@ -495,7 +525,7 @@ def _exchange(
             coord.state.uplink_bytes += inc.wire_bytes
             out.append(inc)
 
-    push(_targets(grid, registry), timeout)
+    push(_targets(grid, registry) if only is None else sorted(set(only) & set(_targets(grid, registry))), timeout)
     deadline = time.time() + timeout  # after the requests' expiry (created before the push, ttl = timeout)
     while (ids or gone) and time.time() < deadline:
         pull()
@@ -575,7 +605,26 @@ def _silo(context: Context, meta: dict[str, Any]) -> Silo:
     # secret noise and no trial report unless the silo's operator asked otherwise (node config)
     noise = str(node.get("noise-source", "os"))
     share = str(node.get("share-report", "false")).lower() == "true"
-    return Silo(spec, int(node["silo-id"]), state_dir, noise, data_file, share_report=share)
+    silo_id = int(node["silo-id"])
+    return Silo(spec, silo_id, state_dir, noise, data_file, share_report=share, signing=_signing(node, silo_id))
+
+
+@functools.cache
+def _signing_files(silo: int, key: str, cert: str, ca: str) -> tuple[Identity, Authority]:
+    return Identity.load(silo, key, cert), Authority.load(ca)
+
+
+def _signing(node: dict[str, Any], silo: int) -> tuple[Identity, Authority] | None:
+    """The silo's signing identity and the pinned signing CA from its node config, if given."""
+    files = [str(node.get(k, "")) for k in SIGNING_CONFIG]
+    if not any(files):
+        return None
+    if not all(files):
+        raise SiloError(f"give all of the node config's {', '.join(SIGNING_CONFIG)}, or none")
+    try:
+        return _signing_files(silo, *files)
+    except (OSError, ValueError) as exc:
+        raise SiloError(f"the silo's signing files: {exc}") from None
 
 
 def _meta_int(meta: dict[str, Any], key: str) -> int:
@@ -620,7 +669,17 @@ def silo_sync(msg: Message, context: Context) -> Message:
     out_meta = {"silo_id": silo.silo_id, "digest": silo.spec.digest, "phase": "sync", "round": k}
     fault = _faults(context).get(k)
     if silo.spec.masked:
-        return _reply(msg, {**out_meta, "epoch": meta.get("epoch")}, {"masked": _masked(silo, meta, k)})
+        masked = _masked(silo, meta, k)
+        to = sorted(masked.blobs)
+        out_meta.update(
+            {
+                "epoch": meta.get("epoch"),
+                "b_to": to,
+                "b_blobs": [masked.blobs[j] for j in to],
+                "b_commit": masked.commitment,
+            }
+        )
+        return _reply(msg, out_meta, {"masked": masked.masked})
     if silo.spec.shuffled:
         # the p-sum goes to the shuffler (mutual TLS); the server only hears that it was sent
         shuffler = ShufflerClient.from_config(context.node_config)
@@ -642,58 +701,68 @@ def silo_sync(msg: Message, context: Context) -> Message:
     return _reply(msg, out_meta, {"psum": psum})
 
 
-def _masked(silo: Silo, meta: dict[str, Any], k: int) -> np.ndarray:
-    """The silo's release k masked for the request's epoch (taking the key shares it delivers)."""
-    if "held_from" in meta or "held" in meta:
-        held_from, held = _int_list(meta, "held_from"), _byte_list(meta, "held")
-        if held_from is None or held is None or len(held_from) != len(held):
-            raise SiloError("delivered key shares must pair held_from (integers) with held (bytes)")
-        silo.receive(dict(zip(held_from, held, strict=True)))
+def _roster_from(meta: dict[str, Any], context: bytes) -> SignedRoster:
+    """The roster a request delivers (``roster_*`` fields), checked for shape; the silo checks the rest."""
+    members = _int_list(meta, "roster_members")
+    c_public, s_public = _byte_list(meta, "roster_c_public", KEY_BYTES), _byte_list(meta, "roster_s_public", KEY_BYTES)
+    certs, signatures = _byte_list(meta, "roster_certs"), _byte_list(meta, "roster_signatures", SIGNATURE_BYTES)
+    if members is None or c_public is None or s_public is None or certs is None or signatures is None:
+        raise SiloError(
+            "a roster lists members (integers), their 32-byte c_public and s_public keys, certificates and "
+            f"{SIGNATURE_BYTES}-byte signatures"
+        )
+    if not len(members) == len(c_public) == len(s_public) == len(certs) == len(signatures):
+        raise SiloError("a roster gives two keys, a certificate and a signature per member")
+    adverts = {
+        m: Advert(c, s_, cert, sig)
+        for m, c, s_, cert, sig in zip(members, c_public, s_public, certs, signatures, strict=True)
+    }
+    return SignedRoster.of(context, _meta_int(meta, "roster_epoch"), _meta_int(meta, "roster_threshold"), adverts)
+
+
+def _masked(silo: Silo, meta: dict[str, Any], k: int) -> Masked:
+    """The silo's release k masked for the request's epoch (joining the epoch the request delivers)."""
+    if "roster_members" in meta:
+        silo.join(_roster_from(meta, silo.spec.digest.encode()))
     secagg = silo.state.secagg
     if secagg is None or secagg.roster is None or secagg.roster.epoch != meta.get("epoch"):
         raise SiloError(f"request for epoch {meta.get('epoch')!r}, but this silo holds no keys of that epoch")
     return silo.masked(k)
 
 
+def _keyed(meta: dict[str, Any], keys: str, values: str, size: int | None = None) -> dict[int, bytes]:
+    who, blobs = _int_list(meta, keys), _byte_list(meta, values, size)
+    if who is None or blobs is None or len(who) != len(blobs):
+        raise SiloError(f"a request must pair {keys} (integers) with {values} (bytes)")
+    return dict(zip(who, blobs, strict=True))
+
+
 @client_app.query()
 @_one_at_a_time
 def silo_secure_aggregation(msg: Message, context: Context) -> Message:
-    """Key set-up ("keys", "shares") and recovery ("unmask") of secure aggregation (distributed-dp)."""
+    """Key set-up ("keys"), consistency check ("survivors") and unmask step ("unmask") of secure
+    aggregation (distributed-dp; :mod:`fedbandits.federation.double_masking`)."""
     meta: dict[str, Any] = dict(msg.content["meta"])
     silo = _silo(context, meta)
     phase = meta.get("phase")
-    out: dict[str, Any] = {
-        "silo_id": silo.silo_id,
-        "digest": silo.spec.digest,
-        "phase": phase,
-        "round": _meta_int(meta, "round"),
-    }
+    k = _meta_int(meta, "round")
+    out: dict[str, Any] = {"silo_id": silo.silo_id, "digest": silo.spec.digest, "phase": phase, "round": k}
+    secagg = silo.state.secagg
+    if phase != "keys" and (secagg is None or secagg.roster is None or secagg.roster.epoch != meta.get("epoch")):
+        raise SiloError(f"request for epoch {meta.get('epoch')!r}, but this silo holds no keys of that epoch")
     if phase == "keys":
-        out["c_public"], out["s_public"] = silo.advertise()
-    elif phase == "shares":
-        members = _int_list(meta, "members")
-        c_public, s_public = _byte_list(meta, "c_public", KEY_BYTES), _byte_list(meta, "s_public", KEY_BYTES)
-        if members is None or c_public is None or s_public is None:
-            raise SiloError("a roster must list members (integers) and their 32-byte c_public and s_public keys")
-        if not len(members) == len(c_public) == len(s_public):
-            raise SiloError("a roster must give two public keys per member")
-        roster = Roster(
-            silo.spec.digest.encode(),
-            _meta_int(meta, "epoch"),
-            _meta_int(meta, "threshold"),
-            dict(zip(members, c_public, strict=True)),
-            dict(zip(members, s_public, strict=True)),
-        )
-        shares = silo.share(roster)
-        out["to"] = sorted(shares)
-        out["blobs"] = [shares[j] for j in out["to"]]
+        advert = silo.advertise(_meta_int(meta, "epoch"))
+        out.update(c_public=advert.c_public, s_public=advert.s_public, cert=advert.cert, signature=advert.signature)
+    elif phase == "survivors":
+        out["signature"] = silo.sign_survivors(k, meta.get("survivors"))
     elif phase == "unmask":
-        dropped = _int_list(meta, "dropped")
-        if dropped is None:
-            raise SiloError("an unmask request must list the dropped silos")
-        revealed = silo.reveal(dropped)
-        out["owners"] = sorted(revealed)
-        out["shares"] = [revealed[i] for i in out["owners"]]
+        signatures = _keyed(meta, "signers", "signatures", SIGNATURE_BYTES)
+        held = _keyed(meta, "held_from", "held")
+        reveal = silo.unmask(k, meta.get("survivors"), meta.get("dropped"), signatures, held)
+        out["b_owners"] = sorted(reveal.b_shares)
+        out["b_shares"] = [reveal.b_shares[j] for j in out["b_owners"]]
+        out["seed_for"] = sorted(reveal.seeds)
+        out["seeds"] = [reveal.seeds[j] for j in out["seed_for"]]
     else:
         raise SiloError(f"unknown secure-aggregation phase {phase!r}")
     return _reply(msg, out, {})

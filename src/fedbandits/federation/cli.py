@@ -79,6 +79,11 @@ def add_deploy_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     certs.add_argument(
         "--shuffler-host", action="append", help="with --shuffler-hop: shuffler host name / IP (repeatable)"
     )
+    certs.add_argument(
+        "--signing", action="store_true",
+        help="instead: the silos' signing CA and each silo's signing key (distributed-dp; the silos' "
+        "consortium runs this, never the server's operator)",
+    )  # fmt: skip
 
     server = sub.add_parser("server", help="run the server side (multi-machine use): SuperLink, silo keys, the app")
     server.add_argument("--config", type=Path, required=True, metavar="CONFIG.toml", help="experiment configuration")
@@ -143,6 +148,9 @@ def add_deploy_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     silo.add_argument(
         "--data", type=Path, help="this silo's users (.npz or .csv; the config's environment must be data-files)"
     )
+    silo.add_argument("--signing-key", type=Path, help="this silo's signing key (distributed-dp only)")
+    silo.add_argument("--signing-cert", type=Path, help="its certificate (silo-<i>-signing.pem)")
+    silo.add_argument("--signing-ca", type=Path, help="the silos' signing CA (signing-ca.pem)")
     silo.add_argument("--shuffler", metavar="HOST:PORT", help="the shuffler party (sdp-amplification only)")
     silo.add_argument("--shuffler-ca", type=Path, help="the shuffler hop's CA (shuffler-ca.pem)")
     silo.add_argument("--tls-cert", type=Path, help="this silo's TLS client certificate for the shuffler")
@@ -178,10 +186,23 @@ def run_deploy(args: argparse.Namespace) -> int:
     if mode == "local":
         return _local(args)
     if mode == "certs":
-        from fedbandits.federation.certs import create_flower_credentials, create_shuffler_credentials
+        from fedbandits.federation.certs import (
+            create_flower_credentials,
+            create_shuffler_credentials,
+            create_signing_credentials,
+        )
 
         if args.silos < 1:
             raise ValueError(f"--silos must be >= 1, got {args.silos}")
+        if args.signing:
+            if args.host or args.shuffler_hop or args.shuffler_host:
+                raise ValueError("--signing makes the signing credentials only: drop --host and the shuffler flags")
+            out = create_signing_credentials(args.out, args.silos)
+            print(
+                f"wrote signing-ca.pem (give it to every silo and the server), signing-ca.key (keep offline, "
+                f"away from the server's operator), silo-<i>-signing.pem/.key (silo i only) to {out}"
+            )
+            return 0
         if args.shuffler_hop:
             if args.host:
                 raise ValueError("--host is for the server's certificate; with --shuffler-hop use --shuffler-host")
@@ -366,12 +387,27 @@ def _silo(args: argparse.Namespace) -> int:
             raise ValueError(f"{flag}: no such file {path}")
     if spec.shuffled:
         _check_client_certificate(args.tls_cert, f"silo-{args.silo_id}")
+    for name in ("signing_key", "signing_cert", "signing_ca"):
+        path = getattr(args, name)
+        flag = "--" + name.replace("_", "-")
+        if spec.masked and path is None:
+            raise ValueError(f"{flag} is required with protocol 'distributed-dp' (signed secure aggregation)")
+        if not spec.masked and path is not None:
+            raise ValueError(f"{flag} is only for protocol 'distributed-dp', not {spec.params.protocol!r}")
+        if path is not None and not path.is_file():
+            raise ValueError(f"{flag}: no such file {path}")
+    if spec.masked:
+        _check_signing(args.silo_id, args.signing_key, args.signing_cert, args.signing_ca)
     extra = f'noise-source="{args.noise_source}" spec-digest="{spec.digest}"'
     if args.share_report:
         extra += ' share-report="true"'
     try:
         if args.data is not None:
             extra += f' data-file="{check_quotable("--data", args.data.resolve())}"'
+        if spec.masked:
+            for name in ("signing_key", "signing_cert", "signing_ca"):
+                flag = "--" + name.replace("_", "-")
+                extra += f' {flag[2:]}="{check_quotable(flag, getattr(args, name).resolve())}"'
         if spec.shuffled:
             extra += f' shuffler="{check_quotable("--shuffler", args.shuffler)}"'
             extra += f' shuffler-ca="{check_quotable("--shuffler-ca", args.shuffler_ca.resolve())}"'
@@ -394,6 +430,17 @@ def _silo(args: argparse.Namespace) -> int:
         # a silo restarted soon after a crash is refused until the server sees its old instance time
         # out (<= 60 s): keep trying for a bounded time (see fedbandits.federation.supervisor)
         return supervise(cmd, env=flower_env(home))
+
+
+def _check_signing(silo: int, key: Path, cert: Path, ca: Path) -> None:
+    """The signing files load, the certificate certifies the key, and the CA issued it to ``silo-<i>``."""
+    from fedbandits.federation.signing import Authority, Identity
+
+    try:
+        identity = Identity.load(silo, key, cert)
+        Authority.load(ca).public_key(identity.cert, silo)
+    except ValueError as exc:
+        raise ValueError(f"--signing-key/--signing-cert/--signing-ca: {exc}") from None
 
 
 def _check_client_certificate(path: Path, name: str) -> None:

@@ -130,6 +130,8 @@ class ServerDeployment:
         need = [self.creds / n for n in ("ca.pem", "server.pem", "server.key")]
         if self.spec.shuffled:  # the shuffler hop's CA and the server's TLS identity towards the shuffler
             need += [self.hop / n for n in ("shuffler-ca.pem", "server-client.pem", "server-client.key")]
+        if self.spec.masked:  # the silos' signing CA: the server checks their signed keys and lists
+            need.append(self.creds / "signing-ca.pem")
         need += [self.silo_public_key(i) for i in range(self.spec.silos)]
         return [f for f in need if not f.is_file()]
 
@@ -163,6 +165,8 @@ class ServerDeployment:
             "join-timeout": float(self.join_timeout),
             "poll-interval": 0.2,
         }
+        if self.spec.masked:
+            settings["signing-ca"] = str(self.creds / "signing-ca.pem")
         if self.spec.shuffled:
             if not self.shuffler:
                 raise DeployError(f"protocol {self.spec.params.protocol!r} needs a shuffler address (HOST:PORT)")
@@ -393,6 +397,16 @@ class LocalDeployment(ServerDeployment):
         )  # fmt: skip
         return proc
 
+    def _signing_node_config(self, i: int) -> str:
+        if not self.spec.masked:
+            return ""
+        files = {
+            "signing-key": self.creds / f"silo-{i}-signing.key",
+            "signing-cert": self.creds / f"silo-{i}-signing.pem",
+            "signing-ca": self.creds / "signing-ca.pem",
+        }
+        return " ".join(f'{k}="{check_quotable(k, v)}"' for k, v in files.items())
+
     def _shuffler_node_config(self, i: int) -> str:
         if not self.spec.shuffled:
             return ""
@@ -436,6 +450,7 @@ class LocalDeployment(ServerDeployment):
                         # a trial compared with the simulator: the simulator's noise, regret reported
                         'noise-source="derived" share-report="true"',
                         self._shuffler_node_config(i),
+                        self._signing_node_config(i),
                         self.node_extra.get(i, ""),
                     ],
                 )

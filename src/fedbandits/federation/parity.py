@@ -13,9 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
-from fedbandits.federation.secure_aggregation import SecAggServer
+from fedbandits.federation.certs import create_signing_credentials
 from fedbandits.federation.server import Coordinator, Incoming, validate_release
 from fedbandits.federation.shuffler import SERVER_ROLE, ShufflerCore, encode_array
+from fedbandits.federation.signing import Authority, Identity
 from fedbandits.federation.silo import Silo, load_silo_results
 from fedbandits.federation.spec import DeploySpec
 from fedbandits.privacy.mechanisms import pack
@@ -87,11 +88,20 @@ def run_loopback(
     protocol goes through a :class:`ShufflerCore` with the simulator's permutations.
     ``data_files`` gives silos their own data file (``data-files`` environment)."""
     state_dir = Path(state_dir)
-    coord = Coordinator(spec, state_dir / "server")
+    signing = _trial_signing(spec, state_dir / "signing")
+    coord = Coordinator(spec, state_dir / "server", signing[0][1] if signing else None)
     files = data_files or {}
     # a parity trial: the simulator's (derived) noise, and every silo shares its trial report
     silos = [
-        Silo(spec, i, state_dir / f"silo-{i}", "derived", data_file=files.get(i), share_report=True)
+        Silo(
+            spec,
+            i,
+            state_dir / f"silo-{i}",
+            "derived",
+            data_file=files.get(i),
+            share_report=True,
+            signing=signing[i] if signing else None,
+        )
         for i in range(spec.silos)
     ]
     registry = {1000 + i: i for i in range(spec.silos)}
@@ -141,34 +151,57 @@ def run_loopback(
     return coord
 
 
+def _trial_signing(spec: DeploySpec, folder: Path) -> list[tuple[Identity, Authority]] | None:
+    """Trial signing identities for ``distributed-dp`` (made once in ``folder``)."""
+    if not spec.masked:
+        return None
+    if not (folder / "signing-ca.pem").exists():
+        create_signing_credentials(folder, spec.silos)
+    authority = Authority.load(folder / "signing-ca.pem")
+    return [
+        (Identity.load(i, folder / f"silo-{i}-signing.key", folder / f"silo-{i}-signing.pem"), authority)
+        for i in range(spec.silos)
+    ]
+
+
 def _masked_round(spec: DeploySpec, coord: Coordinator, silos: list[Silo], registry: dict[int, int], k: int) -> None:
-    """One ``distributed-dp`` round in process: key set-up if needed, masked messages, their sum."""
+    """One ``distributed-dp`` round in process: key set-up if needed, masked messages, consistency
+    check, unmask step, the decoded sum (as :func:`fedbandits.federation.app._masked_round`)."""
     if coord.needs_epoch(sorted(registry)):
-        roster = coord.start_epoch({i: silo.advertise() for i, silo in enumerate(silos)}, sorted(registry))
-        routed = SecAggServer.route({i: silo.share(roster) for i, silo in enumerate(silos)})
-        for i, silo in enumerate(silos):
-            silo.receive(routed[i])
+        epoch = coord.next_epoch
+        adverts = {i: silo.advertise(epoch) for i, silo in enumerate(silos)}
+        assert all(coord.check_advert(i, a) is None for i, a in adverts.items())
+        roster = coord.start_epoch(adverts, sorted(registry))
+        for silo in silos:
+            silo.join(roster)
     coord.open_masked_round(k)
     rejected: list[tuple[int, str]] = []
     seen: set[int] = set()
     epoch = coord.state.secagg.epoch if coord.state.secagg is not None else 0
     for i, silo in enumerate(silos):
         silo.release(k, coord.state.prefix, k - 1)
+        masked = silo.masked(k)
         meta = {"silo_id": i, "digest": spec.digest, "phase": "sync", "round": k, "epoch": epoch}
         res = validate_release(
             spec,
-            Incoming(1000 + i, meta, {"masked": silo.masked(k)}),
+            Incoming(1000 + i, meta, {"masked": masked.masked}),
             phase="sync",
             round_=k,
             registry=registry,
             seen=seen,
             width=coord.width,
         )
-        reason = res if isinstance(res, str) else coord.accept_masked(res[0], meta["epoch"], k, res[1])  # type: ignore[arg-type]
+        reason = res if isinstance(res, str) else coord.accept_masked(i, epoch, k, masked)
         if reason is not None:
             rejected.append((1000 + i, reason))
         else:
             seen.add(i)
-    dropped = coord.dropped()
-    revealed = {j: silos[j].reveal(dropped) for j in seen} if dropped else {}
-    coord.close_masked_round(k, revealed, rejected)
+    survivors, dropped = coord.close_messages(), coord.dropped()
+    for j in survivors:
+        assert coord.accept_signature(j, silos[j].sign_survivors(k, survivors)) is None
+    assert coord.state.secagg is not None
+    signatures = dict(coord.state.secagg.signatures)
+    reveals = {
+        j: silos[j].unmask(k, survivors, dropped, signatures, coord.state.secagg.shares_for(j)) for j in survivors
+    }
+    coord.close_masked_round(k, reveals, rejected)

@@ -21,7 +21,17 @@ from typing import Any
 
 import numpy as np
 
-from fedbandits.federation.secure_aggregation import Roster, SecAggError, SecAggServer, default_threshold
+from fedbandits.federation.double_masking import (
+    Advert,
+    Masked,
+    MaskingServer,
+    Reveal,
+    SecAggError,
+    SignedRoster,
+    check_advert,
+    secure_threshold,
+)
+from fedbandits.federation.signing import Authority
 from fedbandits.federation.spec import DeploySpec, load_pickle, save_pickle, shown
 from fedbandits.privacy.mechanisms import TreeAnalyzer
 from fedbandits.protocols.distributed_dp import ModularTreeAnalyzer
@@ -79,7 +89,7 @@ class ServerState:
     finished: bool = False
     reports: dict[int, dict[str, Any]] = field(default_factory=dict)
     #: distributed-dp: the server's side of secure aggregation and the analyzer of decoded sums
-    secagg: SecAggServer | None = None
+    secagg: MaskingServer | None = None
     modular: ModularTreeAnalyzer | None = None
     epochs: int = 0  # secure-aggregation epochs started (key set-ups)
     epoch_nodes: list[int] = field(default_factory=list)  # nodes whose silos are in the current roster
@@ -139,7 +149,7 @@ def validate_release(
         if not isinstance(x, np.ndarray) or x.dtype != np.uint64 or x.shape != (width,):
             return f"silo {silo}: masked must be {width} uint64 residues, got {getattr(x, 'dtype', type(x).__name__)}"
         return silo, x
-    if phase in ("keys", "shares", "unmask"):
+    if phase in ("keys", "survivors", "unmask"):
         return silo, dict(meta)
     if phase == "sync":
         if set(arrays) != {"psum"}:
@@ -183,7 +193,8 @@ def validate_release(
 class Coordinator:
     """Server state machine for one deployment; the transport (Flower) calls it round by round."""
 
-    def __init__(self, spec: DeploySpec, state_dir: str | Path) -> None:
+    def __init__(self, spec: DeploySpec, state_dir: str | Path, authority: Authority | None = None) -> None:
+        """``authority``: the silos' signing CA (``distributed-dp``: required for a new deployment)."""
         self.spec = spec
         self.width = spec.width()
         self.path = Path(state_dir) / "server.pkl"
@@ -206,9 +217,13 @@ class Coordinator:
                 total=None if private else np.zeros((1, self.width)),
             )
             if spec.masked:
+                if authority is None:
+                    raise ServerStateError("distributed-dp needs the silos' signing CA (signing-ca.pem)")
                 cal = spec.distributed()
-                self.state.secagg = SecAggServer(spec.digest.encode(), cal.bits, self.width)
+                self.state.secagg = MaskingServer(spec.digest.encode(), cal.bits, self.width, authority)
                 self.state.modular = ModularTreeAnalyzer(1, cal.codec(spec.dim()), spec.releases)
+        if self.state.secagg is not None and authority is not None:
+            self.state.secagg.authority = authority  # the CA as configured now (e.g. renewed)
         if self.state.secagg is not None and self.state.secagg.round_ is not None:
             # a round was open when the server stopped: its key set-up may be half done, start a new epoch
             self.state.secagg.roster = None
@@ -251,20 +266,29 @@ class Coordinator:
         return self._close(k, record[None], record, sorted(acknowledged), rejected)
 
     # -- distributed-dp: secure aggregation ---------------------------------------------------
-    def _secagg(self) -> SecAggServer:
+    def _secagg(self) -> MaskingServer:
         assert self.state.secagg is not None, "not a distributed-dp deployment"
         return self.state.secagg
 
     def needs_epoch(self, connected: list[int]) -> bool:
-        """Whether the next masked round needs a key set-up first: none yet, keys were revealed, or a
-        ``connected`` node is not in the roster (a silo that came back, or joined late)."""
+        """Whether the next masked round needs a key set-up first: none yet (or the server restarted
+        mid-round), or a ``connected`` node is not in the roster (a silo that came back, or joined late)."""
         return self._secagg().roster is None or not set(connected) <= set(self.state.epoch_nodes)
 
-    def start_epoch(self, keys: dict[int, tuple[bytes, bytes]], nodes: list[int]) -> Roster:
-        """Publish the roster of the silos that advertised ``keys`` from ``nodes`` (threshold:
-        :func:`default_threshold`)."""
-        params = self.spec.params
-        roster = self._secagg().publish(keys, default_threshold(len(keys), params.colluders, params.dropouts))
+    @property
+    def next_epoch(self) -> int:
+        return self._secagg().next_epoch
+
+    def check_advert(self, silo: int, advert: Advert) -> str | None:
+        """Why silo ``silo``'s signed keys for the next epoch are refused, or None."""
+        secagg = self._secagg()
+        return check_advert(secagg.authority, secagg.context, secagg.next_epoch, silo, advert)
+
+    def start_epoch(self, adverts: dict[int, Advert], nodes: list[int]) -> SignedRoster:
+        """Publish the roster of the silos whose checked ``adverts`` came from ``nodes`` (threshold:
+        :func:`~fedbandits.federation.double_masking.secure_threshold`)."""
+        t = secure_threshold(len(adverts), self.spec.params.colluders)
+        roster = self._secagg().publish(adverts, t)
         self.state.epochs += 1
         self.state.epoch_nodes = sorted(nodes)
         self.save()
@@ -274,39 +298,45 @@ class Coordinator:
     def open_masked_round(self, k: int) -> None:
         self._secagg().open_round(k)
 
-    def accept_masked(self, silo: int, epoch: object, k: int, masked: np.ndarray) -> str | None:
+    def accept_masked(self, silo: int, epoch: object, k: int, message: Masked) -> str | None:
         """Keep a validated silo's masked message, or say why it is rejected."""
-        return self._secagg().accept(silo, epoch, k, masked)
+        return self._secagg().accept(silo, epoch, k, message)
+
+    def close_messages(self) -> list[int]:
+        """The round's survivors: the silos whose masked message the server holds."""
+        return self._secagg().close_messages()
+
+    def accept_signature(self, silo: int, signature: object) -> str | None:
+        return self._secagg().accept_signature(silo, signature)
 
     def dropped(self) -> list[int]:
         return self._secagg().dropped()
 
-    def close_masked_round(
-        self, k: int, revealed: dict[int, dict[int, bytes]], rejected: list[tuple[int, str]]
-    ) -> np.ndarray:
-        """Close ``distributed-dp`` round ``k``: the modular sum of the accepted masked messages (the
-        dropped silos' masks removed with the survivors' ``revealed`` shares), decoded; the decoded node
-        sum is recorded.  If the dropped silos' keys cannot be rebuilt the round closes without data."""
+    def close_masked_round(self, k: int, reveals: dict[int, Reveal], rejected: list[tuple[int, str]]) -> np.ndarray:
+        """Close ``distributed-dp`` round ``k``: the survivors' modular sum (self-masks and the
+        dropped silos' pairwise masks removed with ``reveals``), decoded; the decoded node sum is
+        recorded.  If the masks cannot be removed the round closes without data."""
         if k != self.state.completed + 1:
             raise ValueError(f"round {k} cannot close: {self.state.completed} rounds are completed")
         secagg = self._secagg()
         accepted = sorted(secagg.received)
         try:
-            total = secagg.total(revealed)
+            total = secagg.total(reveals)
         except SecAggError as exc:
-            log.warning("round %d: the dropped silos' masks cannot be removed (%s); closing without data", k, exc)
+            log.warning("round %d: the masks cannot be removed (%s); closing without data", k, exc)
             return self.close_without_data(k, rejected)
         assert self.state.modular is not None
         node, prefix = self.state.modular.release(total[None])
         return self._close(k, node, node.copy(), accepted, rejected, prefix=prefix[0])
 
     def close_without_data(self, k: int, rejected: list[tuple[int, str]]) -> np.ndarray:
-        """Close ``distributed-dp`` round ``k`` as an empty node (nobody's data released: no silo
-        could take part, or the masks could not be removed) and end the epoch."""
+        """Close ``distributed-dp`` round ``k`` as an empty node: nobody's data is released (no silo
+        could take part, too few survivors signed, or the masks could not be removed).  No key was
+        revealed: the epoch goes on."""
         if k != self.state.completed + 1:
             raise ValueError(f"round {k} cannot close: {self.state.completed} rounds are completed")
         secagg = self._secagg()
-        secagg.roster, secagg.round_ = None, None
+        secagg.round_, secagg.survivors = None, None
         assert self.state.modular is not None
         node, prefix = self.state.modular.release(np.zeros((1, self.width), dtype=np.uint64))
         return self._close(k, node, node.copy(), [], rejected, prefix=prefix[0])

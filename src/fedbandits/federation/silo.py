@@ -27,16 +27,19 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from fedbandits.algorithms.fedlinucb import FedLinUCB
 from fedbandits.envs.base import Round
 from fedbandits.envs.files import DataFiles
-from fedbandits.federation.secure_aggregation import Roster, SecAggClient
+from fedbandits.federation.double_masking import Advert, Masked, MaskingSilo, Reveal, SignedRoster
+from fedbandits.federation.secure_aggregation import SecAggError
+from fedbandits.federation.signing import Authority, Identity
 from fedbandits.federation.spec import DeploySpec, load_pickle, save_pickle
 from fedbandits.privacy.discrete_gaussian import SecretTreeRandomizer
 from fedbandits.privacy.mechanisms import TreeRandomizer, pack, protocol_streams, silo_noise_rng, unpack
@@ -50,6 +53,7 @@ from fedbandits.sim.seeding import env_rngs, noise_rngs
 from fedbandits.sim.task import time_grid
 
 log = logging.getLogger("fedbandits.federation.silo")
+_T = TypeVar("_T")
 
 #: where a silo's noise comes from: "os" (the default: an exact discrete Gaussian drawn with the OS
 #: CSPRNG, secret to the silo) or "derived" (the simulator's continuous noise from the config's
@@ -124,7 +128,7 @@ class SiloState:
     finished: bool = False
     column: int = 0  # this silo's agent index in the environment's rounds (0 for its own data file)
     data_sha256: str | None = None  # of the silo's data file, if it reads one
-    secagg: SecAggClient | None = None  # distributed-dp: this silo's side of secure aggregation
+    secagg: MaskingSilo | None = None  # distributed-dp: this silo's side of secure aggregation
 
 
 def check_pinned_spec(spec: DeploySpec, pinned: object) -> None:
@@ -169,7 +173,10 @@ class Silo:
         noise_source: str = "os",
         data_file: str | Path | None = None,
         share_report: bool = False,
+        signing: tuple[Identity, Authority] | None = None,
     ) -> None:
+        """``signing``: this silo's signing identity and the pinned signing CA (``distributed-dp``
+        needs them: :mod:`fedbandits.federation.double_masking`)."""
         if isinstance(silo_id, bool) or not isinstance(silo_id, int) or not 0 <= silo_id < spec.silos:
             raise SiloError(f"silo id must be an integer in [0, {spec.silos}), got {silo_id!r}")
         if noise_source not in NOISE_SOURCES:
@@ -185,7 +192,17 @@ class Silo:
                 "a silo data file needs the environment 'data-files' in the config, "
                 f"not {spec.config.environment.name!r}"
             )
+        if spec.masked and signing is None:
+            raise SiloError(
+                "distributed-dp needs this silo's signing key, its certificate and the signing CA "
+                "(node config signing-key, signing-cert, signing-ca)"
+            )
+        if signing is not None and signing[0].silo != silo_id:
+            raise SiloError(f"the signing identity is silo {signing[0].silo}'s, not silo {silo_id}'s")
+        self.signing = signing
         self.state = self._load_or_create()
+        if self.state.secagg is not None and signing is not None:
+            self.state.secagg.identity, self.state.secagg.authority = signing  # as configured now
 
     # -- state -------------------------------------------------------------------------------
     def _load_or_create(self) -> SiloState:
@@ -221,7 +238,17 @@ class Silo:
             else:
                 randomizer = DistributedRandomizer(1, 1, codec, cal.share_sigma, dummy, spec.releases)
                 randomizer.silo_rngs = [[self._noise_stream()]]  # the simulator's stream of silo i (parity)
-            secagg = SecAggClient(self.silo_id, cal.bits, codec.steps.size)
+            assert self.signing is not None
+            identity, authority = self.signing
+            secagg = MaskingSilo(
+                self.silo_id,
+                cal.bits,
+                codec.steps.size,
+                spec.digest.encode(),
+                identity,
+                authority,
+                colluders=spec.params.colluders,
+            )
         elif secret is not None and self.noise_source == "os":
             randomizer = SecretTreeRandomizer(
                 spec.packed(secret.sigma_cov, secret.sigma_bias), secret.grid, spec.releases
@@ -340,36 +367,42 @@ class Silo:
         return self.report() if self.share_report else None
 
     # -- secure aggregation (distributed-dp) -------------------------------------------------
-    def _secagg(self) -> SecAggClient:
+    def _secagg(self) -> MaskingSilo:
         if self.state.secagg is None:
             raise SiloError(f"protocol {self.spec.params.protocol!r} uses no secure aggregation")
         return self.state.secagg
 
-    def advertise(self) -> tuple[bytes, bytes]:
-        """A new epoch: fresh key pairs (durable before the public keys leave the silo)."""
-        keys = self._secagg().advertise()
+    def _step(self, call: Callable[[MaskingSilo], _T]) -> _T:
+        """One secure-aggregation step: refused with its reason (state untouched), or durable
+        before its answer leaves the silo."""
+        try:
+            out = call(self._secagg())
+        except SecAggError as exc:
+            log.warning("silo %d: secure aggregation refused: %s", self.silo_id, exc)
+            raise SiloError(str(exc)) from None
         self._save()
-        return keys
+        return out
 
-    def share(self, roster: Roster) -> dict[int, bytes]:
-        if roster.context != self.spec.digest.encode():
-            raise SiloError("the roster belongs to another deployment")
-        shares = self._secagg().share(roster)
-        self._save()
-        return shares
+    def advertise(self, epoch: int) -> Advert:
+        """Signed fresh keys for ``epoch`` (durable before they leave the silo)."""
+        return self._step(lambda c: c.advertise(epoch))
 
-    def receive(self, shares: dict[int, bytes]) -> None:
-        self._secagg().receive(shares)
-        self._save()
+    def join(self, roster: SignedRoster) -> None:
+        self._step(lambda c: c.join(roster))
 
-    def masked(self, k: int) -> np.ndarray:
+    def masked(self, k: int) -> Masked:
         """Release ``k``'s residues masked for the current epoch (made by :meth:`release` first)."""
         if k not in self.state.messages:
             raise SiloError(f"release {k} was not made")
-        return self._secagg().mask(k, self.state.messages[k])
+        return self._step(lambda c: c.mask(k, self.state.messages[k]))
 
-    def reveal(self, dropped: list[int]) -> dict[int, bytes]:
-        return self._secagg().reveal(dropped)
+    def sign_survivors(self, k: int, survivors: object) -> bytes:
+        return self._step(lambda c: c.sign_survivors(k, survivors))
+
+    def unmask(
+        self, k: int, survivors: object, dropped: object, signatures: dict[int, bytes], blobs: dict[int, bytes]
+    ) -> Reveal:
+        return self._step(lambda c: c.unmask(k, survivors, dropped, signatures, blobs))
 
     def report(self) -> dict[str, Any]:
         """What the silo discloses at the end of a *trial*: its regret curve on the grid and counts."""
