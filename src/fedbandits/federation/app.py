@@ -18,15 +18,20 @@ Messages (Flower Message API, one per silo per synchronisation):
 * server -> silo ``evaluate`` (phase "finish") with the last prefix; the reply is the silo's
   trial report (regret curve on the time grid and counts).
 
-``distributed-dp`` adds secure aggregation (:mod:`fedbandits.federation.secure_aggregation`):
-before the first round of an epoch, ``query`` phase "keys" (each silo replies with its two public
-keys) and phase "shares" (the request carries the roster; each silo replies with its encrypted key
-shares, ``to``/``blobs``); the first ``train`` request of the epoch delivers to each silo the shares
-addressed to it (``held_from``/``held``).  A silo's sync reply carries ``masked``: its residues
-masked for the epoch (uint64).  If some silo's masked message is missing when the round's deadline
-passes, ``query`` phase "unmask" asks the others for their shares of the dropped silos' keys
-(``owners``/``shares``); the server removes those masks and closes the round, and the next round
-starts a new epoch.
+``distributed-dp`` adds secure aggregation against a server that cheats
+(:mod:`fedbandits.federation.double_masking`): before the first round of an epoch, ``query`` phase
+"keys" (with the new epoch; each silo replies with two public keys, its signing certificate and its
+signature of them); the first ``train`` request of the epoch carries the signed roster
+(``roster_*`` fields), which each silo checks before it masks.  A silo's sync reply carries
+``masked`` (its residues plus a fresh self-mask plus its pairwise masks, uint64), its encrypted
+self-mask shares (``b_to``/``b_blobs``) and their commitment (``b_commit``).  Then every round:
+``query`` phase "survivors" to the silos whose message the server holds (each signs the survivor
+list, ``signature``), and phase "unmask" with the list, the dropped silos, the signatures
+(``signers``/``signatures``) and the self-mask shares addressed to that silo
+(``held_from``/``held``); each replies with its self-mask shares of the survivors
+(``b_owners``/``b_shares``) and its round seeds with the dropped (``seed_for``/``seeds``).  The
+server removes the masks and closes the round; too few survivors or signatures close it without
+data.  No key is ever revealed: an epoch survives dropouts.
 
 Nothing else crosses the network.  Message sizes are measured as the bytes of the objects Flower
 serialises and ships (before TLS framing).
@@ -558,8 +563,8 @@ def _exchange(
     if ids:
         # The SuperLink stores no reply to an expired request.  One last pull after the expiry (and a
         # margin for a store in progress) takes every reply it did store, so a silo counted as
-        # missing sent nothing that reached the server -- under distributed-dp the server then asks
-        # for the missing silos' mask keys, which must never open a message it holds.
+        # missing sent nothing that reached the server (under distributed-dp the survivors then reveal
+        # their round seeds with the missing silos; the self-mask still hides a message held anyway).
         time.sleep(FINAL_PULL_MARGIN)
         pull()
     if ids or gone:

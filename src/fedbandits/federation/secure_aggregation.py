@@ -1,40 +1,32 @@
-"""Secure aggregation by pairwise masking (Bonawitz et al. 2017), transport-agnostic.
+"""Pairwise masking (Bonawitz et al. 2017) with every member present, and the primitives both
+secure aggregations share; transport-agnostic.
 
-The silos' side is :class:`SecAggClient`, the server's :class:`SecAggServer`; whatever carries the
-messages (Flower in a deployment, plain calls in the tests) only moves bytes and arrays between
-them.  Every object holds plain data (bytes, ints, arrays) and pickles, so both sides can keep it
-in their durable state.
+Two protocols use these pieces.  The Flower deployment's ``distributed-dp`` runs
+:mod:`fedbandits.federation.double_masking`, which holds against a server that cheats (signed
+keys, self-masks, a consistency check).  The serving silos (:mod:`fedbandits.serve.masking`) run
+the all-present variant here, :class:`SecAggClient` / :class:`SecAggServer`: a serving round closes
+only when every silo has released, so masks never need removing and nothing is ever revealed.
+Its trust model is the honest-but-curious coordinator: its keys are not signed, so a coordinator
+that put its own keys in the roster could open every message (docs/serving.md; issue #32).
 
-Protocol, per *epoch* (a fixed roster of silos; a new epoch starts whenever a silo's mask key had
-to be revealed, see below):
+Primitives: X25519 key agreement, HKDF-SHA256, SHAKE-256 as the mask generator (64-bit words
+modulo 2^bits), Shamir shares over the prime field of 2^521 - 1, AES-256-GCM.
 
-1. *Advertise*: silo i draws two X25519 key pairs, c (to encrypt key shares) and s (to agree mask
-   seeds), and sends the public halves; the server publishes the roster: every member's public
-   keys, the epoch and the reconstruction threshold t.
-2. *Share*: silo i splits its s private key into Shamir shares (degree t - 1 over the prime field
-   of 2^521 - 1), one per member j, and encrypts share j with AES-256-GCM under
-   HKDF-SHA256(X25519(c_i, c_j)); the associated data binds (deployment, epoch, i, j), so a share
-   replayed from another epoch or addressed to another silo does not decrypt.  The server routes
-   the ciphertexts and can read none of them.
-3. *Mask* (every round r of the epoch): silo i sends
-   y_i = x_i + sum_{j != i} sign(i, j) PRG(s_ij, r)  (mod 2^bits),  sign = +1 if i < j else -1,
-   with s_ij = HKDF-SHA256(X25519(s_i, s_j), bound to the deployment and epoch) -- the same for i
-   and j -- and PRG = SHAKE-256(s_ij || r) read as little-endian 64-bit words.  The pairwise masks
-   cancel in the sum over the whole roster.
-4. *Unmask* (only if some members did not send in round r): the server names the dropped silos D;
-   every survivor decrypts and returns its shares of the s keys of D; with t of them the server
-   rebuilds each s key of D, recomputes the masks those silos share with the survivors and removes
-   them.  Their s keys are now known, so the epoch ends: the next round starts a new epoch.
+The all-present protocol, per epoch (a fixed roster):
 
-The server accepts one masked message per roster member for the current (epoch, round); a message
-of another round (replayed), another epoch or deployment, from outside the roster (foreign) or a
-second one from the same silo is rejected with its reason.  Without all masks the sum is uniform
-garbage; a message that arrives after its sender was declared dropped is rejected, never unmasked.
+1. *Advertise*: silo i draws two X25519 key pairs, c and s, and sends the public halves; the
+   server publishes the roster (every member's public keys, the epoch, a threshold t).
+2. *Share*: silo i splits its s private key into Shamir shares, one per member, each encrypted
+   with AES-256-GCM under HKDF(X25519(c_i, c_j)) with associated data binding (deployment, epoch,
+   i, j).  The serving protocol keeps this step on its wire, but no party decrypts or reveals the
+   shares: there is no recovery step.
+3. *Mask* (every round r): y_i = x_i + sum_{j != i} sign(i, j) PRG(s_ij, r) (mod 2^bits),
+   sign = +1 if i < j else -1, s_ij = HKDF(X25519(s_i, s_j)) bound to the deployment and epoch;
+   PRG = SHAKE-256(s_ij || r).  The masks cancel in the sum over the whole roster.
 
-Trust model: the server is honest but curious (it follows the protocol and reads everything it
-receives); up to ``t - 1`` silos may collude with it.  The self-masks of Bonawitz et al., which
-protect against a server that *lies* about who dropped, are not used: such a server is outside the
-model, and the masked values it could then open still carry that silo's own noise share.
+The server accepts one masked message per roster member for the current (epoch, round) and refuses
+a replayed, foreign, second or malformed one with its reason; without every member's message the
+sum is uniform garbage, and :meth:`SecAggServer.total` refuses it.
 """
 
 from __future__ import annotations
@@ -45,7 +37,6 @@ import secrets
 from dataclasses import dataclass, field
 
 import numpy as np
-from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -207,30 +198,6 @@ class SecAggClient:
             out = out + m if self.silo < j else out - m
         return out & np.uint64((1 << self.bits) - 1)
 
-    def reveal(self, dropped: list[int]) -> dict[int, bytes]:
-        """Step 4: this silo's decrypted shares of the dropped silos' s keys."""
-        if self.roster is None:
-            raise SecAggError("no roster")
-        if self.silo in dropped:
-            raise SecAggError(f"silo {self.silo} was declared dropped: it reveals nothing")
-        out = {}
-        for i in dropped:
-            blob = self.held.get(i)
-            if blob is None:
-                raise SecAggError(f"silo {self.silo} holds no share of silo {i}")
-            key = _agree(
-                self.c_private,
-                self.roster.c_public[i],
-                self.roster.info("share-key", min(self.silo, i), max(self.silo, i)),
-            )
-            try:
-                out[i] = AESGCM(key).decrypt(
-                    blob[:NONCE_BYTES], blob[NONCE_BYTES:], self.roster.info("share", i, self.silo)
-                )
-            except InvalidTag:
-                raise SecAggError(f"the share of silo {i} does not authenticate (foreign or replayed)") from None
-        return out
-
 
 # -- server ---------------------------------------------------------------------------------------
 @dataclass
@@ -297,34 +264,13 @@ class SecAggServer:
         assert self.roster is not None
         return [i for i in self.roster.members if i not in self.received]
 
-    def total(self, revealed: dict[int, dict[int, bytes]] | None = None) -> np.ndarray:
-        """Step 4 and the result: the modular sum of the received messages' inputs.
-
-        ``revealed`` maps each survivor to its shares of the dropped silos' keys (needed only when
-        some member did not send).  After a recovery the epoch is over (those keys are known).
-        """
+    def total(self) -> np.ndarray:
+        """The modular sum of the round's inputs; every member's message is needed."""
         assert self.roster is not None and self.round_ is not None
-        mod = np.uint64((1 << self.bits) - 1)
+        if self.dropped():
+            raise SecAggError(f"silos {self.dropped()} sent no message: their masks do not cancel")
         out = np.zeros(self.width, dtype=np.uint64)
         for message in self.received.values():
             out = out + message
-        dropped = self.dropped()
-        if dropped:
-            revealed = revealed or {}
-            keys = {}
-            for i in dropped:
-                shares = {j: r[i] for j, r in revealed.items() if j in self.received and i in r}
-                keys[i] = shamir_join(shares, self.roster.threshold)
-                if (
-                    X25519PrivateKey.from_private_bytes(keys[i]).public_key().public_bytes_raw()
-                    != self.roster.s_public[i]
-                ):
-                    raise SecAggError(f"the shares of silo {i}'s key rebuild another key (a corrupted share)")
-            for i, key in keys.items():
-                for j in self.received:
-                    seed = _agree(key, self.roster.s_public[j], self.roster.info("mask", min(i, j), max(i, j)))
-                    m = prg(seed, self.round_, self.width, self.bits)
-                    out = out + m if i < j else out - m  # cancel survivor j's term for i (sign(j, i) = -sign(i, j))
-            self.roster = None  # revealed keys end the epoch
         self.round_ = None
-        return out & mod
+        return out & np.uint64((1 << self.bits) - 1)
