@@ -1,0 +1,154 @@
+"""A cheating server over real Flower processes (issue #32): the deployment's silos refuse it.
+
+The ServerApp here is the honest one with a cheat added: in round 2 it hides silo 1's masked
+message and declares silo 1 dropped, takes the survivors' round seeds with silo 1 (the honest
+protocol hands those over for a dropped silo), then tries to obtain silo 1's self-mask as well: it
+asks every silo to sign a second survivor list that includes silo 1, asks silo 1 to unmask with it,
+and forges the signature set from the first list.  Against the previous protocol the same false
+drop opened silo 1's message exactly (commit 6f0bbc0, tests/test_secagg_attacks.py).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedbandits.config import loads_config
+from fedbandits.federation.spec import make_spec
+
+pytest.importorskip("flwr")
+from deployhelp import wait_for
+from fedbandits.federation.deployment import LocalDeployment
+from fedbandits.federation.silo import load_silo_results
+
+slow = pytest.mark.slow
+
+CHEAT = '''
+"""A ServerApp that cheats in round 2 (tests/test_deploy_cheating.py); the ClientApp is the honest one."""
+import json
+from pathlib import Path
+
+import numpy as np
+from flwr.serverapp import ServerApp
+
+from fedbandits.federation import app as honest
+from fedbandits.federation.app import client_app
+from fedbandits.federation.secure_aggregation import prg
+from fedbandits.federation.server import Coordinator
+
+server_app = ServerApp()
+ROUND, VICTIM = 2, 1
+
+
+@server_app.main()
+def main(grid, context):
+    cfg = context.run_config
+    state_dir = Path(str(cfg["state-dir"]))
+    registry = {int(n): int(s) for n, s in json.loads(Path(str(cfg["registry-file"])).read_text()).items()}
+    node_of = {s: n for n, s in registry.items()}
+    held = {}
+    close_messages, close_round = Coordinator.close_messages, Coordinator.close_masked_round
+
+    def hide_victim(self):
+        if self.next_round == ROUND and VICTIM in self.state.secagg.received:
+            held["y"] = self.state.secagg.received.pop(VICTIM).masked
+        return close_messages(self)
+
+    def attack(self, k, reveals, rejected):
+        if k != ROUND or "y" not in held:
+            return close_round(self, k, reveals, rejected)
+        secagg = self.state.secagg
+        base = {"round": k, "digest": self.spec.digest, "prefix_round": k - 1, "spec": self.spec.to_json(),
+                "epoch": secagg.epoch}
+        everybody = secagg.roster.members
+        errors = []
+
+        def ask(meta, nodes, per_node=None):
+            replies = honest._exchange(grid, self, registry, "query", {**base, **meta}, k, 20.0, 0.2, per_node,
+                                       only=nodes)
+            errors.extend(str(r.error) for r in replies if r.error is not None)
+            return {registry[r.node_id]: dict(r.meta) for r in replies if r.error is None and r.meta}
+
+        # a second survivor list, with the victim: the others signed one list this round already
+        signed = ask({"phase": "survivors", "survivors": everybody}, [node_of[i] for i in everybody])
+        sigs = {i: m["signature"] for i, m in signed.items()}
+        # the victim unmasks with what the server has: its own signature, then the first list's signatures
+        first = dict(secagg.signatures)
+        for signatures in (sigs, {**first, **sigs}):
+            signers = sorted(signatures)
+            ask({"phase": "unmask", "survivors": everybody, "dropped": [], "signers": signers,
+                 "signatures": [signatures[i] for i in signers], "held_from": [], "held": []},
+                [node_of[VICTIM]])
+        # what the server can make of the victim's message: every round seed it obtained removed
+        y = held["y"].copy()
+        for j, reveal in reveals.items():
+            m = prg(reveal.seeds[VICTIM], 0, secagg.width, secagg.bits)
+            y = y + m if j < VICTIM else y - m
+        guess = y & np.uint64((1 << secagg.bits) - 1)
+        (state_dir / "cheat.json").write_text(json.dumps({
+            "guess": [int(v) for v in guess], "errors": errors, "signed_by": sorted(sigs), "bits": secagg.bits,
+        }))
+        return close_round(self, k, reveals, rejected)
+
+    Coordinator.close_messages, Coordinator.close_masked_round = hide_victim, attack
+    honest.server_main(grid, context)
+'''
+
+
+@dataclass
+class CheatingDeployment(LocalDeployment):
+    """A local deployment whose Flower app runs :data:`CHEAT` as its ServerApp."""
+
+    app_module = "fedbandits_flower.cheat"
+
+    def prepare(self) -> None:
+        super().prepare()
+        (self.workdir / "app" / "fedbandits_flower" / "cheat.py").write_text(CHEAT)
+
+
+@slow
+def test_a_false_drop_and_a_second_survivor_list_are_refused_over_flower(tmp_path: Path) -> None:
+    spec = make_spec(
+        loads_config(
+            """
+[experiment]
+seed = 3
+horizon = 40
+[environment]
+name = "gaussian-sphere"
+agents = 3
+arms = 10
+dim = 4
+[[algorithms]]
+name = "fedlinucb"
+batch = 10
+protocol = "distributed-dp"
+epsilon = 5.0
+delta = 0.01
+"""
+        )
+    )
+    with CheatingDeployment(tmp_path, spec, round_timeout=20, join_timeout=60) as dep:
+        dep.start()
+        wait_for(lambda: (dep.state / "server" / "cheat.json").exists(), 240, "the cheating round")
+        summary = dep.wait_done(300)
+    assert dep.leftovers() == []
+    assert summary["completed"] == 4 and summary["missing"] == {"2": [1]}  # the victim's round-2 data is lost
+    cheat = json.loads((dep.state / "server" / "cheat.json").read_text())
+    # the honest survivors refused a second list; only the victim signed it, and its unmask was refused twice
+    assert cheat["signed_by"] == [1]
+    errors = "\n".join(cheat["errors"])
+    assert errors.count("a second, different survivor list") == 2
+    logs = {i: (dep.state / f"silo-{i}" / "silo.log").read_text() for i in range(3)}
+    assert "a second, different survivor list" in logs[0] and "a second, different survivor list" in logs[2]
+    assert "needs signatures of the list from at least 2 survivors, got 1" in logs[1]
+    assert "does not verify" in logs[1]  # the first list's signatures do not sign the second
+    # what the server holds of silo 1's round-2 message is its residues under the self-mask: every
+    # entry differs from the residues (a chance match has probability 2^-bits per entry, < 1e-9 here)
+    residues = load_silo_results(dep.state / "silo-1", 1).messages[2]
+    guess = np.array(cheat["guess"], dtype=np.uint64)
+    assert guess.shape == residues.shape and not np.any(guess == residues)
