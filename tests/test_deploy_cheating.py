@@ -5,7 +5,9 @@ message and declares silo 1 dropped, takes the survivors' round seeds with silo 
 protocol hands those over for a dropped silo), then tries to obtain silo 1's self-mask as well: it
 asks every silo to sign a second survivor list that includes silo 1, asks silo 1 to unmask with it,
 and forges the signature set from the first list.  Against the previous protocol the same false
-drop opened silo 1's message exactly (commit 6f0bbc0, tests/test_secagg_attacks.py).
+drop opened silo 1's message exactly (commit 6f0bbc0, tests/test_secagg_attacks.py).  One dropout is
+provisioned, so the honest silos do sign a list without silo 1 (with ``dropouts = 0`` they would
+refuse any list shorter than 3: tests/test_deploy_distributed.py).
 """
 
 from __future__ import annotations
@@ -129,6 +131,7 @@ batch = 10
 protocol = "distributed-dp"
 epsilon = 5.0
 delta = 0.01
+dropouts = 1
 """
         )
     )

@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import pickle
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from fedbandits.federation.double_masking import Masked, SecAggError, secure_threshold
-from maskinghelp import CHI2_15_999, chi2_top_bits, federation
+from fedbandits.federation.double_masking import Masked, SecAggError, SignedRoster, secure_threshold
+from maskinghelp import CHI2_15_999, CONTEXT, chi2_top_bits, federation
 
 
 def test_every_message_is_uniform_and_the_unmasked_sum_is_exact(tmp_path) -> None:
@@ -137,3 +138,43 @@ def test_malformed_unmask_requests_are_refused_and_change_nothing(tmp_path) -> N
         assert 1 not in silo.answered
     reveals = {j: fed.silos[j].unmask(1, survivors, [], sigs, fed.server.shares_for(j)) for j in survivors}
     np.testing.assert_array_equal(fed.server.total(reveals), fed.modsum(x))
+
+
+def test_a_roster_with_a_missing_reused_or_bad_signature_is_refused(tmp_path) -> None:
+    fed = federation(tmp_path, 4)
+    old = fed.silos[0].roster
+    assert old is not None
+    e = fed.server.next_epoch
+    adverts = {s.silo: s.advertise(e) for s in fed.silos}
+    good = SignedRoster.of(CONTEXT, e, 3, adverts)
+    cases = [
+        # silo 2's advert of the previous epoch, keys and signature as they were: bound to epoch 1
+        (SignedRoster.of(CONTEXT, e, 3, {**adverts, 2: old.advert(2)}), "silo 2: the signature does not verify"),
+        (replace(good, signatures={j: v for j, v in good.signatures.items() if j != 3}), "needs two keys, a cert"),
+        (replace(good, signatures={**good.signatures, 3: good.signatures[3][:-1] + b"x"}), "silo 3: the signature"),
+        (replace(good, signatures={**good.signatures, 3: b"short"}), "must be 64 bytes"),
+        (replace(good, certs={**good.certs, 1: good.certs[2]}), "issued to \\['silo-2'\\], not 'silo-1'"),
+        (replace(good, certs={**good.certs, 1: b"x" * 9000}), "at most 8192"),
+        (replace(good, threshold=2), "threshold 2 for 4 member"),  # 2t > n fails: two lists could both pass
+        (replace(good, context=b"another"), "another deployment"),
+    ]
+    for roster, reason in cases:
+        with pytest.raises(SecAggError, match=reason):
+            fed.silos[0].join(roster)
+        assert fed.silos[0].roster is old  # nothing taken
+    fed.silos[0].join(good)
+    assert fed.silos[0].joined == e
+
+
+def test_a_silo_refuses_sums_smaller_than_the_noise_is_provisioned_for(tmp_path) -> None:
+    fed = federation(tmp_path, 5)  # t = 3
+    for s in fed.silos:
+        s.min_survivors = 4  # M - dropouts with M = 5, dropouts = 1
+    fed.send(1, fed.inputs(8), skip={3, 4})
+    survivors = fed.server.close_messages()
+    with pytest.raises(SecAggError, match="provisioned for sums of at least 4 silos"):
+        fed.silos[0].sign_survivors(1, survivors)
+    e = fed.server.next_epoch
+    adverts = {s.silo: s.advertise(e) for s in fed.silos[:3]}  # a roster of 3: no round could close
+    with pytest.raises(SecAggError, match="3 member\\(s\\); the noise is provisioned"):
+        fed.silos[0].join(SignedRoster.of(CONTEXT, e, 2, adverts))

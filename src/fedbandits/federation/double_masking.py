@@ -199,6 +199,9 @@ class MaskingSilo:
     identity: Identity
     authority: Authority
     colluders: int = 0
+    #: the fewest silos whose noise shares must be in any sum this silo's message enters: the
+    #: calibration's M - dropouts (a server that drops more cannot shrink the noise, only deny the round)
+    min_survivors: int = 1
     roster: SignedRoster | None = None
     offered: int = 0  # the epoch the current keys were advertised for
     joined: int = 0  # the last epoch whose roster this silo accepted
@@ -247,6 +250,11 @@ class MaskingSilo:
         if roster.c_public[self.silo] != self._public(self.c_private):
             raise SecAggError(f"the roster of epoch {roster.epoch} lists other keys for silo {self.silo}")
         n, t = len(members), roster.threshold
+        if n < self.min_survivors:
+            raise SecAggError(
+                f"roster of epoch {roster.epoch}: {n} member(s); the noise is provisioned for sums of at "
+                f"least {self.min_survivors} silos"
+            )
         if not secure_threshold(n, self.colluders) <= t <= n:
             raise SecAggError(
                 f"roster of epoch {roster.epoch}: threshold {t} for {n} member(s) must be in "
@@ -321,6 +329,11 @@ class MaskingSilo:
             raise SecAggError(f"round {round_}: the survivor list leaves out this silo, which sent its message")
         if len(listed) < roster.threshold:
             raise SecAggError(f"round {round_}: {len(listed)} survivor(s), fewer than the threshold {roster.threshold}")
+        if len(listed) < self.min_survivors:
+            raise SecAggError(
+                f"round {round_}: {len(listed)} survivor(s); the noise is provisioned for sums of at least "
+                f"{self.min_survivors} silos (M - dropouts)"
+            )
         if self.signed.get(round_, listed) != listed:
             raise SecAggError(f"round {round_}: a second, different survivor list (signed {self.signed[round_]})")
         self.signed[round_] = listed

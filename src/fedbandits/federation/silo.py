@@ -248,6 +248,7 @@ class Silo:
                 identity,
                 authority,
                 colluders=spec.params.colluders,
+                min_survivors=spec.silos - spec.params.dropouts,
             )
         elif secret is not None and self.noise_source == "os":
             randomizer = SecretTreeRandomizer(
