@@ -3,8 +3,8 @@
 The ServerApp here is the honest one with a cheat added: in round 2 it hides silo 1's masked
 message and declares silo 1 dropped, takes the survivors' round seeds with silo 1 (the honest
 protocol hands those over for a dropped silo), then tries to obtain silo 1's self-mask as well: it
-asks every silo to sign a second survivor list that includes silo 1, asks silo 1 to unmask with it,
-and forges the signature set from the first list.  Against the previous protocol the same false
+asks every silo to sign a second survivor list that includes silo 1, then asks every silo for its
+self-mask shares as if nobody had dropped (which needs no signature).  Against the previous protocol the same false
 drop opened silo 1's message exactly (commit 6f0bbc0, tests/test_secagg_attacks.py).  One dropout is
 provisioned, so the honest silos do sign a list without silo 1 (with ``dropouts = 0`` they would
 refuse any list shorter than 3: tests/test_deploy_distributed.py).
@@ -39,7 +39,7 @@ from flwr.serverapp import ServerApp
 
 from fedbandits.federation import app as honest
 from fedbandits.federation.app import client_app
-from fedbandits.federation.secure_aggregation import prg
+from fedbandits.federation.secure_aggregation import prg, shamir_join
 from fedbandits.federation.server import Coordinator
 
 server_app = ServerApp()
@@ -57,11 +57,11 @@ def main(grid, context):
 
     def hide_victim(self):
         if self.next_round == ROUND and VICTIM in self.state.secagg.received:
-            held["y"] = self.state.secagg.received.pop(VICTIM).masked
+            held["m"] = self.state.secagg.received.pop(VICTIM)
         return close_messages(self)
 
     def attack(self, k, reveals, rejected):
-        if k != ROUND or "y" not in held:
+        if k != ROUND or "m" not in held:
             return close_round(self, k, reveals, rejected)
         secagg = self.state.secagg
         base = {"round": k, "digest": self.spec.digest, "prefix_round": k - 1, "spec": self.spec.to_json(),
@@ -77,22 +77,30 @@ def main(grid, context):
 
         # a second survivor list, with the victim: the others signed one list this round already
         signed = ask({"phase": "survivors", "survivors": everybody}, [node_of[i] for i in everybody])
-        sigs = {i: m["signature"] for i, m in signed.items()}
-        # the victim unmasks with what the server has: its own signature, then the first list's signatures
-        first = dict(secagg.signatures)
-        for signatures in (sigs, {**first, **sigs}):
-            signers = sorted(signatures)
-            ask({"phase": "unmask", "survivors": everybody, "dropped": [], "signers": signers,
-                 "signatures": [signatures[i] for i in signers], "held_from": [], "held": []},
-                [node_of[VICTIM]])
+        # then "nobody dropped", which needs no signature: each silo is asked for its self-mask shares
+        messages = {**{i: secagg.received[i] for i in secagg.received}, VICTIM: held["m"]}
+        per_node = {}
+        for j in everybody:
+            others = [i for i in everybody if i != j]
+            per_node[node_of[j]] = {"held_from": others, "held": [messages[i].blobs[j] for i in others]}
+        answers = ask({"phase": "unmask", "survivors": everybody, "dropped": [], "signers": [], "signatures": []},
+                      [node_of[i] for i in everybody], per_node)
+        shares = {j: dict(zip(m["b_owners"], m["b_shares"])) for j, m in answers.items()}
+        victim_shares = {j: s[VICTIM] for j, s in shares.items() if VICTIM in s}
+        try:
+            shamir_join(victim_shares, secagg.roster.threshold)
+            join_error = ""
+        except ValueError as exc:
+            join_error = str(exc)
         # what the server can make of the victim's message: every round seed it obtained removed
-        y = held["y"].copy()
+        y = held["m"].masked.copy()
         for j, reveal in reveals.items():
             m = prg(reveal.seeds[VICTIM], 0, secagg.width, secagg.bits)
             y = y + m if j < VICTIM else y - m
         guess = y & np.uint64((1 << secagg.bits) - 1)
         (state_dir / "cheat.json").write_text(json.dumps({
-            "guess": [int(v) for v in guess], "errors": errors, "signed_by": sorted(sigs), "bits": secagg.bits,
+            "guess": [int(v) for v in guess], "errors": errors, "signed_by": sorted(signed),
+            "victim_shares": sorted(victim_shares), "join_error": join_error,
         }))
         return close_round(self, k, reveals, rejected)
 
@@ -142,14 +150,14 @@ dropouts = 1
     assert dep.leftovers() == []
     assert summary["completed"] == 4 and summary["missing"] == {"2": [1]}  # the victim's round-2 data is lost
     cheat = json.loads((dep.state / "server" / "cheat.json").read_text())
-    # the honest survivors refused a second list; only the victim signed it, and its unmask was refused twice
+    # the honest survivors refused a second list, signed or as "nobody dropped"; only the victim
+    # signed it and gave its own self-mask share: one of the t = 2 needed
     assert cheat["signed_by"] == [1]
     errors = "\n".join(cheat["errors"])
-    assert errors.count("a second, different survivor list") == 2
+    assert errors.count("a second, different survivor list") == 4
     logs = {i: (dep.state / f"silo-{i}" / "silo.log").read_text() for i in range(3)}
-    assert "a second, different survivor list" in logs[0] and "a second, different survivor list" in logs[2]
-    assert "needs signatures of the list from at least 2 survivors, got 1" in logs[1]
-    assert "does not verify" in logs[1]  # the first list's signatures do not sign the second
+    assert all(logs[i].count("a second, different survivor list") == 2 for i in (0, 2))
+    assert cheat["victim_shares"] == [1] and "1 share(s) cannot rebuild a key that needs 2" in cheat["join_error"]
     # what the server holds of silo 1's round-2 message is its residues under the self-mask: every
     # entry differs from the residues (a chance match has probability 2^-bits per entry, < 1e-9 here)
     residues = load_silo_results(dep.state / "silo-1", 1).messages[2]

@@ -116,28 +116,43 @@ def test_malformed_messages_are_rejected_and_the_round_still_closes(tmp_path, ch
 
 
 def test_malformed_unmask_requests_are_refused_and_change_nothing(tmp_path) -> None:
-    fed = federation(tmp_path, 3)
+    fed = federation(tmp_path, 4)  # t = 3; silo 3 drops, so the unmask step needs signatures
     x = fed.inputs(7)
-    fed.send(1, x)
+    fed.send(1, x, skip={3})
     survivors = fed.server.close_messages()
     for j in survivors:
         fed.server.accept_signature(j, fed.silos[j].sign_survivors(1, survivors))
     sigs, blobs = dict(fed.server.signatures), fed.server.shares_for(0)
     silo = fed.silos[0]
     for args, reason in [
-        ((["0", 1, 2], [], sigs, blobs), "list of silo indices"),
-        (([2, 1, 0], [], sigs, blobs), "sorted, distinct"),
-        (([0, 1, 2], [], {0: b"x" * 64, 1: sigs[1], 2: sigs[2]}, blobs), "does not verify"),
-        (([0, 1, 2], [], {0: sigs[0]}, blobs), "at least 2 survivors"),
-        (([0, 1, 2], [], sigs, {1: blobs[1]}), "one self-mask share from each"),
-        (([0, 1, 2], [], sigs, {1: blobs[1], 2: blobs[1]}), "does not authenticate"),
-        (([0, 1, 2], [], sigs, {1: blobs[1], 2: b"y" * 7}), "must be 94 bytes"),
+        ((["0", 1, 2], [3], sigs, blobs), "list of silo indices"),
+        (([2, 1, 0], [3], sigs, blobs), "sorted, distinct"),
+        (([0, 1, 2], [], sigs, blobs), "partition the members"),
+        (([0, 1, 2, 3], [], sigs, blobs), "a second, different survivor list"),  # the all-members answer
+        (([0, 1, 2], [3], {0: b"x" * 64, 1: sigs[1], 2: sigs[2]}, blobs), "does not verify"),
+        (([0, 1, 2], [3], {0: sigs[0], 1: sigs[1]}, blobs), "at least 3 survivors"),
+        (([0, 1, 2], [3], [sigs[0]], blobs), "signatures must map"),
+        (([0, 1, 2], [3], sigs, {1: blobs[1]}), "one self-mask share from each"),
+        (([0, 1, 2], [3], sigs, {1: blobs[1], 2: blobs[1]}), "does not authenticate"),
+        (([0, 1, 2], [3], sigs, {1: blobs[1], 2: b"y" * 7}), "must be 94 bytes"),
     ]:
         with pytest.raises(SecAggError, match=reason):
             silo.unmask(1, *args)
         assert 1 not in silo.answered
-    reveals = {j: fed.silos[j].unmask(1, survivors, [], sigs, fed.server.shares_for(j)) for j in survivors}
+    reveals = {j: fed.silos[j].unmask(1, survivors, [3], sigs, fed.server.shares_for(j)) for j in survivors}
+    np.testing.assert_array_equal(fed.server.total(reveals), fed.modsum(x[:3]))
+
+
+def test_with_nobody_dropped_no_signature_is_needed_and_the_silo_is_bound(tmp_path) -> None:
+    fed = federation(tmp_path, 4)
+    x = fed.inputs(9)
+    fed.send(1, x)
+    everybody = fed.server.close_messages()
+    reveals = {j: fed.silos[j].unmask(1, everybody, [], {}, fed.server.shares_for(j)) for j in everybody}
+    assert all(r.seeds == {} for r in reveals.values())  # no round seed leaves a silo
     np.testing.assert_array_equal(fed.server.total(reveals), fed.modsum(x))
+    with pytest.raises(SecAggError, match="a second, different survivor list"):  # no other list after that
+        fed.silos[0].sign_survivors(1, [0, 1, 2])
 
 
 def test_a_roster_with_a_missing_reused_or_bad_signature_is_refused(tmp_path) -> None:

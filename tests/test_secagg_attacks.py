@@ -45,13 +45,20 @@ def test_a_false_drop_strips_the_pairwise_masks_but_not_the_self_mask(tmp_path) 
     reveals = fed.unmask(1)
     assert all(1 in r.seeds and 1 not in r.b_shares for r in reveals.values())
     _uniform_and_not(fed, _strip_pairwise(fed, 1, 1, reveals, y1), x[1])
-    # silo 1's self-mask needs t shares over a list with silo 1; the others signed one without it
+    # silo 1's self-mask needs t = 3 shares from lists with silo 1; the others hold one without it
     everybody = [0, 1, 2, 3, 4]
-    with pytest.raises(SecAggError, match="a second, different survivor list"):
-        fed.silos[0].sign_survivors(1, everybody)
-    sig = {1: fed.silos[1].sign_survivors(1, everybody)}
-    with pytest.raises(SecAggError, match="needs signatures of the list from at least 3"):
-        fed.silos[1].unmask(1, everybody, [], sig, {})
+    for j in (0, 2, 3, 4):
+        with pytest.raises(SecAggError, match="a second, different survivor list"):
+            fed.silos[j].sign_survivors(1, everybody)
+        with pytest.raises(SecAggError, match="a second, different survivor list"):  # nor unsigned, as "nobody dropped"
+            fed.silos[j].unmask(
+                1, everybody, [], {}, {k: fed.server.received[k].blobs[j] for k in everybody if k not in (1, j)}
+            )
+    # silo 1 itself, told that nobody dropped, gives its own share: one of the three needed
+    own = fed.silos[1].unmask(1, everybody, [], {}, {k: fed.server.received[k].blobs[1] for k in (0, 2, 3, 4)})
+    assert own.seeds == {}
+    with pytest.raises(SecAggError, match=r"1 share\(s\) cannot rebuild a key that needs 3"):
+        shamir_join({1: own.b_shares[1]}, 3)
 
 
 @pytest.mark.parametrize("forger", ["own CA", "silo's certificate, server's keys"])

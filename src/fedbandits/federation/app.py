@@ -24,9 +24,9 @@ Messages (Flower Message API, one per silo per synchronisation):
 signature of them); the first ``train`` request of the epoch carries the signed roster
 (``roster_*`` fields), which each silo checks before it masks.  A silo's sync reply carries
 ``masked`` (its residues plus a fresh self-mask plus its pairwise masks, uint64), its encrypted
-self-mask shares (``b_to``/``b_blobs``) and their commitment (``b_commit``).  Then every round:
-``query`` phase "survivors" to the silos whose message the server holds (each signs the survivor
-list, ``signature``), and phase "unmask" with the list, the dropped silos, the signatures
+self-mask shares (``b_to``/``b_blobs``) and their commitment (``b_commit``).  Then, if some silo
+is missing, ``query`` phase "survivors" to the silos whose message the server holds (each signs
+the survivor list, ``signature``); and every round phase "unmask" with the list, the dropped silos, the signatures
 (``signers``/``signatures``) and the self-mask shares addressed to that silo
 (``held_from``/``held``); each replies with its self-mask shares of the survivors
 (``b_owners``/``b_shares``) and its round seeds with the dropped (``seed_for``/``seeds``).  The
@@ -379,15 +379,16 @@ def _masked_round(
         log.warning("round %d: %d masked message(s), fewer than t = %d; closing without data", k, len(survivors), t)
         coord.close_without_data(k, rejected)
         return
-    # consistency check: every survivor signs the one survivor list of the round
-    for silo, (node, meta) in ask(
-        {"epoch": epoch, "survivors": survivors}, "survivors", [nodes[i] for i in survivors]
-    ).items():
-        refused = coord.accept_signature(silo, meta.get("signature"))
-        if refused is not None:
-            rejected.append((node, refused))
+    # consistency check (only if somebody dropped: round seeds are revealed only on a signed list)
+    if dropped:
+        for silo, (node, meta) in ask(
+            {"epoch": epoch, "survivors": survivors}, "survivors", [nodes[i] for i in survivors]
+        ).items():
+            refused = coord.accept_signature(silo, meta.get("signature"))
+            if refused is not None:
+                rejected.append((node, refused))
     signers = sorted(secagg.signatures)
-    if len(signers) < t:
+    if dropped and len(signers) < t:
         log.warning("round %d: %d survivor signature(s), fewer than t = %d; closing without data", k, len(signers), t)
         coord.close_without_data(k, rejected)
         return

@@ -24,14 +24,15 @@ Per *round* r of the epoch:
    with the encrypted shares and a commitment SHA-256(b_i^r).  The pairwise *round seed*
    k_ij^r = SHAKE-256(s_ij || r) is one-way in the epoch's pair seed s_ij = X25519(s_i, s_j).
    A round is masked once: a retry gets the stored bytes, an older round number is refused.
-4. *Consistency check*: the server names the survivors U (the silos whose message it holds); each
-   survivor signs (deployment, epoch, r, U), and signs one list per round only.
+4. *Consistency check* (only if somebody dropped): the server names the survivors U (the silos
+   whose message it holds); each survivor signs (deployment, epoch, r, U), one list per round.
 5. *Unmask*: the server sends each survivor U, the dropped D = members - U, the survivors'
-   signatures and the encrypted self-mask shares addressed to it.  The silo answers only if U is
-   the list it signed and at least t members of U signed it, and then reveals its shares of b_k^r
-   for every k in U and its round seeds k_ij^r for every j in D: for no silo both.  The server
-   rebuilds each b_k^r from t shares (checked against the commitment), removes the self-masks and
-   the pairwise masks between U and D, and has the sum over U.
+   signatures and the encrypted self-mask shares addressed to it.  If D is not empty the silo
+   answers only if U is the list it signed and at least t members of U signed it; it reveals its
+   shares of b_k^r for every k in U and its round seeds k_ij^r for every j in D: for no silo both.
+   If D is empty it reveals self-mask shares only, and no list other than all members can then get
+   its signature in that round.  The server rebuilds each b_k^r from t shares (checked against the
+   commitment), removes the self-masks and the pairwise masks between U and D, and has the sum.
 
 Departures from the paper, and why:
 
@@ -47,12 +48,23 @@ Departures from the paper, and why:
   r says nothing about round r + 1.
 * The signatures of step 4 are checked against the roster's certified keys; the paper's PKI is the
   signing CA.
+* No consistency check when nobody dropped (one exchange fewer in the common round).  Why that is
+  safe: seeds are revealed only on a signed list, and every honest silo reveals for one list per
+  round.  To open silo i the server needs every round seed of i -- from each other member j, only
+  if j's list leaves i out; from i itself, only for members its own list leaves out -- and t
+  shares of b_i^r, only from silos whose list (or the all-members answer) includes i.  If i signed
+  a list U, each honest j in U is blocked (neither i nor j reveals their seed), so U's t signers
+  would all have to be i or colluders: t <= 1 + colluders, which 2t > n + colluders excludes for
+  n > colluders + 1.  If i answered the all-members request, every other honest member must have
+  signed a list without i, so b_i^r's shares can come only from i and the colluders: again t <= 1 +
+  colluders.  If i revealed nothing, every other honest member must hold a list without i (for the
+  seeds), so b_i^r's shares can come only from the colluders, and t > colluders.
 
-What a cheating server gets: to open silo i's message it needs b_i^r, which only t signers of a
-list containing i reveal, *and* every round seed of i, which only holders of a list without i
-reveal; each honest silo signs one list per round, and two lists cannot both reach t signatures when
-2t > n + colluders.  It can still refuse service, drop silos, and choose which rounds close
-(docs/deployment.md, *Trust model*).
+What a cheating server gets: to open silo i's message it needs b_i^r, which only silos holding a
+list containing i reveal, *and* every round seed of i, which only holders of a signed list without
+i reveal; each honest silo holds one list per round, and two lists cannot both reach t signatures
+when 2t > n + colluders (the argument for the unsigned all-members answer is above).  It can still
+refuse service, drop silos, and choose which rounds close (docs/deployment.md, *Trust model*).
 """
 
 from __future__ import annotations
@@ -343,7 +355,9 @@ class MaskingSilo:
         self, round_: int, survivors: object, dropped: object, signatures: dict[int, bytes], blobs: dict[int, bytes]
     ) -> Reveal:
         """Step 5: reveal for every member either its self-mask share (survivors) or this silo's
-        round seed with it (dropped), once t survivors have signed the list this silo signed."""
+        round seed with it (dropped).  With somebody dropped, only for the list this silo signed and
+        once t survivors signed it; with nobody dropped no seed is revealed and no signature is
+        needed, but the silo is then bound to that list for the round (module docstring)."""
         roster = self._roster()
         listed = _survivor_list(survivors, roster.members)
         gone = _survivor_list(dropped, roster.members, "dropped")
@@ -352,24 +366,18 @@ class MaskingSilo:
             raise SecAggError(f"round {round_}: asks for both the self-mask share and the round seed of silo(s) {both}")
         if sorted(listed + gone) != roster.members:
             raise SecAggError(f"round {round_}: survivors and dropped must partition the members {roster.members}")
-        if self.signed.get(round_) != listed:
-            raise SecAggError(
-                f"round {round_}: the survivor list is not the one this silo signed ({self.signed.get(round_)})"
-            )
-        if round_ in self.answered:
-            return self.answered[round_]
-        signers = [j for j in sorted(signatures) if j in listed]
-        if len(signers) < roster.threshold or set(signatures) - set(listed):
-            raise SecAggError(
-                f"round {round_}: needs signatures of the list from at least {roster.threshold} survivors, "
-                f"got {len(signers)} (and {sorted(set(signatures) - set(listed))} from outside it)"
-            )
-        message = survivors_bytes(roster, round_, listed)
-        for j in signers:
-            try:
-                self.authority.verify(roster.certs[j], j, message, signatures[j])
-            except SigningError as exc:
-                raise SecAggError(f"round {round_}: {exc} (the survivor list)") from None
+        if round_ not in self.rounds:
+            raise SecAggError(f"round {round_}: this silo sent no message it still keeps")
+        if round_ in self.answered and self.signed.get(round_) == listed:
+            return self.answered[round_]  # a retried request
+        if gone:  # somebody dropped: round seeds are revealed, so t survivors must have signed the list
+            if self.signed.get(round_) != listed:
+                raise SecAggError(
+                    f"round {round_}: the survivor list is not the one this silo signed ({self.signed.get(round_)})"
+                )
+            self._check_signatures(roster, round_, listed, signatures)
+        elif self.signed.get(round_, listed) != listed:
+            raise SecAggError(f"round {round_}: a second, different survivor list (signed {self.signed[round_]})")
         if set(blobs) != set(listed) - {self.silo}:
             raise SecAggError(f"round {round_}: needs one self-mask share from each other survivor")
         shares = {self.silo: self.rounds[round_].own_share}
@@ -382,8 +390,25 @@ class MaskingSilo:
             except InvalidTag:
                 raise SecAggError(f"round {round_}: the self-mask share of silo {k} does not authenticate") from None
         reveal = Reveal(shares, {j: self._pair_round_seed(j, round_) for j in gone})
+        self.signed[round_] = listed  # (nobody dropped: this silo is bound to the list of all members now)
         self.answered[round_] = reveal
         return reveal
+
+    def _check_signatures(self, roster: SignedRoster, round_: int, listed: list[int], signatures: object) -> None:
+        if not isinstance(signatures, dict):
+            raise SecAggError(f"round {round_}: signatures must map silo indices to bytes")
+        signers = [j for j in sorted(signatures) if j in listed]
+        if len(signers) < roster.threshold or set(signatures) - set(listed):
+            raise SecAggError(
+                f"round {round_}: needs signatures of the list from at least {roster.threshold} survivors, "
+                f"got {len(signers)} (and {sorted(set(signatures) - set(listed))} from outside it)"
+            )
+        message = survivors_bytes(roster, round_, listed)
+        for j in signers:
+            try:
+                self.authority.verify(roster.certs[j], j, message, signatures[j])
+            except SigningError as exc:
+                raise SecAggError(f"round {round_}: {exc} (the survivor list)") from None
 
 
 # -- server ---------------------------------------------------------------------------------------
