@@ -8,6 +8,8 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fedbandits.federation.double_masking import Masked, SecAggError, SignedRoster, secure_threshold
 from maskinghelp import CHI2_15_999, CONTEXT, chi2_top_bits, federation
@@ -193,3 +195,38 @@ def test_a_silo_refuses_sums_smaller_than_the_noise_is_provisioned_for(tmp_path)
     adverts = {s.silo: s.advertise(e) for s in fed.silos[:3]}  # a roster of 3: no round could close
     with pytest.raises(SecAggError, match="3 member\\(s\\); the noise is provisioned"):
         fed.silos[0].join(SignedRoster.of(CONTEXT, e, 2, adverts))
+
+
+INDEX = st.one_of(st.integers(-2, 6), st.booleans(), st.text(max_size=2))
+LISTS = st.one_of(st.lists(INDEX, max_size=6), st.none(), st.text(max_size=3), st.integers())
+BLOBS = st.dictionaries(INDEX, st.binary(max_size=100), max_size=5)
+
+
+@pytest.fixture(scope="module")
+def fuzzed(tmp_path_factory):  # type: ignore[no-untyped-def]
+    fed = federation(tmp_path_factory.mktemp("fuzz"), 4)
+    fed.send(1, fed.inputs(11), skip={3})
+    survivors = fed.server.close_messages()
+    for j in survivors:
+        fed.server.accept_signature(j, fed.silos[j].sign_survivors(1, survivors))
+    return fed
+
+
+@settings(deadline=None)
+@given(survivors=LISTS, dropped=LISTS, signatures=BLOBS, blobs=BLOBS, signed=LISTS)
+def test_any_sign_or_unmask_request_is_answered_or_refused_without_a_trace(
+    fuzzed, survivors, dropped, signatures, blobs, signed
+) -> None:  # type: ignore[no-untyped-def]
+    """Whatever a server sends, a silo answers or raises SecAggError, and a refusal changes nothing."""
+    silo = fuzzed.silos[0]
+    before = (dict(silo.signed), dict(silo.answered), silo.last_round)
+    try:
+        silo.sign_survivors(1, signed)
+    except SecAggError:
+        assert (dict(silo.signed), dict(silo.answered), silo.last_round) == before
+    try:
+        silo.unmask(1, survivors, dropped, signatures, blobs)
+    except SecAggError:
+        assert (dict(silo.signed), dict(silo.answered), silo.last_round) == before
+    else:  # only the honest request can pass: the list silo 0 signed, with t valid signatures
+        assert survivors == [0, 1, 2] and dropped == [3]
