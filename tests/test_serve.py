@@ -20,7 +20,12 @@ with warnings.catch_warnings():  # starlette 1.x notes that its test client may 
     from starlette.testclient import TestClient
 
 from fedbandits.config import ConfigError  # noqa: E402
+from fedbandits.federation.certs import create_signing_credentials  # noqa: E402
+from fedbandits.federation.double_masking import Advert, SignedRoster, advert_bytes  # noqa: E402
+from fedbandits.federation.secure_aggregation import keypair  # noqa: E402
+from fedbandits.federation.signing import Authority, Identity  # noqa: E402
 from fedbandits.online import Aggregator  # noqa: E402
+from fedbandits.serve import masking  # noqa: E402
 from fedbandits.serve.coordinator import Coordinator  # noqa: E402
 from fedbandits.serve.http import MAX_BODY, Service  # noqa: E402
 from fedbandits.serve.links import HttpLink  # noqa: E402
@@ -30,6 +35,7 @@ from fedbandits.serve.store import StoreError  # noqa: E402
 DIM = 4
 TOKEN, SYNC = "traffic-token-0123456789", "sync-token-0123456789ab"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+SYNC_AUTH = {"Authorization": f"Bearer {SYNC}"}
 LDP = {"name": "fedlinucb", "batch": 10, "protocol": "ldp", "epsilon": 1.0, "delta": 1e-3}
 
 
@@ -214,11 +220,25 @@ class Router(httpx.BaseTransport):
         return self.clients[host]._transport.handle_request(request)
 
 
+def signing(tmp_path, silos=3):
+    """Trial signing identities (distributed-dp), one per silo, made once in ``tmp_path/signing``."""
+    folder = tmp_path / "signing"
+    if not (folder / "signing-ca.pem").exists():
+        create_signing_credentials(folder, silos)
+    authority = Authority.load(folder / "signing-ca.pem")
+    return [
+        (Identity.load(i, folder / f"silo-{i}-signing.key", folder / f"silo-{i}-signing.pem"), authority)
+        for i in range(silos)
+    ]
+
+
 def federation(tmp_path, policy="stop", cfg=None, allow=False):
     cfg = cfg or config()
+    masked = cfg["algorithms"][0].get("protocol") == "distributed-dp"
+    ids = signing(tmp_path) if masked else [None] * 3
     silos, clients = [], {}
     for i in range(3):
-        s, c = make(tmp_path, f"silo-{i}", silo=i, cfg=cfg, policy=policy, allow_unprivatized=allow)
+        s, c = make(tmp_path, f"silo-{i}", silo=i, cfg=cfg, policy=policy, allow_unprivatized=allow, signing=ids[i])
         silos.append(s)
         clients[f"silo{i}"] = c
     router = Router(clients)
@@ -442,9 +462,37 @@ def test_distributed_dp_rounds_go_through_secure_aggregation(tmp_path):
         out = replay.aggregate([raw[i][r] for i in range(3)])
     np.testing.assert_array_equal(coordinator.latest()[2], out)
     # a restarted silo has its keys and shares back from its log
-    again = ServingSilo(cfg, tmp_path / "silo-0", silo=0)
+    again = ServingSilo(cfg, tmp_path / "silo-0", silo=0, signing=signing(tmp_path)[0])
     assert again.secagg is not None and again.secagg.s_private == silos[0].secagg.s_private
     assert again.secagg.held == silos[0].secagg.held and again.secagg.roster == silos[0].secagg.roster
+
+
+def test_a_roster_with_a_substituted_or_unsigned_key_is_refused(tmp_path):
+    """A coordinator that puts keys of its own in the roster (to share every pairwise seed with a
+    silo) is refused: each entry must be signed under a certificate the signing CA issued to that
+    silo, for this set-up (issue #32)."""
+    cfg = config({**LDP, "protocol": "distributed-dp"})
+    silos, clients, _, _ = federation(tmp_path, cfg=cfg)
+    adverts = {}
+    for i, c in clients.items():
+        got = c.post("/v1/sync/keys", json={"secagg_epoch": 1}, headers=SYNC_AUTH).json()
+        adverts[int(i[-1])] = Advert(*(masking.unb64(got[k], k) for k in ("c_public", "s_public", "cert", "signature")))
+    context = silos[0].context
+    good = SignedRoster.of(context, 1, 2, adverts)
+    c_fake, s_fake = keypair()[1], keypair()[1]
+    forged = {**adverts, 1: Advert(c_fake, s_fake, adverts[1].cert, adverts[1].signature)}
+    own_ca = signing(tmp_path / "other")[1][0]  # a CA of the coordinator's own, a certificate for "silo-1"
+    own = Advert(c_fake, s_fake, own_ca.cert, own_ca.sign(advert_bytes(context, 1, 1, c_fake, s_fake)))
+    for roster, reason in [
+        (SignedRoster.of(context, 1, 2, forged), "silo 1: the signature does not verify"),
+        (SignedRoster.of(context, 1, 2, {**adverts, 1: own}), "not issued by the pinned signing CA"),
+        (SignedRoster.of(b"x" * 32, 1, 2, adverts), "another federation"),
+    ]:
+        r = clients["silo0"].post("/v1/sync/roster", json={"roster": masking.roster_to_json(roster)}, headers=SYNC_AUTH)
+        assert r.status_code == 422 and reason in r.json()["error"], r.text
+        assert silos[0].secagg.roster is None  # nothing taken
+    r = clients["silo0"].post("/v1/sync/roster", json={"roster": masking.roster_to_json(good)}, headers=SYNC_AUTH)
+    assert r.status_code == 200 and set(r.json()["shares"]) == {"0", "1", "2"}
 
 
 def test_a_silo_says_when_the_server_is_unreachable(tmp_path):
@@ -514,12 +562,32 @@ def test_the_command_line_refuses_unsafe_or_bad_settings_in_one_line(tmp_path, c
             ],
             "--node-key: no such file",
         ),
+        (
+            ["--token-file", str(good), "--sync-token-file", str(other), "--signing-key", str(good)],
+            "--signing-key is only for protocol 'distributed-dp'",
+        ),
     ]
     for extra, words in cases:
         assert main([*base, *extra]) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("fedbandits: error: ") and words in err and "\n" not in err, err
-    assert not (tmp_path / "state").exists()  # nothing was created for a refused start
+    # distributed-dp: the signing identity is required, and must be the CA's certificate for this silo
+    ddp = tmp_path / "ddp.toml"
+    ddp.write_text(DEMO_CONFIG.read_text().replace('protocol = "ldp"', 'protocol = "distributed-dp"'))
+    ids = signing(tmp_path, 2)
+    folder = tmp_path / "signing"
+    files = ["--signing-cert", str(folder / "silo-1-signing.pem"), "--signing-ca", str(folder / "signing-ca.pem")]
+    tokens = ["--token-file", str(good), "--sync-token-file", str(other), "--entry", "fed"]
+    base = ["serve", "silo", str(ddp), "--state-dir", str(tmp_path / "state"), *tokens]
+    for extra, words in [
+        ([], "--signing-key is required with protocol 'distributed-dp'"),
+        (["--signing-key", str(folder / "silo-1-signing.key"), *files], "issued to ['silo-1'], not 'silo-0'"),
+        (["--signing-key", str(folder / "silo-0-signing.key"), *files], "does not certify the key"),
+    ]:
+        assert main([*base, *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("fedbandits: error: ") and words in err and "\n" not in err, err
+    assert ids and not (tmp_path / "state").exists()  # nothing was created for a refused start
     server = [
         "serve",
         "server",

@@ -28,6 +28,7 @@ pytest.importorskip("flwr")
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("starlette")
 
+from fedbandits.federation.certs import create_signing_credentials  # noqa: E402
 from fedbandits.federation.processes import free_port, processes_under  # noqa: E402
 from fedbandits.serve.demo import start_flower_server, start_silo, write_token  # noqa: E402
 
@@ -84,11 +85,22 @@ def federation(tmp_path, protocol, sync=SYNC):
     view = write_token(tmp_path / "view.token")
     port = free_port()
     server, link = start_flower_server(config, tmp_path, 3, port, sync_seconds=sync)
-    ca = str(tmp_path / "certs" / "ca.pem")
+    certs = tmp_path / "certs"
+    ca = str(certs / "ca.pem")
+    if protocol == "distributed-dp":  # each silo signs its secure-aggregation keys
+        create_signing_credentials(certs, 3)
     silos = []
     for i in range(3):
-        key = str(tmp_path / "certs" / f"silo-{i}")
+        key = str(certs / f"silo-{i}")
         extra = ["--sync-seconds", str(sync), "--superlink", link, "--superlink-ca", ca, "--node-key", key]
+        if protocol == "distributed-dp":
+            extra += ["--signing-key", str(certs / f"silo-{i}-signing.key")]
+            extra += [
+                "--signing-cert",
+                str(certs / f"silo-{i}-signing.pem"),
+                "--signing-ca",
+                str(certs / "signing-ca.pem"),
+            ]
         silos.append(start_silo(config, i, "fed", tmp_path, tokens, extra))
     return config, token, view, port, server, link, silos
 

@@ -5,9 +5,8 @@ Two protocols use these pieces.  The Flower deployment's ``distributed-dp`` runs
 :mod:`fedbandits.federation.double_masking`, which holds against a server that cheats (signed
 keys, self-masks, a consistency check).  The serving silos (:mod:`fedbandits.serve.masking`) run
 the all-present variant here, :class:`SecAggClient` / :class:`SecAggServer`: a serving round closes
-only when every silo has released, so masks never need removing and nothing is ever revealed.
-Its trust model is the honest-but-curious coordinator: its keys are not signed, so a coordinator
-that put its own keys in the roster could open every message (docs/serving.md; issue #32).
+only when every silo has released, so masks never need removing and nothing is ever revealed; the
+serving silos sign their keys and check the roster's signatures (:mod:`fedbandits.serve.masking`).
 
 Primitives: X25519 key agreement, HKDF-SHA256, SHAKE-256 as the mask generator (64-bit words
 modulo 2^bits), Shamir shares over the prime field of 2^521 - 1, AES-256-GCM.

@@ -6,6 +6,7 @@
         [--sync-seconds N] [--allow-unprivatized]
         [--superlink HOST:PORT --superlink-ca CA.pem --node-key silo-<I>]
         [--shuffler HOST:PORT --shuffler-ca CA.pem --shuffler-cert C --shuffler-key K]   (sdp-amplification)
+        [--signing-key K --signing-cert C --signing-ca CA.pem]   (distributed-dp)
     fedbandits serve server CONFIG.toml --state-dir DIR [--entry LABEL] [--sync-seconds 10]
         [--budget-policy stop|renew]
         (--silo-url URL [--silo-url URL ...] --sync-token-file F [--ca CA.pem]
@@ -65,6 +66,9 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     silo.add_argument("--superlink-ca", type=Path, help="with --superlink: the deployment's CA certificate")
     silo.add_argument("--node-key", type=Path, help="with --superlink: this silo's SuperNode key (silo-<i>)")
     _shuffler_flags(silo, "silo-<i>-client")
+    silo.add_argument("--signing-key", type=Path, help="distributed-dp: this silo's signing key (silo-<i>-signing.key)")
+    silo.add_argument("--signing-cert", type=Path, help="distributed-dp: its certificate (silo-<i>-signing.pem)")
+    silo.add_argument("--signing-ca", type=Path, help="distributed-dp: the silos' signing CA (signing-ca.pem)")
     server = sub.add_parser("server", help="the federation's wall-clock sync rounds")
     server.add_argument("config", type=Path, metavar="CONFIG.toml")
     server.add_argument("--silo-url", action="append", help="a silo's base URL, in silo order (HTTPS link)")

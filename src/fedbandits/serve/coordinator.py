@@ -40,7 +40,8 @@ from typing import Any
 import numpy as np
 
 from fedbandits.config import Config
-from fedbandits.federation.secure_aggregation import Roster, SecAggServer, default_threshold
+from fedbandits.federation.double_masking import SignedRoster
+from fedbandits.federation.secure_aggregation import SecAggServer, default_threshold
 from fedbandits.online import AgentSetup, Aggregator
 from fedbandits.privacy.distributed_noise import DistributedCalibration
 from fedbandits.serve import masking
@@ -254,8 +255,8 @@ class Coordinator:
         }
         for silo, got in sorted(exchange_one(self.link, asks).items()):  # 1. every silo's public keys
             try:
-                keys = {k: masking.unb64(got[k], k) for k in ("c_public", "s_public")}  # type: ignore[index]
-                assert all(len(v) == 32 for v in keys.values())
+                keys = {k: masking.unb64(got[k], k) for k in ("c_public", "s_public", "cert", "signature")}  # type: ignore[index]
+                assert len(keys["c_public"]) == len(keys["s_public"]) == 32 and len(keys["signature"]) == 64
             except (TypeError, KeyError, ValueError, AssertionError):
                 unreachable.append(silo)
                 continue
@@ -266,12 +267,14 @@ class Coordinator:
             public = {i: json.loads(kv[f"keys:{i}"]) for i in silos}
             cal = self.setup.calibration
             assert isinstance(cal, DistributedCalibration)
-            roster = Roster(
+            roster = SignedRoster(
                 self.context,
                 epoch,
                 default_threshold(self.link.silos, cal.colluders, cal.dropouts),
-                {i: masking.unb64(k["c_public"], "c_public") for i, k in public.items()},
-                {i: masking.unb64(k["s_public"], "s_public") for i, k in public.items()},
+                *(
+                    {i: masking.unb64(k[f], f) for i, k in public.items()}
+                    for f in ("c_public", "s_public", "cert", "signature")
+                ),
             )
             self._put(kv, "roster", json.dumps(masking.roster_to_json(roster)))
         roster_json = json.loads(kv["roster"])

@@ -314,8 +314,11 @@ class Service:
     # -- secure aggregation set-up (distributed-dp; fedbandits.serve.masking) -----------------------
     async def keys(self, request: Request) -> Response:
         body = _object(await _body(request), {"secagg_epoch"}, {"secagg_epoch"})
-        c_public, s_public = self.silo.secagg_keys(_integer(body, "secagg_epoch"))
-        return JSONResponse({"c_public": masking.b64(c_public), "s_public": masking.b64(s_public)})
+        advert = self.silo.secagg_keys(_integer(body, "secagg_epoch"))
+        fields = {"c_public": advert.c_public, "s_public": advert.s_public, "cert": advert.cert}
+        return JSONResponse(
+            {**{k: masking.b64(v) for k, v in fields.items()}, "signature": masking.b64(advert.signature)}
+        )
 
     async def roster(self, request: Request) -> Response:
         body = _object(await _body(request), {"roster"}, {"roster"})

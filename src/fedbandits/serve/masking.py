@@ -4,8 +4,11 @@
 Set-up, driven by the coordinator before the first round (and again only if its state is lost):
 
 1. ``POST /v1/sync/keys {"secagg_epoch": e}``: each silo draws its two X25519 key pairs (kept in
-   its event log, the private halves never sent) and answers with the public halves;
-2. the coordinator publishes the roster (every member's public keys, the threshold t);
+   its event log, the private halves never sent) and answers with the public halves, signed with
+   its long-term Ed25519 key for set-up e (``cert``, ``signature``; the deployment's signing CA,
+   :mod:`fedbandits.federation.signing`);
+2. the coordinator publishes the roster (every member's public keys, certificate and signature, the
+   threshold t); each silo checks every entry against its pinned signing CA before it answers;
    ``POST /v1/sync/roster``: each silo answers with its Shamir shares of its mask key, each encrypted
    for one member (the coordinator reads none of them);
 3. ``POST /v1/sync/shares``: the coordinator hands each silo the shares addressed to it.
@@ -16,8 +19,11 @@ single silo's residues.  Every step is idempotent: a retried request gets the st
 
 Dropouts: a round closes only when every silo has released (the coordinator waits), so masks never
 need to be removed and no key is ever revealed; the recovery step of the protocol is not used.
-Trust model as in the deployment: the coordinator is honest but curious.  A coordinator that lies
-about the roster (its own keys for a silo) is outside it (issue #32: authenticated keys).
+Trust model: nothing is ever revealed (no recovery step), so a coordinator that deviates can learn
+a silo's residues only by sharing its pairwise seeds, i.e. by putting keys of its own in the roster:
+the signatures stop that (a key not signed under a certificate the signing CA issued to that member
+is refused, as is a roster for a set-up the silo did not advertise for).  It can still deny
+service.
 """
 
 from __future__ import annotations
@@ -27,7 +33,8 @@ import binascii
 import json
 from typing import Any
 
-from fedbandits.federation.secure_aggregation import Roster, SecAggClient
+from fedbandits.federation.double_masking import SignedRoster
+from fedbandits.federation.secure_aggregation import SecAggClient
 
 #: the round number the masks of (budget epoch e, round r) are drawn for: unique per release
 ROUNDS_PER_EPOCH = 1 << 32
@@ -69,19 +76,24 @@ def unkeyed(values: dict[int, bytes]) -> dict[str, str]:
     return {str(i): b64(v) for i, v in sorted(values.items())}
 
 
-def roster_to_json(roster: Roster) -> dict[str, Any]:
+def roster_to_json(roster: SignedRoster) -> dict[str, Any]:
     return {
         "context": b64(roster.context),
         "epoch": roster.epoch,
         "threshold": roster.threshold,
         "c_public": unkeyed(roster.c_public),
         "s_public": unkeyed(roster.s_public),
+        "certs": unkeyed(roster.certs),
+        "signatures": unkeyed(roster.signatures),
     }
 
 
-def roster_from_json(value: Any, silos: int) -> Roster:
-    if not isinstance(value, dict) or set(value) != {"context", "epoch", "threshold", "c_public", "s_public"}:
-        raise ValueError("roster: must hold context, epoch, threshold, c_public and s_public")
+ROSTER_FIELDS = {"context", "epoch", "threshold", "c_public", "s_public", "certs", "signatures"}
+
+
+def roster_from_json(value: Any, silos: int) -> SignedRoster:
+    if not isinstance(value, dict) or set(value) != ROSTER_FIELDS:
+        raise ValueError("roster: must hold context, epoch, threshold, c_public, s_public, certs and signatures")
     epoch, threshold = value["epoch"], value["threshold"]
     if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 1:
         raise ValueError("roster.epoch: must be an integer >= 1")
@@ -90,17 +102,22 @@ def roster_from_json(value: Any, silos: int) -> Roster:
         raise ValueError(f"roster: must list the keys of silos 0 to {silos - 1}")
     if isinstance(threshold, bool) or not isinstance(threshold, int) or not 1 <= threshold <= silos:
         raise ValueError(f"roster.threshold: must be an integer in [1, {silos}]")
-    return Roster(unb64(value["context"], "roster.context"), epoch, threshold, c, s)
+    certs, signatures = keyed(value["certs"], "roster.certs"), keyed(value["signatures"], "roster.signatures", 64)
+    if set(certs) != set(s) or set(signatures) != set(s):
+        raise ValueError(f"roster: must give the certificate and signature of silos 0 to {silos - 1}")
+    return SignedRoster(unb64(value["context"], "roster.context"), epoch, threshold, c, s, certs, signatures)
 
 
 def client_to_text(client: SecAggClient) -> str:
     """A silo's secure-aggregation state as JSON (its private keys: the log is as secret as the data)."""
+    roster = client.roster
+    assert roster is None or isinstance(roster, SignedRoster)  # a serving silo takes signed rosters only
     return json.dumps(
         {
             "silo": client.silo,
             "bits": client.bits,
             "width": client.width,
-            "roster": None if client.roster is None else roster_to_json(client.roster),
+            "roster": None if roster is None else roster_to_json(roster),
             "c_private": b64(client.c_private),
             "s_private": b64(client.s_private),
             "held": unkeyed(client.held),

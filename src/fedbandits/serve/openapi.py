@@ -120,7 +120,7 @@ def document(max_arms: int, max_batch: int, max_body: int) -> dict[str, Any]:
                 obj,
                 (400, 422, 503),
             ),
-            "/v1/sync/keys": _post("secure aggregation: this silo's public keys", obj, obj, (400, 409)),
+            "/v1/sync/keys": _post("secure aggregation: this silo's public keys, signed", obj, obj, (400, 409)),
             "/v1/sync/roster": _post("secure aggregation: encrypted shares for the roster", obj, obj, (400, 409, 422)),
             "/v1/sync/shares": _post("secure aggregation: the shares addressed to this silo", obj, obj, (400, 409)),
         },

@@ -21,6 +21,7 @@ from fedbandits.config import Config, load_config
 from fedbandits.federation.flower_setup import check_quotable
 from fedbandits.federation.processes import DeployError, flower_bin, take_lock
 from fedbandits.federation.shuffler import ShufflerClient, split_address
+from fedbandits.federation.signing import Authority, Identity
 from fedbandits.federation.spec import make_spec
 from fedbandits.online import AgentSetup
 from fedbandits.serve.coordinator import Coordinator
@@ -91,6 +92,7 @@ def run_silo(args: argparse.Namespace) -> int:
     setup = ServingSilo.check(
         config, args.entry, args.silo, args.budget_policy, args.allow_unprivatized, shuffler is not None
     )
+    signing = signing_identity(args, setup.masked)
     scheme = "https" if tls else "http"
     node = silo_node(args, f"{scheme}://{_local_host(args.host)}:{args.port}")  # checked before the log opens
     try:  # one serving process per state folder: a second would share the log and kill the first's SuperNode
@@ -107,6 +109,7 @@ def run_silo(args: argparse.Namespace) -> int:
         durability=args.durability,
         allow_unprivatized=args.allow_unprivatized,
         shuffler=shuffler is not None,
+        signing=signing,
     )
     shuffling = None
     if shuffler is not None:  # bound to the deployment's spec of this config and entry (its hash)
@@ -260,6 +263,28 @@ def shuffler_party(args: argparse.Namespace) -> ShufflerClient | None:
         return ShufflerClient(args.shuffler, args.shuffler_ca, args.shuffler_cert, args.shuffler_key)
     except (OSError, ssl.SSLError) as exc:
         raise ValueError(f"--shuffler-cert/--shuffler-key/--shuffler-ca: unusable ({exc})") from None
+
+
+def signing_identity(args: argparse.Namespace, masked: bool) -> tuple[Identity, Authority] | None:
+    """``--signing-key/--signing-cert/--signing-ca``: required with distributed-dp, refused otherwise (checked)."""
+    files = {"--signing-key": args.signing_key, "--signing-cert": args.signing_cert, "--signing-ca": args.signing_ca}
+    given = [flag for flag, path in files.items() if path is not None]
+    if not masked:
+        if given:
+            raise ValueError(f"{given[0]} is only for protocol 'distributed-dp'")
+        return None
+    for flag, path in files.items():
+        if path is None:
+            raise ValueError(f"{flag} is required with protocol 'distributed-dp' (signed secure aggregation)")
+        if not path.is_file():
+            raise ValueError(f"{flag}: no such file {path}")
+    try:
+        identity = Identity.load(args.silo, args.signing_key, args.signing_cert)
+        authority = Authority.load(args.signing_ca)
+        authority.public_key(identity.cert, args.silo)
+    except ValueError as exc:
+        raise ValueError(f"--signing-key/--signing-cert/--signing-ca: {exc}") from None
+    return identity, authority
 
 
 def status_options(args: argparse.Namespace, sync_token: str = "") -> tuple[dict[str, Any] | None, str]:

@@ -26,6 +26,7 @@ fresh randomizer; the lifetime epsilon is the sum of the epochs', shown in the s
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Callable
@@ -35,7 +36,9 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from fedbandits.config import Config
-from fedbandits.federation.secure_aggregation import Roster, SecAggClient, SecAggError
+from fedbandits.federation.double_masking import Advert, SignedRoster, advert_bytes, check_advert
+from fedbandits.federation.secure_aggregation import SecAggClient, SecAggError
+from fedbandits.federation.signing import Authority, Identity
 from fedbandits.online import AGENT_PROTOCOLS, Agent, AgentError, AgentSetup
 from fedbandits.online.inputs import AlreadyRewarded, ExpiredDecision
 from fedbandits.online.setup import SHUFFLED_PROTOCOLS
@@ -120,15 +123,29 @@ class ServingSilo:
         durability: str = "process",
         allow_unprivatized: bool = False,
         shuffler: bool = False,
+        signing: tuple[Identity, Authority] | None = None,
         now: Callable[[], float] = time.time,
     ) -> None:
+        """``signing``: this silo's signing identity and the pinned signing CA, which
+        ``distributed-dp`` needs (its secure aggregation's keys are signed: :mod:`fedbandits.serve.masking`)."""
         setup = self.check(config, entry, silo, policy, allow_unprivatized, shuffler)
+        if setup.masked and signing is None:
+            raise ServeError(400, "distributed-dp needs the silo's signing key, certificate and signing CA")
+        if signing is not None and not setup.masked:
+            raise ServeError(400, f"a signing identity is for protocol 'distributed-dp', not {setup.protocol!r}")
+        if signing is not None and signing[0].silo != silo:
+            raise ServeError(400, f"the signing identity is silo {signing[0].silo}'s, not silo {silo}'s")
+        self.signing = signing
         self.setup = setup
         self.policy = policy
         self.clock = Clock(now)
         self.store = Store(Path(state_dir) / "events.sqlite", durability)
         self.broken: str | None = None
         identity = json.dumps({"config": setup.config.to_dict(), "entry": setup.label, "silo": silo}, sort_keys=True)
+        #: the coordinator's binding of secure aggregation to this federation (config and entry)
+        self.context = hashlib.sha256(
+            json.dumps({"config": setup.config.to_dict(), "entry": setup.label}, sort_keys=True).encode()
+        ).digest()
         known = self.store.meta("identity")
         if known is not None and known != identity:
             self.store.close()
@@ -261,23 +278,27 @@ class ServingSilo:
         return payload, samples
 
     # -- secure aggregation (distributed-dp; fedbandits.serve.masking) -----------------------------
-    def secagg_keys(self, secagg_epoch: int) -> tuple[bytes, bytes]:
-        """Step 1: this silo's public keys for set-up ``secagg_epoch`` (the same ones when asked again)."""
+    def secagg_keys(self, secagg_epoch: int) -> Advert:
+        """Step 1: this silo's public keys for set-up ``secagg_epoch``, signed (the same ones when asked again)."""
         self._masked()
         self.last_contact = self.clock.now()
         client = self.secagg
-        if client is not None and self.store.meta("secagg_epoch") == str(secagg_epoch):
-            return public_key(client.c_private), public_key(client.s_private)
-        cal = self.setup.calibration
-        assert isinstance(cal, DistributedCalibration)
-        client = SecAggClient(self.agent.silo, cal.bits, self.setup.width)
-        keys = client.advertise()
-        self._commit(lambda: self._keep_secagg(client, {"secagg_epoch": str(secagg_epoch), "secagg_shares": ""}))
-        self.secagg = client
-        return keys
+        if client is None or self.store.meta("secagg_epoch") != str(secagg_epoch):
+            cal = self.setup.calibration
+            assert isinstance(cal, DistributedCalibration)
+            client = SecAggClient(self.agent.silo, cal.bits, self.setup.width)
+            client.advertise()
+            self._commit(lambda: self._keep_secagg(client, {"secagg_epoch": str(secagg_epoch), "secagg_shares": ""}))
+            self.secagg = client
+        assert self.signing is not None
+        identity = self.signing[0]
+        c_public, s_public = public_key(client.c_private), public_key(client.s_private)
+        signature = identity.sign(advert_bytes(self.context, secagg_epoch, self.agent.silo, c_public, s_public))
+        return Advert(c_public, s_public, identity.cert, signature)
 
-    def secagg_roster(self, roster: Roster) -> dict[int, bytes]:
-        """Step 2: this silo's encrypted shares of its mask key, one per member (stored: a retry gets them)."""
+    def secagg_roster(self, roster: SignedRoster) -> dict[int, bytes]:
+        """Step 2: check every member's signed keys, then this silo's encrypted shares of its mask key,
+        one per member (stored: a retry gets them)."""
         self._masked()
         client = self.secagg
         if client is None or self.store.meta("secagg_epoch") != str(roster.epoch):
@@ -285,6 +306,15 @@ class ServingSilo:
         stored = self.store.meta("secagg_shares")
         if client.roster == roster and stored:
             return keyed(json.loads(stored), "secagg_shares")
+        if roster.context != self.context:
+            raise ServeError(422, "roster: it belongs to another federation (config or entry)")
+        assert self.signing is not None
+        for j in roster.members:
+            reason = check_advert(self.signing[1], self.context, roster.epoch, j, roster.advert(j))
+            if reason is not None:
+                raise ServeError(422, f"roster refused: {reason}")
+        if roster.c_public[self.agent.silo] != public_key(client.c_private):
+            raise ServeError(422, f"roster: it lists other keys for silo {self.agent.silo}")
         try:
             shares = client.share(roster)
         except SecAggError as exc:
