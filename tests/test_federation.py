@@ -990,13 +990,28 @@ def test_shuffler_arguments_are_checked_before_anything_starts(tmp_path: Path) -
         with pytest.raises(ValueError, match=message):
             run_deploy(_deploy_args([*silo, *bad]))
     ldp_silo = [*silo[:-1], str(ldp)]
-    with pytest.raises(ValueError, match="--tls-cert is only for a shuffled protocol"):
+    with pytest.raises(ValueError, match="--tls-cert is only for a protocol with TLS to the shuffler"):
         run_deploy(_deploy_args([*ldp_silo, *tls]))
     other = ["--tls-cert", str(creds / "silo-1-client.pem"), "--tls-key", str(creds / "silo-1-client.key")]
     with pytest.raises(ValueError, match=r"issued to \['silo-1'\], not to 'silo-0'"):
         run_deploy(_deploy_args([*silo, "--shuffler", "h:9095", *hop_ca, *other]))
     with pytest.raises(ValueError, match="--shuffler-creds is only for a shuffled protocol"):
         run_deploy(_deploy_args([*server, "--config", str(ldp), "--shuffler-creds", str(creds)]))
+    # distributed-dp: the silo's signing identity, checked against the signing CA before anything starts
+    ddp = tmp_path / "ddp.toml"
+    ddp.write_text(_config("distributed-dp", horizon=30))
+    ddp_silo = [*silo[:-1], str(ddp)]
+    signing = ["--signing-cert", str(creds / "silo-0-signing.pem"), "--signing-ca", str(creds / "signing-ca.pem")]
+    for bad, message in [
+        ([], "--signing-key is required with protocol 'distributed-dp' (signed secure aggregation)"),
+        (["--signing-key", str(creds / "silo-1-signing.key"), *signing], "does not certify the key"),
+        (["--signing-key", str(creds / "silo-0-signing.key"), *signing[:2], "--signing-ca", str(creds / "ca.pem")],
+         "not issued by the pinned signing CA"),
+    ]:  # fmt: skip
+        with pytest.raises(ValueError, match=re.escape(message)):
+            run_deploy(_deploy_args([*ddp_silo, *bad]))
+    with pytest.raises(ValueError, match="--signing-key is only for a protocol with signed secure aggregation"):
+        run_deploy(_deploy_args([*ldp_silo, "--signing-key", str(creds / "silo-0-signing.key")]))
     assert not (tmp_path / "s").exists()
 
     # the two sets of credentials come from different operators' commands

@@ -42,6 +42,20 @@ SHUFFLER_CA = "shuffler-ca"
 #: file stem of the silos' signing CA (``signing-ca.pem`` / ``signing-ca.key``)
 SIGNING_CA = "signing-ca"
 
+_NO_OTHER_USAGE = dict.fromkeys(
+    (
+        "content_commitment",
+        "key_encipherment",
+        "data_encipherment",
+        "key_agreement",
+        "key_cert_sign",
+        "crl_sign",
+        "encipher_only",
+        "decipher_only",
+    ),
+    False,
+)
+
 #: names every trial server certificate lists, so that the operator's CLI on the server host works
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
@@ -100,18 +114,20 @@ def _issue(
     out: Path,
     stem: str,
     common_name: str,
-    usage: x509.ObjectIdentifier,
+    usage: x509.ObjectIdentifier | None,
     hosts: list[str] | None,
     days: int,
     ca_dir: Path,
     ca_stem: str = "ca",
+    key: ec.EllipticCurvePrivateKey | Ed25519PrivateKey | None = None,
 ) -> tuple[Path, Path]:
     """``<stem>.pem`` / ``<stem>.key``: a certificate for ``common_name`` signed by the CA
-    ``ca_dir/<ca_stem>.pem``, for TLS server or client authentication (``usage``), with ``hosts``
-    as its Subject Alternative Names (server certificates)."""
+    ``ca_dir/<ca_stem>.pem``, for TLS server or client authentication (``usage``; None: digital
+    signatures only), with ``hosts`` as its Subject Alternative Names (server certificates), for
+    ``key`` (default: a new ECDSA P-384 key)."""
     ca_cert = x509.load_pem_x509_certificate((ca_dir / f"{ca_stem}.pem").read_bytes())
     ca_key = serialization.load_pem_private_key((ca_dir / f"{ca_stem}.key").read_bytes(), password=None)
-    key = ec.generate_private_key(ec.SECP384R1())
+    key = key if key is not None else ec.generate_private_key(ec.SECP384R1())
     now = dt.datetime.now(dt.UTC)
     builder = (
         x509.CertificateBuilder()
@@ -122,8 +138,11 @@ def _issue(
         .not_valid_before(now - dt.timedelta(minutes=5))
         .not_valid_after(now + dt.timedelta(days=days))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
     )
+    if usage is not None:
+        builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+    else:
+        builder = builder.add_extension(x509.KeyUsage(digital_signature=True, **_NO_OTHER_USAGE), critical=True)
     if hosts:
         sans: list[x509.GeneralName] = []
         for h in hosts:
@@ -200,38 +219,8 @@ def create_signing_credentials(out: str | Path, silos: int, days: int = 30) -> P
     digital signatures only)."""
     out = Path(out)
     create_ca(out, days, name="fedbandits silos' signing CA", stem=SIGNING_CA)
-    ca_cert = x509.load_pem_x509_certificate((out / f"{SIGNING_CA}.pem").read_bytes())
-    ca_key = serialization.load_pem_private_key((out / f"{SIGNING_CA}.key").read_bytes(), password=None)
-    now = dt.datetime.now(dt.UTC)
-    usage = dict.fromkeys(
-        (
-            "content_commitment",
-            "key_encipherment",
-            "data_encipherment",
-            "key_agreement",
-            "key_cert_sign",
-            "crl_sign",
-            "encipher_only",
-            "decipher_only",
-        ),
-        False,
-    )
     for i in range(silos):
-        key = Ed25519PrivateKey.generate()
-        cert = (
-            x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"silo-{i}")]))
-            .issuer_name(ca_cert.subject)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=5))
-            .not_valid_after(now + dt.timedelta(days=days))
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.KeyUsage(digital_signature=True, **usage), critical=True)
-            .sign(ca_key, hashes.SHA384())  # type: ignore[arg-type]
-        )
-        _write(out / f"silo-{i}-signing.pem", cert.public_bytes(serialization.Encoding.PEM))
-        _write(out / f"silo-{i}-signing.key", _key_pem(key), private=True)
+        _issue(out, f"silo-{i}-signing", f"silo-{i}", None, None, days, out, SIGNING_CA, Ed25519PrivateKey.generate())
     return out
 
 

@@ -376,26 +376,13 @@ def _silo(args: argparse.Namespace) -> int:
         raise ValueError(f"--silo-id must be < the config's {spec.silos} silos, got {args.silo_id}")
     state_dir = args.state_dir.resolve()
     _check_shuffler_flag(spec, args.shuffler)
-    for name in ("shuffler_ca", "tls_cert", "tls_key"):
-        path = getattr(args, name)
-        flag = "--" + name.replace("_", "-")
-        if spec.shuffled and path is None:
-            raise ValueError(f"{flag} is required with protocol {spec.params.protocol!r} (TLS to the shuffler)")
-        if not spec.shuffled and path is not None:
-            raise ValueError(f"{flag} is only for a shuffled protocol, not {spec.params.protocol!r}")
-        if path is not None and not path.is_file():
-            raise ValueError(f"{flag}: no such file {path}")
+    protocol = spec.params.protocol
+    _check_files(args, ("shuffler_ca", "tls_cert", "tls_key"), spec.shuffled, protocol, "TLS to the shuffler")
     if spec.shuffled:
         _check_client_certificate(args.tls_cert, f"silo-{args.silo_id}")
-    for name in ("signing_key", "signing_cert", "signing_ca"):
-        path = getattr(args, name)
-        flag = "--" + name.replace("_", "-")
-        if spec.masked and path is None:
-            raise ValueError(f"{flag} is required with protocol 'distributed-dp' (signed secure aggregation)")
-        if not spec.masked and path is not None:
-            raise ValueError(f"{flag} is only for protocol 'distributed-dp', not {spec.params.protocol!r}")
-        if path is not None and not path.is_file():
-            raise ValueError(f"{flag}: no such file {path}")
+    _check_files(
+        args, ("signing_key", "signing_cert", "signing_ca"), spec.masked, protocol, "signed secure aggregation"
+    )
     if spec.masked:
         _check_signing(args.silo_id, args.signing_key, args.signing_cert, args.signing_ca)
     extra = f'noise-source="{args.noise_source}" spec-digest="{spec.digest}"'
@@ -430,6 +417,19 @@ def _silo(args: argparse.Namespace) -> int:
         # a silo restarted soon after a crash is refused until the server sees its old instance time
         # out (<= 60 s): keep trying for a bounded time (see fedbandits.federation.supervisor)
         return supervise(cmd, env=flower_env(home))
+
+
+def _check_files(args: argparse.Namespace, names: tuple[str, ...], needed: bool, protocol: str, why: str) -> None:
+    """The file flags ``names`` are given, and exist, exactly when the protocol ``needed`` them (for ``why``)."""
+    for name in names:
+        path = getattr(args, name)
+        flag = "--" + name.replace("_", "-")
+        if needed and path is None:
+            raise ValueError(f"{flag} is required with protocol {protocol!r} ({why})")
+        if not needed and path is not None:
+            raise ValueError(f"{flag} is only for a protocol with {why}, not {protocol!r}")
+        if path is not None and not path.is_file():
+            raise ValueError(f"{flag}: no such file {path}")
 
 
 def _check_signing(silo: int, key: Path, cert: Path, ca: Path) -> None:

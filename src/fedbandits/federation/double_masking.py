@@ -87,6 +87,7 @@ from fedbandits.federation.secure_aggregation import (
     SecAggError,
     _agree,
     keypair,
+    message_problem,
     prg,
     shamir_join,
     shamir_split,
@@ -449,19 +450,10 @@ class MaskingServer:
         """Keep a masked message, or return why it is rejected (nothing kept)."""
         if self.roster is None or self.round_ is None or self.survivors is not None:
             return "no round is taking messages"
-        if epoch != self.epoch:
-            return f"epoch {epoch!r} is not the current epoch {self.epoch} (foreign or replayed)"
-        if round_ != self.round_:
-            return f"round {round_!r} is not the current round {self.round_} (stale or replayed)"
-        if sender not in self.roster.s_public:
-            return f"sender {sender!r} is not in the roster of epoch {self.epoch} (foreign)"
-        if sender in self.received:
-            return f"silo {sender}: a second masked message in round {round_}"
         x = message.masked
-        if not isinstance(x, np.ndarray) or x.dtype != np.uint64 or x.shape != (self.width,):
-            return f"silo {sender}: a masked message must be {self.width} uint64 residues"
-        if (x >> np.uint64(self.bits)).any():
-            return f"silo {sender}: residues must be below 2^{self.bits}"
+        problem = message_problem(self, sender, epoch, round_, x)
+        if problem is not None:
+            return problem
         others = set(self.roster.members) - {sender}
         if set(message.blobs) != others or not all(
             isinstance(b, bytes) and len(b) == BLOB_BYTES for b in message.blobs.values()

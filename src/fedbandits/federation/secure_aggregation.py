@@ -33,7 +33,9 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 from cryptography.hazmat.primitives import hashes
@@ -199,6 +201,40 @@ class SecAggClient:
 
 
 # -- server ---------------------------------------------------------------------------------------
+class _OpenRound(Protocol):
+    """What :func:`message_problem` reads of a server's side (both protocols' servers have it)."""
+
+    epoch: int
+    round_: int | None
+    bits: int
+    width: int
+
+    @property
+    def roster(self) -> Roster | None: ...
+
+    @property
+    def received(self) -> Mapping[int, object]: ...
+
+
+def message_problem(server: _OpenRound, sender: object, epoch: object, round_: object, masked: object) -> str | None:
+    """Why a masked message cannot be taken in the server's open round, or None: its epoch and round,
+    its sender (a roster member, first message), its residues (``width`` uint64 below 2^bits)."""
+    assert server.roster is not None
+    if epoch != server.epoch:
+        return f"epoch {epoch!r} is not the current epoch {server.epoch} (foreign or replayed)"
+    if round_ != server.round_:
+        return f"round {round_!r} is not the current round {server.round_} (stale or replayed)"
+    if sender not in server.roster.s_public:
+        return f"sender {sender!r} is not in the roster of epoch {server.epoch} (foreign)"
+    if sender in server.received:
+        return f"silo {sender}: a second masked message in round {round_}"
+    if not isinstance(masked, np.ndarray) or masked.dtype != np.uint64 or masked.shape != (server.width,):
+        return f"silo {sender}: a masked message must be {server.width} uint64 residues"
+    if (masked >> np.uint64(server.bits)).any():
+        return f"silo {sender}: residues must be below 2^{server.bits}"
+    return None
+
+
 @dataclass
 class SecAggServer:
     """The server's side: roster, routing, validation of masked messages, modular sum, recovery."""
@@ -244,20 +280,11 @@ class SecAggServer:
         """Step 3: keep a masked message, or return why it is rejected (nothing kept)."""
         if self.roster is None or self.round_ is None:
             return "no round is open"
-        if epoch != self.epoch:
-            return f"epoch {epoch!r} is not the current epoch {self.epoch} (foreign or replayed)"
-        if round_ != self.round_:
-            return f"round {round_!r} is not the current round {self.round_} (stale or replayed)"
-        if sender not in self.roster.s_public:
-            return f"sender {sender!r} is not in the roster of epoch {self.epoch} (foreign)"
-        if sender in self.received:
-            return f"silo {sender}: a second masked message in round {round_}"
-        if not isinstance(message, np.ndarray) or message.dtype != np.uint64 or message.shape != (self.width,):
-            return f"silo {sender}: a masked message must be {self.width} uint64 residues"
-        if (message >> np.uint64(self.bits)).any():
-            return f"silo {sender}: residues must be below 2^{self.bits}"
-        self.received[sender] = message.copy()  # type: ignore[index]
-        return None
+        problem = message_problem(self, sender, epoch, round_, message)
+        if problem is None:
+            assert isinstance(message, np.ndarray) and isinstance(sender, int)  # (what message_problem checked)
+            self.received[sender] = message.copy()
+        return problem
 
     def dropped(self) -> list[int]:
         assert self.roster is not None
