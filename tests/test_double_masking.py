@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedbandits.federation.double_masking import Masked, SecAggError, SignedRoster, secure_threshold
+from fedbandits.federation.double_masking import Masked, SecAggError, SignedRoster, check_advert, secure_threshold
 from maskinghelp import CHI2_15_999, CONTEXT, chi2_top_bits, federation
 
 
@@ -172,6 +172,8 @@ def test_a_roster_with_a_missing_reused_or_bad_signature_is_refused(tmp_path) ->
         (replace(good, signatures={**good.signatures, 3: b"short"}), "must be 64 bytes"),
         (replace(good, certs={**good.certs, 1: good.certs[2]}), "issued to \\['silo-2'\\], not 'silo-1'"),
         (replace(good, certs={**good.certs, 1: b"x" * 9000}), "at most 8192"),
+        (replace(good, certs={**good.certs, 1: [b"x"]}), "PEM bytes"),  # not even hashable
+        (replace(good, certs={**good.certs, 1: b"-----BEGIN CERTIFICATE-----\nAAAA"}), "not a PEM X.509"),
         (replace(good, threshold=2), "threshold 2 for 4 member"),  # 2t > n fails: two lists could both pass
         (replace(good, context=b"another"), "another deployment"),
     ]
@@ -179,6 +181,7 @@ def test_a_roster_with_a_missing_reused_or_bad_signature_is_refused(tmp_path) ->
         with pytest.raises(SecAggError, match=reason):
             fed.silos[0].join(roster)
         assert fed.silos[0].roster is old  # nothing taken
+    assert "PEM bytes" in str(check_advert(fed.server.authority, CONTEXT, e, 1, replace(adverts[1], cert=[b"x"])))
     fed.silos[0].join(good)
     assert fed.silos[0].joined == e
 

@@ -316,7 +316,9 @@ def _masked_round(
     rejected: list[tuple[int, str]] = []
     roster_meta: dict[str, Any] = {}
 
-    def ask(meta: dict[str, Any], phase: str, only: list[int], per_node: dict[int, dict[str, Any]] | None = None):  # type: ignore[no-untyped-def]
+    def ask(
+        meta: dict[str, Any], phase: str, only: list[int], per_node: dict[int, dict[str, Any]] | None = None
+    ) -> dict[int, tuple[int, dict[str, Any]]]:
         got, bad = _collect(
             coord,
             registry,
@@ -369,7 +371,8 @@ def _masked_round(
             else:
                 message = Masked(res[1], dict(zip(to, blobs, strict=True)), meta.get("b_commit"))  # type: ignore[arg-type]
                 reason = coord.accept_masked(res[0], meta.get("epoch"), k, message)
-                nodes[res[0]] = inc.node_id
+                if reason is None:
+                    nodes[res[0]] = inc.node_id
         if reason is not None:
             log.warning("round %d: rejected a message from node %d: %s", k, inc.node_id, reason)
             rejected.append((inc.node_id, reason))

@@ -74,11 +74,11 @@ class Authority:
 
     def public_key(self, cert: bytes, silo: int) -> bytes:
         """The raw Ed25519 key the CA certified for ``silo``, or :class:`SigningError` saying why not."""
+        if not isinstance(cert, bytes) or len(cert) > MAX_CERT_BYTES:
+            raise SigningError(f"silo {silo}: a certificate must be PEM bytes of at most {MAX_CERT_BYTES}")
         known = self._known.get((cert, silo))
         if known is not None:
             return known
-        if not isinstance(cert, bytes) or len(cert) > MAX_CERT_BYTES:
-            raise SigningError(f"silo {silo}: a certificate must be PEM bytes of at most {MAX_CERT_BYTES}")
         try:
             parsed = x509.load_pem_x509_certificate(cert)
         except ValueError:
