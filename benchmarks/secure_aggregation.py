@@ -55,14 +55,12 @@ def _best(fn, repeat: int) -> float:  # type: ignore[no-untyped-def]
 
 def micro(folder: Path, m: int, repeat: int) -> dict[str, float]:
     # imported here: --deployed also runs against checkouts older than these modules
-    from fedbandits.federation.certs import create_signing_credentials
+    from fedbandits.federation.certs import trial_signing
     from fedbandits.federation.double_masking import MaskingServer, MaskingSilo, secure_threshold
     from fedbandits.federation.secure_aggregation import SecAggClient, SecAggServer
-    from fedbandits.federation.signing import Authority, Identity
 
-    create_signing_credentials(folder, m)
-    authority = Authority.load(folder / "signing-ca.pem")
-    ids = [Identity.load(i, folder / f"silo-{i}-signing.key", folder / f"silo-{i}-signing.pem") for i in range(m)]
+    signing = trial_signing(folder, m)
+    authority, ids = signing[0][1], [identity for identity, _ in signing]
     x = np.random.default_rng(0).integers(0, 1 << BITS, size=(m, WIDTH)).astype(np.uint64)
     out: dict[str, float] = {}
 

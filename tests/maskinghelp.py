@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedbandits.federation.certs import create_signing_credentials
+from fedbandits.federation.certs import trial_signing
 from fedbandits.federation.double_masking import MaskingServer, MaskingSilo, Reveal, secure_threshold
 from fedbandits.federation.signing import Authority, Identity
 
@@ -20,10 +20,8 @@ CHI2_15_999 = 37.7  # 99.9% quantile of chi-square with 15 degrees of freedom
 
 
 def credentials(folder: Path, n: int) -> tuple[Authority, list[Identity]]:
-    create_signing_credentials(folder, n)
-    authority = Authority.load(folder / "signing-ca.pem")
-    ids = [Identity.load(i, folder / f"silo-{i}-signing.key", folder / f"silo-{i}-signing.pem") for i in range(n)]
-    return authority, ids
+    signing = trial_signing(folder, n)
+    return signing[0][1], [identity for identity, _ in signing]
 
 
 @dataclass

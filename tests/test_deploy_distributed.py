@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from fedbandits.config import loads_config
+from fedbandits.federation.certs import trial_signing
 from fedbandits.federation.deployment_results import deployment_results
 from fedbandits.federation.double_masking import Masked
-from fedbandits.federation.parity import _trial_signing, compare, reference_run, run_loopback
+from fedbandits.federation.parity import compare, reference_run, run_loopback
 from fedbandits.federation.server import Coordinator, Incoming, validate_release
 from fedbandits.federation.silo import Silo, SiloError
 from fedbandits.federation.spec import make_spec
@@ -69,8 +70,7 @@ def test_loopback_decodes_exactly_the_simulators_sums(tmp_path: Path) -> None:
 
 
 def _setup(spec, tmp_path: Path) -> tuple[Coordinator, list[Silo]]:  # type: ignore[no-untyped-def]
-    signing = _trial_signing(spec, tmp_path / "signing")
-    assert signing is not None
+    signing = trial_signing(tmp_path / "signing", spec.silos)
     coord = Coordinator(spec, tmp_path / "server", signing[0][1])
     silos = [Silo(spec, i, tmp_path / f"silo-{i}", "derived", signing=signing[i]) for i in range(spec.silos)]
     epoch = coord.next_epoch
@@ -203,8 +203,7 @@ def test_a_silo_draws_secret_exact_shares_by_default(tmp_path: Path) -> None:
     cal = spec.distributed()
     codec = cal.codec(spec.dim())
     shares = []
-    signing = _trial_signing(spec, tmp_path / "signing")
-    assert signing is not None
+    signing = trial_signing(tmp_path / "signing", 40)
     for i in range(40):
         silo = Silo(spec, i, tmp_path / f"s{i}", signing=signing[i])
         residues = silo.release(1, None, 0)

@@ -20,10 +20,9 @@ with warnings.catch_warnings():  # starlette 1.x notes that its test client may 
     from starlette.testclient import TestClient
 
 from fedbandits.config import ConfigError  # noqa: E402
-from fedbandits.federation.certs import create_signing_credentials  # noqa: E402
+from fedbandits.federation.certs import trial_signing  # noqa: E402
 from fedbandits.federation.double_masking import Advert, SignedRoster, advert_bytes  # noqa: E402
 from fedbandits.federation.secure_aggregation import keypair  # noqa: E402
-from fedbandits.federation.signing import Authority, Identity  # noqa: E402
 from fedbandits.online import Aggregator  # noqa: E402
 from fedbandits.serve import masking  # noqa: E402
 from fedbandits.serve.coordinator import Coordinator  # noqa: E402
@@ -222,14 +221,7 @@ class Router(httpx.BaseTransport):
 
 def signing(tmp_path, silos=3):
     """Trial signing identities (distributed-dp), one per silo, made once in ``tmp_path/signing``."""
-    folder = tmp_path / "signing"
-    if not (folder / "signing-ca.pem").exists():
-        create_signing_credentials(folder, silos)
-    authority = Authority.load(folder / "signing-ca.pem")
-    return [
-        (Identity.load(i, folder / f"silo-{i}-signing.key", folder / f"silo-{i}-signing.pem"), authority)
-        for i in range(silos)
-    ]
+    return trial_signing(tmp_path / "signing", silos)
 
 
 def federation(tmp_path, policy="stop", cfg=None, allow=False):

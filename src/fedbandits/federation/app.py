@@ -60,7 +60,7 @@ from fedbandits.federation.processes import serving_lock
 from fedbandits.federation.secure_aggregation import KEY_BYTES, SHARE_BYTES
 from fedbandits.federation.server import WITHHELD, Coordinator, Incoming, validate_release
 from fedbandits.federation.shuffler import ShufflerClient
-from fedbandits.federation.signing import SIGNATURE_BYTES, Authority, Identity
+from fedbandits.federation.signing import SIGNATURE_BYTES, Authority, Identity, load_signing
 from fedbandits.federation.silo import Silo, SiloError, check_pinned_spec
 from fedbandits.federation.spec import atomic_write_bytes, cached_spec_from_json, spec_from_json
 from fedbandits.sim.task import time_grid
@@ -620,7 +620,7 @@ def _silo(context: Context, meta: dict[str, Any]) -> Silo:
 
 @functools.cache
 def _signing_files(silo: int, key: str, cert: str, ca: str) -> tuple[Identity, Authority]:
-    return Identity.load(silo, key, cert), Authority.load(ca)
+    return load_signing(silo, key, cert, ca)
 
 
 def _signing(node: dict[str, Any], silo: int) -> tuple[Identity, Authority] | None:

@@ -36,6 +36,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from fedbandits.federation.signing import Authority, Identity, load_signing
+
 #: file stem of the shuffler hop's own CA (``shuffler-ca.pem`` / ``shuffler-ca.key``)
 SHUFFLER_CA = "shuffler-ca"
 
@@ -222,6 +224,20 @@ def create_signing_credentials(out: str | Path, silos: int, days: int = 30) -> P
     for i in range(silos):
         _issue(out, f"silo-{i}-signing", f"silo-{i}", None, None, days, out, SIGNING_CA, Ed25519PrivateKey.generate())
     return out
+
+
+def signing_files(folder: str | Path, silo: int) -> tuple[Path, Path, Path]:
+    """Silo ``silo``'s signing key, its certificate and the signing CA in ``folder``, as
+    :func:`create_signing_credentials` names them."""
+    folder = Path(folder)
+    return folder / f"silo-{silo}-signing.key", folder / f"silo-{silo}-signing.pem", folder / f"{SIGNING_CA}.pem"
+
+
+def trial_signing(folder: str | Path, silos: int) -> list[tuple[Identity, Authority]]:
+    """Every silo's signing identity and the CA from ``folder``, made there first if absent (trials)."""
+    if not signing_files(folder, 0)[2].exists():
+        create_signing_credentials(folder, silos)
+    return [load_signing(i, *signing_files(folder, i)) for i in range(silos)]
 
 
 def create_trial_credentials(

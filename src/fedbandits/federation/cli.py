@@ -434,11 +434,10 @@ def _check_files(args: argparse.Namespace, names: tuple[str, ...], needed: bool,
 
 def _check_signing(silo: int, key: Path, cert: Path, ca: Path) -> None:
     """The signing files load, the certificate certifies the key, and the CA issued it to ``silo-<i>``."""
-    from fedbandits.federation.signing import Authority, Identity
+    from fedbandits.federation.signing import load_signing
 
     try:
-        identity = Identity.load(silo, key, cert)
-        Authority.load(ca).public_key(identity.cert, silo)
+        load_signing(silo, key, cert, ca)
     except ValueError as exc:
         raise ValueError(f"--signing-key/--signing-cert/--signing-ca: {exc}") from None
 

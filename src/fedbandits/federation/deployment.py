@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fedbandits.federation.certs import create_trial_credentials
+from fedbandits.federation.certs import create_trial_credentials, signing_files
 from fedbandits.federation.flower_setup import (
     CONNECTION,
     check_quotable,
@@ -131,7 +131,7 @@ class ServerDeployment:
         if self.spec.shuffled:  # the shuffler hop's CA and the server's TLS identity towards the shuffler
             need += [self.hop / n for n in ("shuffler-ca.pem", "server-client.pem", "server-client.key")]
         if self.spec.masked:  # the silos' signing CA: the server checks their signed keys and lists
-            need.append(self.creds / "signing-ca.pem")
+            need.append(signing_files(self.creds, 0)[2])
         need += [self.silo_public_key(i) for i in range(self.spec.silos)]
         return [f for f in need if not f.is_file()]
 
@@ -166,7 +166,7 @@ class ServerDeployment:
             "poll-interval": 0.2,
         }
         if self.spec.masked:
-            settings["signing-ca"] = str(self.creds / "signing-ca.pem")
+            settings["signing-ca"] = str(signing_files(self.creds, 0)[2])
         if self.spec.shuffled:
             if not self.shuffler:
                 raise DeployError(f"protocol {self.spec.params.protocol!r} needs a shuffler address (HOST:PORT)")
@@ -400,12 +400,8 @@ class LocalDeployment(ServerDeployment):
     def _signing_node_config(self, i: int) -> str:
         if not self.spec.masked:
             return ""
-        files = {
-            "signing-key": self.creds / f"silo-{i}-signing.key",
-            "signing-cert": self.creds / f"silo-{i}-signing.pem",
-            "signing-ca": self.creds / "signing-ca.pem",
-        }
-        return " ".join(f'{k}="{check_quotable(k, v)}"' for k, v in files.items())
+        files = zip(("signing-key", "signing-cert", "signing-ca"), signing_files(self.creds, i), strict=True)
+        return " ".join(f'{k}="{check_quotable(k, v)}"' for k, v in files)
 
     def _shuffler_node_config(self, i: int) -> str:
         if not self.spec.shuffled:

@@ -13,10 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from fedbandits.federation.certs import create_signing_credentials
+from fedbandits.federation.certs import trial_signing
 from fedbandits.federation.server import Coordinator, Incoming, validate_release
 from fedbandits.federation.shuffler import SERVER_ROLE, ShufflerCore, encode_array
-from fedbandits.federation.signing import Authority, Identity
 from fedbandits.federation.silo import Silo, load_silo_results
 from fedbandits.federation.spec import DeploySpec
 from fedbandits.privacy.mechanisms import pack
@@ -88,7 +87,7 @@ def run_loopback(
     protocol goes through a :class:`ShufflerCore` with the simulator's permutations.
     ``data_files`` gives silos their own data file (``data-files`` environment)."""
     state_dir = Path(state_dir)
-    signing = _trial_signing(spec, state_dir / "signing")
+    signing = trial_signing(state_dir / "signing", spec.silos) if spec.masked else None
     coord = Coordinator(spec, state_dir / "server", signing[0][1] if signing else None)
     files = data_files or {}
     # a parity trial: the simulator's (derived) noise, and every silo shares its trial report
@@ -149,19 +148,6 @@ def run_loopback(
     coord.state.finished = True
     coord.save()
     return coord
-
-
-def _trial_signing(spec: DeploySpec, folder: Path) -> list[tuple[Identity, Authority]] | None:
-    """Trial signing identities for ``distributed-dp`` (made once in ``folder``)."""
-    if not spec.masked:
-        return None
-    if not (folder / "signing-ca.pem").exists():
-        create_signing_credentials(folder, spec.silos)
-    authority = Authority.load(folder / "signing-ca.pem")
-    return [
-        (Identity.load(i, folder / f"silo-{i}-signing.key", folder / f"silo-{i}-signing.pem"), authority)
-        for i in range(spec.silos)
-    ]
 
 
 def _masked_round(spec: DeploySpec, coord: Coordinator, silos: list[Silo], registry: dict[int, int], k: int) -> None:

@@ -109,3 +109,11 @@ class Authority:
             Ed25519PublicKey.from_public_bytes(self.public_key(cert, silo)).verify(signature, message)
         except InvalidSignature:
             raise SigningError(f"silo {silo}: the signature does not verify") from None
+
+
+def load_signing(silo: int, key: str | Path, cert: str | Path, ca: str | Path) -> tuple[Identity, Authority]:
+    """Silo ``silo``'s signing identity and the pinned CA, from their files: the certificate must
+    certify the key and be the CA's certificate for ``silo-<i>`` (else :class:`SigningError`)."""
+    identity, authority = Identity.load(silo, key, cert), Authority.load(ca)
+    authority.public_key(identity.cert, silo)
+    return identity, authority

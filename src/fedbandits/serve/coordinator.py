@@ -25,7 +25,6 @@ on both sides; the lifetime epsilon is the sum of the epochs').
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import logging
 import math
@@ -104,9 +103,7 @@ class Coordinator:
         self.setup = setup
         self.link = link
         #: binds secure aggregation's keys and shares to this federation (config and entry)
-        self.context = hashlib.sha256(
-            json.dumps({"config": setup.config.to_dict(), "entry": setup.label}, sort_keys=True).encode()
-        ).digest()
+        self.context = masking.federation_context(setup)
         self.policy = policy
         self.sync_seconds = float(sync_seconds)
         state_dir.mkdir(parents=True, exist_ok=True)

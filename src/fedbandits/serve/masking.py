@@ -30,14 +30,23 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 from typing import Any
 
 from fedbandits.federation.double_masking import SignedRoster
 from fedbandits.federation.secure_aggregation import SecAggClient
+from fedbandits.online import AgentSetup
 
 #: the round number the masks of (budget epoch e, round r) are drawn for: unique per release
 ROUNDS_PER_EPOCH = 1 << 32
+
+
+def federation_context(setup: AgentSetup) -> bytes:
+    """What binds secure aggregation's keys and shares to one federation (its config and entry)."""
+    return hashlib.sha256(
+        json.dumps({"config": setup.config.to_dict(), "entry": setup.label}, sort_keys=True).encode()
+    ).digest()
 
 
 def mask_round(epoch: int, round_: int) -> int:

@@ -21,7 +21,7 @@ from fedbandits.config import Config, load_config
 from fedbandits.federation.flower_setup import check_quotable
 from fedbandits.federation.processes import DeployError, flower_bin, take_lock
 from fedbandits.federation.shuffler import ShufflerClient, split_address
-from fedbandits.federation.signing import Authority, Identity
+from fedbandits.federation.signing import Authority, Identity, load_signing
 from fedbandits.federation.spec import make_spec
 from fedbandits.online import AgentSetup
 from fedbandits.serve.coordinator import Coordinator
@@ -279,12 +279,9 @@ def signing_identity(args: argparse.Namespace, masked: bool) -> tuple[Identity, 
         if not path.is_file():
             raise ValueError(f"{flag}: no such file {path}")
     try:
-        identity = Identity.load(args.silo, args.signing_key, args.signing_cert)
-        authority = Authority.load(args.signing_ca)
-        authority.public_key(identity.cert, args.silo)
+        return load_signing(args.silo, args.signing_key, args.signing_cert, args.signing_ca)
     except ValueError as exc:
         raise ValueError(f"--signing-key/--signing-cert/--signing-ca: {exc}") from None
-    return identity, authority
 
 
 def status_options(args: argparse.Namespace, sync_token: str = "") -> tuple[dict[str, Any] | None, str]:

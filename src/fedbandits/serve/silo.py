@@ -26,7 +26,6 @@ fresh randomizer; the lifetime epsilon is the sum of the epochs', shown in the s
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from collections.abc import Callable
@@ -44,7 +43,7 @@ from fedbandits.online.inputs import AlreadyRewarded, ExpiredDecision
 from fedbandits.online.setup import SHUFFLED_PROTOCOLS
 from fedbandits.privacy.discrete_gaussian import SecretTreeRandomizer
 from fedbandits.privacy.distributed_noise import DistributedCalibration
-from fedbandits.serve.masking import client_from_text, client_to_text, keyed, mask_round, unkeyed
+from fedbandits.serve.masking import client_from_text, client_to_text, federation_context, keyed, mask_round, unkeyed
 from fedbandits.serve.options import POLICIES
 from fedbandits.serve.store import Store, StoreError
 
@@ -143,9 +142,7 @@ class ServingSilo:
         self.broken: str | None = None
         identity = json.dumps({"config": setup.config.to_dict(), "entry": setup.label, "silo": silo}, sort_keys=True)
         #: the coordinator's binding of secure aggregation to this federation (config and entry)
-        self.context = hashlib.sha256(
-            json.dumps({"config": setup.config.to_dict(), "entry": setup.label}, sort_keys=True).encode()
-        ).digest()
+        self.context = federation_context(setup)
         known = self.store.meta("identity")
         if known is not None and known != identity:
             self.store.close()
