@@ -65,6 +65,21 @@ def test_attack_breaks_feducb_adaptive_schedule(results) -> None:  # type: ignor
     assert results["feducb (Privatizer)"].epsilon_lower_bound > 1.0  # the claimed eps = 1 is refuted
 
 
+def test_attack_breaks_the_naive_private_async_trigger(results) -> None:  # type: ignore[no-untyped-def]
+    """fedlinucb-async with ldp-prefix noise and He et al.'s determinant trigger (lambda = 1, alpha = C):
+    silo 0 uploads after round 1 iff its first user has ||x||^2 > C, whatever the noise, so the attack
+    is exactly as good as against FedUCB's raw schedule (same users, same statistic): FPR 0, the
+    claimed eps = 1 refuted.  The data-independent period trigger uploads in every trial (B = 1)."""
+    naive = results["fedlinucb-async ldp-prefix"]
+    feducb = results["feducb (Privatizer)"]
+    assert naive.fpr == 0.0 and naive.syncs_tracy == naive.trials
+    assert (naive.tpr, naive.syncs_alice) == (feducb.tpr, feducb.syncs_alice)
+    assert naive.epsilon_lower_bound > 1.0
+    period = results["fedlinucb-async ldp-prefix (period)"]
+    assert period.syncs_alice == period.syncs_tracy == period.trials
+    assert period.tpr == period.fpr and period.epsilon_lower_bound == 0.0
+
+
 def test_attack_is_at_chance_against_fixed_and_private_schedules(results) -> None:  # type: ignore[no-untyped-def]
     """Exact two-sided binomial test of accuracy = 1/2 over 1600 guesses: not rejected at 1%.
 

@@ -40,6 +40,8 @@ def test_quick_audit_covers_every_private_mode(quick_audit) -> None:  # type: ig
         "FedLinUCB ldp lazy, factorized release",
         "FedLinUCB distributed-dp (lazy by construction)",
         "FedLinUCB distributed-dp lazy, factorized release",
+        "FedLinUCB-async ldp-prefix lazy, period trigger",
+        "FedLinUCB-async ldp-prefix, determinant trigger",
         "FedUCB Privatizer, private schedule",
         "FedUCB Privatizer, adaptive schedule",
         "FedUCB decentralized Privatizer",
@@ -68,6 +70,9 @@ def test_quick_audit_formal_rows_hold_and_non_lazy_rows_are_refuted(quick_audit)
         row = rows[f"FedLinUCB {protocol} non-lazy (Alg. 1)"]
         assert row["verdict"] == "violated" and row["epsilon_lower_bound"] > row["claimed_epsilon"] == 1.0
     assert rows["FedLinUCB ldp non-lazy (Alg. 1)"]["epsilon_lower_bound"] > 3.0
+    # He et al.'s trigger on raw data: an upload after round 1 reveals the first user (as FedUCB's schedule)
+    naive = rows["FedLinUCB-async ldp-prefix, determinant trigger"]
+    assert naive["guarantee"] == "no formal guarantee" and naive["epsilon_lower_bound"] > 1.0
     # vector-sum noise is 1e4-1e5 times LDP's: even steering stays hidden, but the label is withdrawn
     assert rows["FedLinUCB sdp-vector-sum non-lazy (Alg. 1)"]["guarantee"] == "no formal guarantee"
     assert rows["FedLinUCB sdp-vector-sum lazy"]["guarantee"] == "formal"

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from fedbandits.algorithms.async_fedlinucb import AsyncFedLinUCB, AsyncFedLinUCBParams
 from fedbandits.algorithms.base import LinUCBParams, Policy
 from fedbandits.algorithms.club import CLUB, SCLUB, CLUBParams, PerUserLinUCB, SCLUBParams
 from fedbandits.algorithms.clustering import ClusterUCBParams, UserStructure
@@ -138,6 +139,33 @@ def _fedlinucb_factory(params: FedLinUCBParams, ctx: PolicyContext) -> Policy:
     return FedLinUCB(ctx.n_runs, ctx.n_agents, ctx.n_arms, ctx.dim, ctx.horizon, params, protocol, reg=reg)
 
 
+def _async_fedlinucb_factory(params: AsyncFedLinUCBParams, ctx: PolicyContext) -> Policy:
+    """Each silo's tree is calibrated as ``ldp-prefix`` for the most uploads the trigger allows, and lambda
+    follows that noise as a private FedLinUCB's does."""
+    cal: NoiseCalibration | None = None
+    reg = params.reg
+    if params.private:
+        sync, horizon = params.release_params(ctx.horizon)
+        found = calibrate_protocol(sync, horizon=horizon, agents=ctx.n_agents, dim=ctx.dim)
+        if not isinstance(found, NoiseCalibration):  # ldp-prefix is a Gaussian tree, by construction
+            raise TypeError(f"fedlinucb-async expected a Gaussian tree calibration, got {type(found).__name__}")
+        cal = found
+        if params.regularizer != "fixed":
+            reg = private_regularizer(sync, cal, ctx.n_agents, ctx.dim, horizon)
+    return AsyncFedLinUCB(
+        ctx.n_runs,
+        ctx.n_agents,
+        ctx.n_arms,
+        ctx.dim,
+        ctx.horizon,
+        params,
+        ctx.noise_rngs,
+        calibration=cal,
+        reg=reg,
+        record=ctx.record_transcript,
+    )
+
+
 def _feducb_factory(params: FedUCBParams, ctx: PolicyContext) -> Policy:
     return FedUCB(ctx.n_runs, ctx.n_agents, ctx.n_arms, ctx.dim, ctx.horizon, params, list(ctx.noise_rngs))
 
@@ -177,6 +205,9 @@ _ALGORITHMS: dict[str, Entry] = {
         SuperAgentLinUCB,
     ),
     FedLinUCB.name: Entry(FedLinUCB.name, FedLinUCB.description, FedLinUCBParams, _fedlinucb_factory, FedLinUCB),
+    AsyncFedLinUCB.name: Entry(
+        AsyncFedLinUCB.name, AsyncFedLinUCB.description, AsyncFedLinUCBParams, _async_fedlinucb_factory, AsyncFedLinUCB
+    ),
     FedUCB.name: Entry(FedUCB.name, FedUCB.description, FedUCBParams, _feducb_factory, FedUCB),
     DecentralizedFedUCB.name: Entry(
         DecentralizedFedUCB.name,

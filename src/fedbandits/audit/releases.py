@@ -137,9 +137,10 @@ def _config(case: AuditCase, paths: Sequence[Path], runs: int, seed: int) -> Any
 
 
 def _under_noise(policy: Policy, scale: float) -> None:
-    """The test-only hook: shrink the calibrated noise of a Gaussian tree protocol."""
-    randomizer = getattr(getattr(policy, "protocol", None), "randomizer", None)
-    if randomizer is None:
+    """The test-only hook: shrink the calibrated noise of a Gaussian tree protocol (or of the silos' own
+    trees of fedlinucb-async)."""
+    randomizer = getattr(getattr(policy, "protocol", None), "randomizer", None) or getattr(policy, "trees", None)
+    if randomizer is None or randomizer.sigma is None:
         raise ValueError(
             f"noise_scale is implemented for the Gaussian tree protocols only, not {type(policy).__name__}"
         )
@@ -195,7 +196,7 @@ def _round_view(trees: Sequence[TreePrivatizer], runs: int) -> np.ndarray:
 def _views(case: AuditCase, policy: Policy, rounds: list[np.ndarray]) -> np.ndarray:
     if case.view == "privatizer":
         return np.concatenate(rounds, axis=1)
-    transcript = getattr(getattr(policy, "protocol", None), "transcript", None)
+    transcript = getattr(getattr(policy, "protocol", None), "transcript", None) or getattr(policy, "transcript", None)
     if not transcript:
         raise ValueError(f"{case.label}: the protocol recorded no releases")
     if case.view == "messages":
@@ -258,6 +259,13 @@ def _fedlinucb(protocol: str, lazy: bool, epsilon: float = 1.0, **extra: object)
     }
 
 
+def _async_fedlinucb(**extra: object) -> dict[str, Any]:
+    """fedlinucb-async with every silo's own ldp-prefix tree, as greedy as the FedLinUCB rows (its
+    decisions read downloads only: lazy by construction)."""
+    fields = {k: v for k, v in _fedlinucb("ldp-prefix", True).items() if k != "lazy"}
+    return {**fields, "name": "fedlinucb-async", "label": "fedlinucb-async ldp-prefix", **extra}
+
+
 def _feducb(name: str, **extra: object) -> dict[str, Any]:
     return {"name": name, "epsilon": 1.0, "delta": 1e-5, "calibration": "tight", **GREEDY, **extra}
 
@@ -309,6 +317,14 @@ def default_cases() -> list[AuditCase]:
             "aggregate",
             dataset="full-sensitivity",
             agents=2,
+        )
+    )
+    cases.append(
+        AuditCase(
+            "FedLinUCB-async ldp-prefix lazy, period trigger",
+            _async_fedlinucb(trigger="period"),
+            "messages",
+            dataset="full-sensitivity",
         )
     )
     cases.append(
@@ -387,6 +403,16 @@ def schedule_rows(plan: AuditPlan) -> list[AuditRow]:
             r.delta, "no formal guarantee", r.trials, round(r.tpr * r.trials), round(r.fpr * r.trials),
             epsilon_estimate(round(r.tpr * r.trials), round(r.fpr * r.trials), r.trials, r.delta),
             r.epsilon_lower_bound, attack="sync after round 1 (audit schedule)",
+        )
+    )  # fmt: skip
+    r = feducb["fedlinucb-async ldp-prefix"]
+    tp, fp = round(r.tpr * r.trials), round(r.fpr * r.trials)
+    rows.append(
+        AuditRow(
+            "FedLinUCB-async ldp-prefix, determinant trigger", "fedlinucb-async", "ldp-prefix", "true",
+            r.claimed_epsilon, math.inf, r.delta, "no formal guarantee", r.trials, tp, fp,
+            epsilon_estimate(tp, fp, r.trials, r.delta), r.epsilon_lower_bound,
+            attack="upload after round 1 (audit schedule)",
         )
     )  # fmt: skip
     (t,) = run_timing_attack(TimingSetup(trials=plan.timing_trials, epsilon=8.0, delta=1e-5, seed=plan.seed), False)

@@ -17,6 +17,13 @@ keeps its false-positive rate at the chance that a *third* silo triggered, which
 epsilon the experiment can certify).
 All trials run batched as the R runs of one policy.
 
+The asynchronous FedLinUCB rows (He et al. 2022, :mod:`fedbandits.algorithms.async_fedlinucb`, with
+each silo's ldp-prefix noise) use the same users and statistic with the trigger threshold alpha = C
+(lambda = 1), so silo 0 uploads after round 1 iff ||x||^2 > C.  There a silo's upload does not make
+the others sync, so the observer is the server, which sees each silo's upload times: more than
+whether some silo synced, so the statistic (with silo 1's user known, e.g. silo 1 colluding) bounds
+what it learns from below.
+
 Reported: true/false positive rates with Clopper-Pearson intervals, the attacker's accuracy with
 an exact binomial test against 1/2, and the empirical epsilon lower bound any (epsilon, delta)-DP
 claim must satisfy: with TPR <= e^eps FPR + delta and 1 - FPR <= e^eps (1 - TPR) + delta,
@@ -42,6 +49,7 @@ from typing import Protocol
 import numpy as np
 from scipy import stats
 
+from fedbandits.algorithms.async_fedlinucb import AsyncFedLinUCBParams
 from fedbandits.algorithms.base import Policy
 from fedbandits.algorithms.fedlinucb import FedLinUCBParams
 from fedbandits.algorithms.feducb import FedUCB, FedUCBParams, calibrate_feducb
@@ -149,6 +157,16 @@ def _builders(setup: AttackSetup) -> list[tuple[str, str, object]]:
 
         return build
 
+    def async_fedlinucb(**kw: object):  # type: ignore[no-untyped-def]
+        # lambda = 1 and alpha = C / L^2: a first user triggers its silo's upload iff ||x||^2 > C
+        def build(rngs):  # type: ignore[no-untyped-def]
+            params = AsyncFedLinUCBParams(
+                **common, protocol="ldp-prefix", regularizer="fixed", threshold=setup.threshold_c, **kw
+            )  # type: ignore[arg-type]
+            return ALGORITHMS["fedlinucb-async"].factory(params, PolicyContext(R, M, 1, d, T, rngs))
+
+        return build
+
     def fedlinucb(rngs):  # type: ignore[no-untyped-def]
         params = FedLinUCBParams(
             batch=1, protocol="ldp", epsilon=setup.epsilon, delta=setup.delta, radius="constant", calibration="tight"
@@ -161,6 +179,8 @@ def _builders(setup: AttackSetup) -> list[tuple[str, str, object]]:
         ("feducb (Privatizer)", "adaptive, raw data", feducb()),
         ("feducb private schedule", "adaptive, noisy data", feducb(calibration="tight", schedule="private")),
         ("fedlinucb ldp (B=1)", "fixed batch", fedlinucb),
+        ("fedlinucb-async ldp-prefix", "per-silo trigger, raw data", async_fedlinucb(trigger="determinant")),
+        ("fedlinucb-async ldp-prefix (period)", "per-silo fixed period", async_fedlinucb(trigger="period", batch=1)),
     ]
 
 
