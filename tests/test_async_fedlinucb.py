@@ -188,3 +188,38 @@ def test_period_longer_than_the_horizon_is_refused_before_anything_runs():
                 "algorithms": [{"name": "fedlinucb-async", "trigger": "period"}],
             }
         )
+
+
+def test_one_silo_period_releases_are_lock_step_ldp_prefix_bit_for_bit(tmp_path):
+    """With one silo the period trigger uploads at rounds 25, 50, ... as lock-step FedLinUCB with B = 25,
+    and its tree draws from the stream TreeRandomizer gives that silo: the released prefixes are the
+    same numbers, so the two audit rows agree (docs/privacy.md)."""
+    from fedbandits.audit.crafted import write_neighbours
+    from fedbandits.audit.releases import _fedlinucb, play
+
+    d_path, _ = write_neighbours(tmp_path, "full-sensitivity", 100)
+    lock, _ = play(AuditCase("lock", _fedlinucb("ldp-prefix", True), "messages"), [d_path], 3, seed=4)
+    async_, report = play(AuditCase("async", _async_fedlinucb(trigger="period"), "messages"), [d_path], 3, seed=4)
+    assert lock.shape == async_.shape == (3, 4 * 5)  # 4 releases of d(d+1)/2 + d = 5 numbers (d = 2)
+    np.testing.assert_array_equal(lock, async_)
+    assert report["guarantee"] == "formal"
+
+
+def test_frontier_sweeps_the_private_async_variants_and_leaves_the_plain_one_out():
+    from fedbandits.experiments.frontier import frontier_plan
+
+    config = config_from_dict(
+        {
+            "experiment": {"runs": 1, "horizon": 50},
+            "environment": {"name": "gaussian-sphere", "agents": 2, "arms": 3, "dim": 2},
+            "algorithms": [
+                {"name": "fedlinucb-async", "label": "period", "protocol": "ldp-prefix", "trigger": "period"},
+                {"name": "fedlinucb-async", "label": "plain"},
+            ],
+        }
+    )
+    plan = frontier_plan(config, (0.5, 2.0))
+    labels = [a.label for a in plan.config.algorithms]
+    assert labels[:2] == ["period @ eps=0.5", "period @ eps=2"] and "plain" not in " ".join(labels)
+    params = {a.label: a.params for a in plan.config.algorithms}["period @ eps=2"]
+    assert isinstance(params, AsyncFedLinUCBParams) and params.epsilon == 2.0 and params.trigger == "period"

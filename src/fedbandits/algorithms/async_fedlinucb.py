@@ -65,7 +65,7 @@ from fedbandits.core.ucb import UCBScorer
 from fedbandits.core.validation import check_choice, check_float
 from fedbandits.privacy.calibration import NoiseCalibration
 from fedbandits.privacy.guarantee import not_covering_adaptivity
-from fedbandits.privacy.mechanisms import pack, packed_width, protocol_streams, unpack
+from fedbandits.privacy.mechanisms import packed_width, protocol_streams, unpack
 from fedbandits.privacy.tree import max_nodes_per_datum
 from fedbandits.protocols.base import FLOAT_BYTES
 
@@ -248,17 +248,19 @@ class AsyncFedLinUCB(Policy):
         self.full_inv = self.inv.copy()
         self.log_ratio = np.zeros((R, M))
         self.log_threshold = math.log1p(params.threshold)
-        self.local_cov = np.zeros((R, M, d, d))
-        self.local_bias = np.zeros((R, M, d))
         width = packed_width(d)
+        #: dPhi, db since the last upload, packed as they travel (upper triangle of dPhi, then db)
+        self.local = np.zeros((R, M, width))
+        self._rows, self._cols = np.triu_indices(d)
         sigma = None
         if calibration is not None:
             n_tri = d * (d + 1) // 2
             sigma = np.concatenate([np.full(n_tri, calibration.sigma_cov), np.full(d, calibration.sigma_bias)])
         releases = params.uploads_per_silo(horizon)
         self.trees = SiloTrees(R, M, width, releases, sigma, noise_rngs)
-        #: the server's view: every silo's latest (noisy) prefix, (R, M, P); its sum is the server's sums
+        #: the server's view: every silo's latest (noisy) prefix, (R, M, P), and their sum, the server's sums
         self.server_view = np.zeros((R, M, width))
+        self.server_sum = np.zeros((R, width))
         self.offsets = (np.arange(M) * params.batch) // M  # the period trigger's per-silo offsets
         self.scorer = UCBScorer(R * M, n_arms, d)
         self.payload_bytes = width * FLOAT_BYTES
@@ -288,8 +290,9 @@ class AsyncFedLinUCB(Policy):
             self.observations += y.size
             self.clipped_features += n_x
             self.clipped_rewards += n_y
-        self.local_cov += x[..., :, None] * x[..., None, :]
-        self.local_bias += x * y[..., None]
+        n_tri = self._rows.size
+        self.local[..., :n_tri] += x[..., self._rows] * x[..., self._cols]
+        self.local[..., n_tri:] += x * y[..., None]
         if self.params.trigger == "determinant":
             u = np.einsum("...ij,...j->...i", self.full_inv, x)
             q = np.einsum("...i,...i->...", x, u)
@@ -312,34 +315,47 @@ class AsyncFedLinUCB(Policy):
     def communicate(self, mask: np.ndarray) -> None:
         """Every masked agent uploads its increments and downloads the server's sums, in agent order."""
         runs, silos = np.nonzero(mask)
-        gamma = pack(self.local_cov[runs, silos], self.local_bias[runs, silos])
-        prefixes = self.trees.release(runs, silos, gamma)
-        view = self.server_view.copy()
-        view[runs, silos] = prefixes
-        # the server's sums after each agent's turn: before the round plus the changes of agents 0..i
-        running = self.server_view.sum(axis=1)[:, None, :] + np.cumsum(view - self.server_view, axis=1)
+        prefixes = self.trees.release(runs, silos, self.local[runs, silos])
+        change = prefixes - self.server_view[runs, silos]  # what each upload adds to the server's sums
+        self.server_view[runs, silos] = prefixes
+        # the server's sums after each agent's turn: before the round plus the changes of its run's agents
+        # 0..i (np.nonzero lists the uploads by run, then agent)
+        cum = np.cumsum(change, axis=0)
+        first = np.searchsorted(runs, runs)  # the first upload of the same run
+        earlier = np.where((first > 0)[:, None], cum[np.maximum(first - 1, 0)], 0.0)
+        running = self.server_sum[runs] + cum - earlier
+        np.add.at(self.server_sum, runs, change)
         if self.transcript is not None:
-            received = np.zeros_like(view)
+            received = np.zeros_like(self.server_view)
             received[runs, silos] = prefixes
             self.transcript.append({"round": self.t, "messages": received})
-        self.server_view = view
-        cov, bias = unpack(running[runs, silos], self.dim)
+        cov, bias = unpack(running, self.dim)
         gram = self.reg_value * np.eye(self.dim) + cov
         if self.private:
-            gram, repaired = raise_eigenvalues(gram, 0.1 * self.reg_value)
-            self.psd_repairs += repaired
+            gram = self._repair(gram)
         inv = spd_inverse(gram)
         self.gram[runs, silos] = gram
         self.inv[runs, silos] = inv
         self.bias[runs, silos] = bias
         self.full_inv[runs, silos] = inv
         self.log_ratio[runs, silos] = 0.0
-        self.local_cov[runs, silos] = 0.0
-        self.local_bias[runs, silos] = 0.0
+        self.local[runs, silos] = 0.0
         per_run = np.bincount(runs, minlength=self.n_runs)
         self.sync_rounds += per_run
         self.messages += 2 * per_run
         self.bytes_sent += 2 * per_run * self.payload_bytes
+
+    def _repair(self, gram: np.ndarray) -> np.ndarray:
+        """Eigenvalues below lambda/10 raised to lambda/10 (FedLinUCB's repair).  One Cholesky of
+        gram - lambda/10 I proves that none is below (the common case); eigh runs only otherwise."""
+        floor = 0.1 * self.reg_value
+        try:
+            np.linalg.cholesky(gram - floor * np.eye(self.dim))
+            return gram
+        except np.linalg.LinAlgError:
+            gram, repaired = raise_eigenvalues(gram, floor)
+            self.psd_repairs += repaired
+            return gram
 
     def report(self) -> dict[str, object]:
         out: dict[str, object] = {
