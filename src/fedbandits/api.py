@@ -18,7 +18,7 @@ from fedbandits.experiments.tune import (
     write_tuning,
 )
 from fedbandits.plots import plot_results
-from fedbandits.sim.results import ClippingWarning, Results
+from fedbandits.sim.results import ClippingWarning, PrivacyUnitWarning, Results
 from fedbandits.sim.runner import run_experiment
 
 
@@ -61,7 +61,9 @@ def run(
 
     An algorithm that clipped more than 5% of its features or rewards gets one
     :class:`~fedbandits.sim.results.ClippingWarning` naming the bound to raise (the CLI prints the
-    same line on stderr); ``warnings.simplefilter("ignore", ClippingWarning)`` silences them.
+    same line on stderr); ``warnings.simplefilter("ignore", ClippingWarning)`` silences them.  A private
+    algorithm that protects interactions while its users return gets a
+    :class:`~fedbandits.sim.results.PrivacyUnitWarning`.
     """
     config = as_config(config)
     if experiment:
@@ -79,6 +81,8 @@ def run(
     )
     for line in results.clipping_warnings():
         warnings.warn(line, ClippingWarning, stacklevel=2)
+    for line in results.privacy_unit_warnings():
+        warnings.warn(line, PrivacyUnitWarning, stacklevel=2)
     if out is not None:
         results.save(out)
         plot_results(results, out)

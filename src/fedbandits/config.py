@@ -157,6 +157,12 @@ def config_from_dict(data: dict[str, Any]) -> Config:
                 check(horizon=experiment.horizon, agents=environment.params.agents, dim=dim)
             except ValueError as exc:
                 raise ConfigError(f"algorithms[{i + 1}] ({alg.name}): {exc}") from None
+        user_ids = getattr(environment.params, "user_ids", None)
+        if getattr(alg.params, "privacy_unit", "interaction") == "user" and user_ids is False:
+            raise ConfigError(
+                f"algorithms[{i + 1}].privacy_unit: 'user' needs user ids, and environment {environment.name!r} "
+                "carries none as configured (gaussian-sphere: set returning_users > 0)"
+            )
     labels = [a.label for a in algorithms]
     duplicates = sorted({lab for lab in labels if labels.count(lab) > 1})
     if duplicates:

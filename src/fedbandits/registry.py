@@ -136,7 +136,10 @@ def fedlinucb_protocol(params: FedLinUCBParams, ctx: PolicyContext) -> tuple[Pro
 
 def _fedlinucb_factory(params: FedLinUCBParams, ctx: PolicyContext) -> Policy:
     protocol, reg = fedlinucb_protocol(params, ctx)
-    return FedLinUCB(ctx.n_runs, ctx.n_agents, ctx.n_arms, ctx.dim, ctx.horizon, params, protocol, reg=reg)
+    n_users = ctx.env.n_users if ctx.env is not None else 0
+    return FedLinUCB(
+        ctx.n_runs, ctx.n_agents, ctx.n_arms, ctx.dim, ctx.horizon, params, protocol, reg=reg, n_users=n_users
+    )
 
 
 def _async_fedlinucb_factory(params: AsyncFedLinUCBParams, ctx: PolicyContext) -> Policy:

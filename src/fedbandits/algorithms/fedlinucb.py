@@ -14,6 +14,7 @@ from fedbandits.algorithms.linucb import IndependentLinUCB
 from fedbandits.core.clipping import clip_norm, clip_rewards
 from fedbandits.core.ridge import raise_eigenvalues
 from fedbandits.core.validation import check_choice, check_float, check_int
+from fedbandits.envs.base import Environment, Round
 from fedbandits.plugins import PROTOCOLS
 from fedbandits.privacy.accounting import vector_sum_round_budget
 from fedbandits.privacy.calibration import MAX_EPSILON, NoiseCalibration, PrivacySpec
@@ -24,6 +25,7 @@ from fedbandits.protocols.base import Protocol
 from fedbandits.protocols.vector_sum_tree import VectorSumCalibration
 
 REGULARIZERS = ("auto", "fixed", "theory", "noise")
+UNITS = ("interaction", "user")
 #: the constant radius of ``radius = "auto"`` with a private protocol (with lambda = 2 Lambda): chosen
 #: once by benchmarks/noise_tuning.py on seed 1000, which no report uses (docs/privacy.md)
 NOISE_AWARE_BETA = 10.0
@@ -100,6 +102,21 @@ class FedLinUCBParams(LinUCBParams):
         },
     )
 
+    privacy_unit: str = field(
+        default="interaction",
+        metadata={
+            "help": "'interaction' (the papers': a returning user is protected once per visit) or 'user' (one "
+            "user's whole history, up to max_contributions; needs user ids from the environment)"
+        },
+    )
+    max_contributions: int = field(
+        default=1,
+        metadata={
+            "help": "privacy_unit = 'user': a user's contributions kept per budget epoch (the run), m >= 1; "
+            "later ones are dropped and counted"
+        },
+    )
+
     def __post_init__(self) -> None:
         if not isinstance(self.protocol, str) or self.protocol not in PROTOCOLS:
             raise ValueError(PROTOCOLS.unknown(self.protocol, "protocol"))
@@ -111,6 +128,7 @@ class FedLinUCBParams(LinUCBParams):
         if not isinstance(self.lazy, bool):
             raise ValueError(f"lazy must be true or false, got {self.lazy!r}")
         check_choice("regularizer", self.regularizer, REGULARIZERS)
+        self._check_unit()
         self._check_distributed()
         if self.mechanism != "tree" and not self.private:
             raise ValueError(
@@ -134,6 +152,22 @@ class FedLinUCBParams(LinUCBParams):
             object.__setattr__(self, "radius", "constant")
             if self.private:
                 object.__setattr__(self, "beta", NOISE_AWARE_BETA)
+
+    def _check_unit(self) -> None:
+        check_choice("privacy_unit", self.privacy_unit, UNITS)
+        check_int("max_contributions", self.max_contributions, low=1)
+        if self.privacy_unit == "user" and not self.private:
+            raise ValueError(f"privacy_unit 'user' applies to private protocols, got protocol {self.protocol!r}")
+        if self.privacy_unit == "interaction" and self.max_contributions != 1:
+            raise ValueError(
+                f"max_contributions applies to privacy_unit 'user' only, got {self.max_contributions} with "
+                "privacy_unit 'interaction'"
+            )
+
+    @property
+    def contributions(self) -> int:
+        """m of the unit of privacy: 1 for an interaction, ``max_contributions`` for a user."""
+        return self.max_contributions if self.privacy_unit == "user" else 1
 
     def _check_distributed(self) -> None:
         """The distributed-dp parameters: in range, and set only with that protocol (which is lazy)."""
@@ -168,6 +202,7 @@ class FedLinUCBParams(LinUCBParams):
             reward_bound=self.reward_bound,
             adjacency=self.adjacency,
             mechanism=self.mechanism,
+            contributions=self.contributions,
         )
 
     def check_compatible(self, horizon: int, agents: int, dim: int | None) -> None:
@@ -221,6 +256,8 @@ class FedLinUCB(IndependentLinUCB):
         "reg": "same",
         "protocol": "same",
         "lazy": "same",
+        "max_user_visits": "max",
+        "dropped_contributions": "sum",
         **CLIPPING_COUNTS,
     }
 
@@ -234,6 +271,7 @@ class FedLinUCB(IndependentLinUCB):
         params: FedLinUCBParams,
         protocol: Protocol,
         reg: float | None = None,
+        n_users: int = 0,
     ) -> None:
         self.reg_value = params.reg if reg is None else reg
         super().__init__(n_runs, n_agents, n_arms, dim, horizon, _with_reg(params, self.reg_value))
@@ -254,12 +292,49 @@ class FedLinUCB(IndependentLinUCB):
         self.clipped_rewards = 0
         self.psd_repairs = 0
         self.last_sync_t = 0
+        # the unit of privacy: with user ids (an environment with returning users), every user's
+        # contributions are counted; privacy_unit = "user" drops those beyond max_contributions
+        self.privacy_unit = params.privacy_unit
+        self.cap = params.contributions
+        if self.privacy_unit == "user" and n_users < 1:
+            raise ValueError(
+                "privacy_unit 'user' needs an environment whose rounds carry user ids (e.g. gaussian-sphere with "
+                "returning_users > 0)"
+            )
+        self.user_counts = np.zeros((n_runs, n_agents, n_users), dtype=np.int64) if n_users else None
+        self._users: np.ndarray | None = None
+        self.dropped_contributions = 0
 
     def radius_samples(self) -> int:
         """Lemma C.4 uses n = M t: the samples of all agents up to round t (up to the last sync if lazy)."""
         return self.n_agents * (self.last_sync_t if self.lazy else self.t)
 
+    def step(self, rnd: Round, env: Environment) -> np.ndarray:
+        self._users = rnd.users
+        return super().step(rnd, env)
+
+    def _bound_contributions(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Count this round's users' visits; with privacy_unit = "user" a contribution beyond the cap m is
+        dropped (zero x and y: nothing of it enters W_i, U_i or the agent's state) and counted."""
+        if self.user_counts is None or self._users is None:
+            if self.privacy_unit == "user":
+                raise ValueError("privacy_unit 'user': this round carries no user ids")
+            return x, y
+        runs = np.arange(self.n_runs)[:, None]
+        silos = np.arange(self.n_agents)[None, :]
+        seen = self.user_counts[runs, silos, self._users]  # (R, M): earlier contributions of each user
+        self.user_counts[runs, silos, self._users] = seen + 1  # one user per silo and round: no repeats
+        self._users = None
+        if self.privacy_unit != "user":
+            return x, y
+        drop = seen >= self.cap
+        if drop.any():
+            self.dropped_contributions += int(drop.sum())
+            x, y = np.where(drop[..., None], 0.0, x), np.where(drop, 0.0, y)
+        return x, y
+
     def _observe(self, x: np.ndarray, y: np.ndarray) -> None:
+        x, y = self._bound_contributions(x, y)
         if self.private:
             self.feature_norm_max = max(self.feature_norm_max, float(np.linalg.norm(x, axis=-1).max()))
             x, n_x = clip_norm(x, self.feature_bound)
@@ -305,6 +380,8 @@ class FedLinUCB(IndependentLinUCB):
         if self.private and not self.lazy:
             out = not_covering_adaptivity(out)
         if self.private:
+            if self.user_counts is not None:
+                out.update(self._unit_report())
             out.update(
                 {
                     "lazy": self.lazy,
@@ -317,6 +394,24 @@ class FedLinUCB(IndependentLinUCB):
                 }
             )
         return out
+
+    def _unit_report(self) -> dict[str, object]:
+        """Returning users: the most visits of one user, and what the unit of privacy covers."""
+        assert self.user_counts is not None
+        out: dict[str, object] = {
+            "max_user_visits": int(self.user_counts.max()),
+            "dropped_contributions": self.dropped_contributions,
+        }
+        if self.privacy_unit == "interaction":
+            out["privacy_unit"] = RETURNING_NOT_COVERED
+        return out
+
+
+#: what a per-interaction report says when its users return
+RETURNING_NOT_COVERED = (
+    "interaction: a returning user is NOT covered as a whole (each visit is protected once; see max_user_visits); "
+    "set privacy_unit = 'user'"
+)
 
 
 def _with_reg(params: FedLinUCBParams, reg: float) -> FedLinUCBParams:

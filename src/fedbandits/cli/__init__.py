@@ -220,6 +220,8 @@ def _warn_clipping(results: Results, entries: dict[str, str] | None = None) -> N
     config entry it was made from (the frontier's variants), which then warns once."""
     for line in results.clipping_warnings(entries=entries):
         _log(f"warning: {line}")
+    for line in results.privacy_unit_warnings():
+        _log(f"warning: {line}")
 
 
 def _reproduce(args: argparse.Namespace) -> int:

@@ -39,6 +39,10 @@ class Round:
     arm_rewards (R, M, K) float64, the reward every arm would get, ``rewards(means, noise)`` arm by
     arm; features64 (R, M, K, d), the features as float64.  Policies that play one arm at a time read
     them instead of calling ``rewards`` and casting per arm.
+
+    users (R, M) int64, from environments with returning users (``Environment.n_users > 0``): the id in
+    [0, n_users) of the user each silo serves this round; ids are per silo (user 3 of silo 0 and user 3
+    of silo 1 are different people).  None: every interaction is its own user.
     """
 
     features: np.ndarray
@@ -46,6 +50,7 @@ class Round:
     noise: np.ndarray
     arm_rewards: np.ndarray | None = None
     features64: np.ndarray | None = None
+    users: np.ndarray | None = None
 
 
 class Environment(ABC):
@@ -57,6 +62,8 @@ class Environment(ABC):
     feature_bound: float = 1.0
     #: interval that contains every expected reward
     reward_range: tuple[float, float] = (0.0, 1.0)
+    #: users per silo whose ids every Round carries (:attr:`Round.users`); 0: no ids, each interaction a user
+    n_users: int = 0
 
     def __init__(self, rngs: Sequence[np.random.Generator], agents: int, arms: int, dim: int) -> None:
         if len(rngs) < 1:

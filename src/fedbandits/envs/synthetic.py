@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fedbandits.core.random import NormalSampler
-from fedbandits.core.validation import check_float, check_int
+from fedbandits.core.validation import check_choice, check_float, check_int
 from fedbandits.envs.base import Environment, Round
 
 _HALF_SQRT2 = math.sqrt(0.5)
@@ -21,12 +21,60 @@ class GaussianSphereParams:
     arms: int = field(default=100, metadata={"help": "fresh arms per agent per round K >= 1"})
     dim: int = field(default=10, metadata={"help": "feature dimension d >= 2"})
     noise_sd: float = field(default=0.5, metadata={"help": "reward noise standard deviation >= 0 (paper: 0.5)"})
+    returning_users: int = field(
+        default=0,
+        metadata={
+            "help": "users per silo who return, >= 0: each round's user is one of them, drawn by `visits` "
+            "(0 = every interaction a new user, the paper's)"
+        },
+    )
+    visits: str = field(
+        default="uniform",
+        metadata={"help": "returning users' visit distribution: 'uniform' or 'zipf' (P(user u) ~ 1 / u^s)"},
+    )
+    zipf_exponent: float = field(default=1.0, metadata={"help": "s of visits = 'zipf', in (0, 10]"})
 
     def __post_init__(self) -> None:
         check_int("agents", self.agents, low=1)
         check_int("arms", self.arms, low=1)
         check_int("dim", self.dim, low=2)
         check_float("noise_sd", self.noise_sd, low=0.0)
+        check_int("returning_users", self.returning_users, low=0)
+        check_choice("visits", self.visits, VISITS)
+        check_float("zipf_exponent", self.zipf_exponent, low=0.0, high=10.0, low_open=True)
+
+    @property
+    def user_ids(self) -> bool:
+        """Whether its rounds carry user ids (what user-level privacy needs)."""
+        return self.returning_users > 0
+
+
+VISITS = ("uniform", "zipf")
+
+
+def visit_probabilities(users: int, visits: str, exponent: float) -> np.ndarray:
+    """P(user u), u = 0..users-1: uniform, or Zipf's 1/(u+1)^s normalised (user 0 visits the most)."""
+    if visits == "uniform":
+        return np.full(users, 1.0 / users)
+    weights = 1.0 / np.arange(1, users + 1, dtype=np.float64) ** exponent
+    return weights / weights.sum()
+
+
+class UserStream:
+    """Which returning user each silo serves each round: ids drawn i.i.d. from ``probabilities``, from a
+    stream of their own (spawned from the run's environment Generator, so the contexts and rewards are
+    those of the same run without returning users)."""
+
+    def __init__(self, rngs: Sequence[np.random.Generator], agents: int, probabilities: np.ndarray) -> None:
+        self.rngs = [rng.spawn(1)[0] for rng in rngs]
+        self.cdf = np.cumsum(probabilities)
+        self.cdf[-1] = 1.0
+        self.users = np.empty((len(self.rngs), agents), dtype=np.int64)
+
+    def next(self) -> np.ndarray:
+        for r, rng in enumerate(self.rngs):
+            self.users[r] = np.searchsorted(self.cdf, rng.random(self.users.shape[1]), side="right")
+        return self.users
 
 
 class GaussianSphere(Environment):
@@ -36,6 +84,12 @@ class GaussianSphere(Environment):
     uniform on that sphere, with an entry 1/sqrt(2) appended (so ||x|| = 1).  Every agent gets
     K fresh arms each round.  Rewards are <x, theta*> + N(0, noise_sd^2) with noise_sd = 0.5
     (variance 0.25) by default.  theta* is drawn once per run.
+
+    Returning users (``returning_users = U > 0``, not in the paper): each silo has U users and each
+    round's user is drawn from them by ``visits`` (uniform, or Zipf with exponent s), from a stream of
+    its own; the user is an id only (every user has the same theta*), so the contexts and rewards are
+    exactly those without returning users.  Rounds then carry the ids (:attr:`Round.users`), which
+    user-level privacy bounds contributions by.
 
     Features and theta* are float32: the instance is *defined* in float32, and expected
     rewards are computed from exactly those numbers, so pseudo-regret is exact for it.  The
@@ -60,6 +114,12 @@ class GaussianSphere(Environment):
         self._noise = np.empty((self.n_runs, self.n_agents))
         theta = np.stack([self._sphere_point(rng) for rng in self.rngs])
         self.theta = theta.astype(np.float32)  # (R, d)
+        self.n_users = params.returning_users
+        self._users = (
+            UserStream(self.rngs, self.n_agents, visit_probabilities(self.n_users, params.visits, params.zipf_exponent))
+            if self.n_users
+            else None
+        )
 
     def _sphere_point(self, rng: np.random.Generator) -> np.ndarray:
         g = rng.standard_normal(self.dim - 1)
@@ -80,13 +140,17 @@ class GaussianSphere(Environment):
         n_runs = self.n_runs
         flat = self._features.reshape(n_runs, -1, self.dim)
         np.matmul(flat, self.theta[:, :, None], out=self._means.reshape(n_runs, -1, 1))
-        return Round(self._features, self._means, self._noise)
+        users = self._users.next() if self._users is not None else None
+        return Round(self._features, self._means, self._noise, users=users)
 
     def rewards(self, means: np.ndarray, noise: np.ndarray) -> np.ndarray:
         return means + self.noise_sd * noise
 
     def describe(self) -> dict[str, object]:
-        return {**super().describe(), "noise_sd": self.noise_sd}
+        out: dict[str, object] = {**super().describe(), "noise_sd": self.noise_sd}
+        if self.n_users:
+            out["returning_users"] = self.n_users
+        return out
 
 
 @dataclass(frozen=True)

@@ -217,6 +217,11 @@ def make_spec(config: Config, label: str | None = None, run: int = 0) -> DeployS
         )
     if params.mechanism != "tree":
         raise ConfigError(f"mechanism {params.mechanism!r} does not deploy yet; the deployment releases tree p-sums")
+    if params.privacy_unit != "interaction":
+        raise ConfigError(
+            f"privacy_unit {params.privacy_unit!r} does not deploy yet: a silo's data files carry no user ids to "
+            "bound contributions by; the deployment protects interactions"
+        )
     if config.environment.params.agents < 1:
         raise ConfigError("the environment needs at least one agent (silo)")
     return DeploySpec(_absolute_data_paths(config), config.algorithms[index].label, index, run)

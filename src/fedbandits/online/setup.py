@@ -90,6 +90,11 @@ class AgentSetup:
                 raise ConfigError(
                     f"{where}.mechanism: an agent releases tree p-sums ('tree'), got {params.mechanism!r}"
                 )
+            if params.privacy_unit != "interaction":
+                raise ConfigError(
+                    f"{where}.privacy_unit: an agent protects interactions ('interaction'); user-level privacy "
+                    "needs user ids with every reward, which its API does not take yet"
+                )
             horizon = config.experiment.horizon
             if params.private:
                 try:

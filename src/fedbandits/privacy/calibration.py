@@ -58,8 +58,13 @@ class PrivacySpec:
     reward_bound: float = 1.0
     adjacency: str = "replace"
     mechanism: str = "tree"
+    #: the unit of privacy: 1 = one interaction; m > 1 = one user with up to m contributions (user-level)
+    contributions: int = 1
 
     def __post_init__(self) -> None:
+        check_int("max_contributions", self.contributions, low=1)
+        if self.contributions > 1:
+            self._check_user_level()
         check_float("epsilon", self.epsilon, low=0.0, high=MAX_EPSILON, low_open=True)
         check_float("delta", self.delta, low=0.0, high=1.0, low_open=True, high_open=True)
         check_choice("calibration", self.calibration, CALIBRATIONS)
@@ -82,8 +87,40 @@ class PrivacySpec:
                 f"(got protocol {self.protocol!r}, calibration {self.calibration!r})"
             )
 
+    def _check_user_level(self) -> None:
+        """User-level privacy is calibrated for the Gaussian tree and factorized release of ``ldp`` /
+        ``ldp-prefix`` and the tree of ``distributed-dp``, by the tight accountant only."""
+        supported = self.protocol in ("ldp", "ldp-prefix") or (
+            self.protocol == "distributed-dp" and self.mechanism == "tree"
+        )
+        if not supported or self.calibration != "tight":
+            raise ValueError(
+                "privacy_unit 'user' needs protocol 'ldp' or 'ldp-prefix' (tree or factorized) or 'distributed-dp' "
+                f"(tree) with calibration 'tight', got protocol {self.protocol!r}, mechanism {self.mechanism!r}, "
+                f"calibration {self.calibration!r}"
+            )
+
     def sensitivity(self) -> Sensitivity:
+        """One contribution's sensitivities (one interaction)."""
         return stream_sensitivity(self.feature_bound, self.reward_bound, self.adjacency)
+
+    def unit_sensitivity(self) -> Sensitivity:
+        """The sensitivities of the whole unit of privacy for a Gaussian release: one user's up to m
+        contributions move the released sequence by at most m times one contribution's L2 norm.
+
+        Tree: contribution c lies in ``nodes`` p-sums; a p-sum holding n_k of the user's contributions
+        moves by at most n_k Delta, and sum_k n_k^2 <= m sum_k n_k = m^2 nodes, so the sequence moves by
+        at most m sqrt(nodes) Delta (all m in one batch attains it).  Factorized: the encoded sequence moves
+        by sum_c B e_{j_c} Delta_c, of norm <= m max_j ||B e_j|| Delta (triangle inequality).  Either way the
+        Gaussian mechanism's mu is m times the interaction-level one: the noise is calibrated with m Delta."""
+        one = self.sensitivity()
+        return Sensitivity(cov=self.contributions * one.cov, bias=self.contributions * one.bias)
+
+    def unit(self) -> str:
+        """The unit of privacy, as reports state it."""
+        if self.contributions == 1:
+            return "interaction"
+        return f"user, up to {self.contributions} contributions"
 
 
 @dataclass(frozen=True)
@@ -136,8 +173,9 @@ def calibrate(spec: PrivacySpec, *, agents: int, horizon: int, batch: int) -> No
     check_int("batch", batch, low=1, high=horizon)
     releases = horizon // batch
     nodes = max_nodes_per_datum(releases)
-    sens = spec.sensitivity()
+    sens = spec.unit_sensitivity()
     details: dict[str, object] = {
+        "unit": spec.unit(),
         "adjacency": spec.adjacency,
         "sensitivity_cov": sens.cov,
         "sensitivity_bias": sens.bias,

@@ -205,6 +205,8 @@ class DistributedCalibration:
     #: factorized: the per-user sensitivities (l2, l1) of the messages one user enters, one per
     #: release (the tree: empty, ``nodes`` releases of (l2, l1))
     profile: tuple[tuple[float, float], ...] = ()
+    #: the unit of privacy: 1 = one interaction, m > 1 = one user with up to m contributions
+    contributions: int = 1
 
     @property
     def prefix_factor(self) -> float:
@@ -218,7 +220,7 @@ class DistributedCalibration:
         """(l2, l1, count) of the releases one user enters, for :func:`composed_epsilon`."""
         if self.profile:
             return tuple((l2, l1, 1) for l2, l1 in self.profile)
-        return ((self.l2, self.l1, self.nodes),)
+        return user_releases(self.l2, self.l1, self.width, self.nodes, self.contributions)
 
     @property
     def sigma_cov(self) -> float:
@@ -259,6 +261,9 @@ class DistributedCalibration:
             "dropouts": self.dropouts,
             "epsilon_colluders": self.epsilon_colluders,
             "epsilon_worst": self.epsilon_worst,
+            "privacy_unit": "interaction"
+            if self.contributions == 1
+            else f"user, up to {self.contributions} contributions",
             "privacy_bits": self.bits,
             "privacy_granularity": self.granularity,
             "privacy_grid_bias": self.grid_bias,
@@ -293,6 +298,27 @@ def required_bits(data: float, noise: float) -> int:
 
 
 @functools.lru_cache(maxsize=128)
+def user_releases(
+    l2: float, l1: float, width: int, nodes: int, contributions: int
+) -> tuple[tuple[float, float, int], ...]:
+    """(l2, l1, count) releases that dominate, in each of Prop. 14's three totals, what one user with up to
+    m = ``contributions`` contributions changes in the tree's rounded node sums.
+
+    One contribution moves a node by a = l2 - sqrt(P) (l1: a1 = l1 - P) before rounding, and rounding adds
+    at most b = sqrt(P) (b1 = P) per node touched.  With n_k of the user's contributions in node k:
+    sum n_k = m nodes (each lies in ``nodes`` nodes), n_k <= m, at most m nodes nodes touched, so
+    sum (n_k a + b)^2 <= m^2 nodes a^2 + 2 a b m nodes + m nodes b^2, sum (n_k a + b) <= m nodes (a + b)
+    and sum (n_k a1 + b1) <= m nodes (a1 + b1): exactly the totals of ``nodes`` releases of (m a + b,
+    m a1 + b1) and (m - 1) nodes releases of (b, b1).  Each bound of :func:`composed_epsilon` grows with
+    these totals and the count of releases touched, so the result is an upper bound.  m = 1: the tree."""
+    if contributions == 1:
+        return ((l2, l1, nodes),)
+    b, b1 = math.sqrt(width), float(width)
+    a, a1 = l2 - b, l1 - b1
+    m = contributions
+    return ((m * a + b, m * a1 + b1, nodes), (b, b1, (m - 1) * nodes))
+
+
 def calibrate_distributed(
     spec: PrivacySpec,
     *,
@@ -349,7 +375,7 @@ def calibrate_distributed(
         sensitivities: tuple[tuple[float, float, int], ...] = tuple((a, b, 1) for a, b in profile)
         nodes = len(profile)
     else:
-        sensitivities = ((l2, l1, tree_nodes),)
+        sensitivities = user_releases(l2, l1, width, tree_nodes, spec.contributions)
         nodes = tree_nodes
 
     def spent(log_sigma: float) -> float:
@@ -418,6 +444,7 @@ def calibrate_distributed(
         guarantee_reason=reason,
         mechanism=spec.mechanism,
         profile=profile,
+        contributions=spec.contributions,
     )
 
 

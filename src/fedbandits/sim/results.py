@@ -49,6 +49,10 @@ class ClippingWarning(UserWarning):
     """An algorithm clipped more than :data:`CLIP_WARNING_SHARE` of its features or rewards."""
 
 
+class PrivacyUnitWarning(UserWarning):
+    """A private algorithm protects interactions while its users return: a user is not covered as a whole."""
+
+
 #: the counts of a clipping report: the denominator, then the clipped features and rewards
 CLIP_COUNTS = ("observations", "clipped_features", "clipped_rewards")
 
@@ -244,6 +248,23 @@ class Results:
                     f"[[algorithms]] entry {label!r} clipped {' and '.join(text for _, text in over)} of "
                     f"{int(n):,} observations{runs}: raise its {' and '.join(b for b, _ in over)} to clip less, "
                     "at the cost of more noise (docs/privacy.md, 'Clipping bounds')"
+                )
+        return lines
+
+    def privacy_unit_warnings(self) -> list[str]:
+        """One line per private algorithm that protects interactions on an instance whose users return
+        (its report's ``privacy_unit`` says so, with ``max_user_visits``): what the CLI prints and
+        :func:`fedbandits.run` warns."""
+        lines = []
+        for alg in self.config.algorithms:
+            report = self.algorithms[alg.label].report
+            unit = str(report.get("privacy_unit", ""))
+            if unit.startswith("interaction:"):
+                lines.append(
+                    f"[[algorithms]] entry {alg.label!r} protects each interaction, but its users return (one user "
+                    f"visited a silo up to {report.get('max_user_visits')} times): a returning user is not covered "
+                    "as a whole; set privacy_unit = 'user' and max_contributions (docs/privacy.md, 'User-level "
+                    "privacy')"
                 )
         return lines
 
