@@ -40,6 +40,8 @@ def test_quick_audit_covers_every_private_mode(quick_audit) -> None:  # type: ig
         "FedLinUCB ldp lazy, factorized release",
         "FedLinUCB distributed-dp (lazy by construction)",
         "FedLinUCB distributed-dp lazy, factorized release",
+        "FedLinUCB ldp lazy, user-level (m = 4)",
+        "FedLinUCB distributed-dp lazy, user-level (m = 4)",
         "FedLinUCB-async ldp-prefix lazy, period trigger",
         "FedLinUCB-async ldp-prefix, determinant trigger",
         "FedUCB Privatizer, private schedule",

@@ -22,6 +22,13 @@ sqrt(2)): a Gaussian privacy loss of 3/4 of the calibration's worst case in mu^2
 (nodes (2 / sigma_cov^2 + 2 / sigma_bias^2) against nodes (2 / sigma_cov^2 + 4 / sigma_bias^2)
 with sigma_cov / sigma_bias = sqrt(2) / 2).  It gives the audit the most power against a
 mechanism that does not steer.
+
+``user-history`` (user-level privacy): ``full-sensitivity`` for a *returning* user.  The victim's
+first m rows are one user's m visits (``user_ids`` 0, then every later row its own user), and D'
+replaces that user's whole history: all m visits offer e2 with reward -1 instead of e1 with reward 1.
+The m visits fall in the first batch (m <= B), so every release containing them differs by m times
+the full-sensitivity difference: the worst case of the user-level calibration (all of a user's
+contributions in one p-sum), and m^2 times the privacy loss an interaction-level calibration assumes.
 """
 
 from __future__ import annotations
@@ -32,13 +39,14 @@ import numpy as np
 
 from fedbandits.envs.files import write_data_file
 
-DATASETS = ("steering", "full-sensitivity")
+DATASETS = ("steering", "full-sensitivity", "user-history")
 _E1 = np.array([1.0, 0.0])
 _E2 = np.array([0.0, 1.0])
 
 
-def victim_users(kind: str, users: int, neighbour: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Features (N, 2, 2) and expected rewards (N, 2) of the victim under D (or D' if ``neighbour``)."""
+def victim_users(kind: str, users: int, neighbour: bool, history: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Features (N, 2, 2) and expected rewards (N, 2) of the victim under D (or D' if ``neighbour``);
+    ``history``: the returning user's visits (``user-history``: rows 0 .. history - 1)."""
     if kind not in DATASETS:
         raise ValueError(f"dataset must be one of {', '.join(map(repr, DATASETS))}, got {kind!r}")
     if users < 1:
@@ -48,19 +56,25 @@ def victim_users(kind: str, users: int, neighbour: bool) -> tuple[np.ndarray, np
     if kind == "steering":
         rewards[0] = (-1.0, 1.0) if neighbour else (1.0, -1.0)
     else:
-        features[1:] = _E1  # later users have no choice to make: their statistics do not vary with noise
+        visits = history if kind == "user-history" else 1
+        if not 1 <= visits <= users:
+            raise ValueError(f"history must be in [1, users = {users}], got {visits}")
+        features[visits:] = _E1  # later users have no choice to make: their statistics do not vary with noise
         arm, reward = (_E2, -1.0) if neighbour else (_E1, 1.0)
-        features[0] = arm
-        rewards[0] = reward
+        features[:visits] = arm
+        rewards[:visits] = reward
     return features, rewards
 
 
-def write_neighbours(folder: str | Path, kind: str, users: int) -> tuple[Path, Path]:
-    """Write the victim's files of D and D' into ``folder``; returns their paths."""
+def write_neighbours(folder: str | Path, kind: str, users: int, history: int = 1) -> tuple[Path, Path]:
+    """Write the victim's files of D and D' into ``folder``; returns their paths.  ``user-history``
+    files carry ``user_ids`` (the returning user 0 for the first ``history`` rows, then 1, 2, ...)."""
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
+    ids = np.concatenate([np.zeros(history, dtype=np.int64), np.arange(1, users - history + 1)])
     for name, neighbour in (("D", False), ("D-prime", True)):
-        features, rewards = victim_users(kind, users, neighbour)
-        paths.append(write_data_file(out / f"{kind}-{name}.npz", features, rewards))
+        features, rewards = victim_users(kind, users, neighbour, history)
+        user_ids = ids if kind == "user-history" else None
+        paths.append(write_data_file(out / f"{kind}-{name}.npz", features, rewards, user_ids=user_ids))
     return paths[0], paths[1]

@@ -49,6 +49,8 @@ from fedbandits.registry import ALGORITHMS, ENVIRONMENTS, PROTOCOLS, PolicyConte
 from fedbandits.sim.seeding import env_rngs, noise_rngs
 
 VIEWS = ("messages", "shuffled", "privatizer", "aggregate")
+#: the user-level rows' returning victim: its visits, and the cap m the user-level calibration is for
+USER_HISTORY = 4
 #: every audited learner acts greedily on its estimate (a small constant radius): the claims must
 #: hold for every hyperparameter, and this one lets one user steer the most
 GREEDY = {"radius": "constant", "beta": 0.01}
@@ -67,6 +69,8 @@ class AuditCase:
     batches: int = 4
     #: test-only: multiply the calibrated noise by this factor after the policy is built
     noise_scale: float = 1.0
+    #: ``user-history``: the returning victim's visits (its whole history differs between D and D')
+    history: int = 1
 
     def __post_init__(self) -> None:
         if self.view not in VIEWS:
@@ -215,7 +219,7 @@ def run_case(case: AuditCase, trials: int, seed: int = 0, alpha: float = 0.05) -
     if trials < 10:
         raise ValueError(f"trials must be >= 10, got {trials}")
     with tempfile.TemporaryDirectory(prefix="fedbandits-audit-") as tmp:
-        d_path, d2_path = write_neighbours(tmp, case.dataset, case.horizon)
+        d_path, d2_path = write_neighbours(tmp, case.dataset, case.horizon, case.history)
         clones = [d_path] * (case.agents - 1)
         # paired trials: the same noise seeds on both datasets; fit on runs [0, n), count on [n, 2n)
         views_d, report = play(case, [d_path, *clones], 2 * trials, seed)
@@ -319,6 +323,17 @@ def default_cases() -> list[AuditCase]:
             agents=2,
         )
     )
+    for protocol, view, agents in (("ldp", "messages", 1), ("distributed-dp", "aggregate", 2)):
+        cases.append(
+            AuditCase(
+                f"FedLinUCB {protocol} lazy, user-level (m = {USER_HISTORY})",
+                _fedlinucb(protocol, True, privacy_unit="user", max_contributions=USER_HISTORY),
+                view,
+                dataset="user-history",
+                agents=agents,
+                history=USER_HISTORY,
+            )
+        )
     cases.append(
         AuditCase(
             "FedLinUCB-async ldp-prefix lazy, period trigger",

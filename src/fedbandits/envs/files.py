@@ -15,7 +15,10 @@ listed when the parameters are built, so the config saved with a run names the f
 File formats
 ------------
 ``.npz`` (``numpy.savez``): arrays ``features`` (N, K, d) and ``rewards`` (N, K), real and finite,
-N, K, d >= 1; other arrays in the archive are ignored; pickled objects are refused.
+N, K, d >= 1; optionally ``user_ids`` (N,), non-negative integers naming the person behind each row
+(returning users: rows with the same id are one user's visits, what user-level privacy bounds; ids
+are per silo, and either every file has them or none); other arrays in the archive are ignored;
+pickled objects are refused.
 
 ``.csv``: a header ``user,arm,reward,<d feature names>`` (the first three names exactly these, at
 least one feature column, names unique), then one line per (user, arm)::
@@ -221,6 +224,9 @@ class AgentData:
     path: str
     features: np.ndarray
     rewards: np.ndarray
+    #: (N,) int64 in [0, distinct users): who is behind each row, numbered densely in order of first
+    #: appearance (None: every row is its own user)
+    user_ids: np.ndarray | None = None
 
     @property
     def users(self) -> int:
@@ -235,8 +241,27 @@ def read_data_file(path: str | os.PathLike[str]) -> AgentData:
         raise ValueError(
             f"data file {name}: unsupported suffix {Path(name).suffix!r}; supported: {', '.join(SUFFIXES)}"
         )
-    features, rewards = _read_npz(name) if suffix == ".npz" else _read_csv(name)
-    return AgentData(name, features, rewards)
+    user_ids = None
+    if suffix == ".npz":
+        features, rewards, user_ids = _read_npz(name)
+    else:
+        features, rewards = _read_csv(name)
+    return AgentData(name, features, rewards, user_ids)
+
+
+def _dense_user_ids(name: str, raw: np.ndarray, rows: int) -> np.ndarray:
+    """An npz file's ``user_ids``: (N,) integers >= 0, renumbered 0.. in order of first appearance."""
+    if raw.shape != (rows,) or raw.dtype.kind not in "iu":
+        raise ValueError(
+            f"data file {name}: user_ids must be an integer array of shape (N,) = ({rows},), got "
+            f"{raw.dtype} {raw.shape}"
+        )
+    if raw.size and int(raw.min()) < 0:
+        raise ValueError(f"data file {name}: user_ids must be >= 0, got {int(raw.min())}")
+    _, first, inverse = np.unique(raw, return_index=True, return_inverse=True)
+    rank = np.empty_like(first)
+    rank[np.argsort(first, kind="stable")] = np.arange(first.size)
+    return rank[inverse].astype(np.int64)
 
 
 def _as_float32(name: str, what: str, arr: np.ndarray) -> np.ndarray:
@@ -264,7 +289,7 @@ def _check_shapes(name: str, features: np.ndarray, rewards: np.ndarray) -> None:
         )
 
 
-def _read_npz(name: str) -> tuple[np.ndarray, np.ndarray]:
+def _read_npz(name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     try:
         with open(name, "rb") as fh:
             if not zipfile.is_zipfile(fh):
@@ -281,12 +306,14 @@ def _read_npz(name: str) -> tuple[np.ndarray, np.ndarray]:
                 except ValueError as exc:  # object arrays: refused, never unpickled
                     raise ValueError(f"array {key!r}: {exc}; only numeric arrays are read") from None
             features, rewards = arrays
+            raw_ids = data["user_ids"] if "user_ids" in data.files else None
     except OSError as exc:
         raise ValueError(f"data file {name}: cannot read it: {exc.strerror or exc}") from None
     except (ValueError, EOFError, zipfile.BadZipFile) as exc:
         raise ValueError(f"data file {name}: {exc}") from None
     _check_shapes(name, features, rewards)
-    return _as_float32(name, "features", features), _as_float32(name, "rewards", rewards)
+    user_ids = None if raw_ids is None else _dense_user_ids(name, raw_ids, rewards.shape[0])
+    return _as_float32(name, "features", features), _as_float32(name, "rewards", rewards), user_ids
 
 
 def _read_text(name: str) -> list[str]:
@@ -388,12 +415,14 @@ def write_data_file(
     features: np.ndarray,
     rewards: np.ndarray,
     feature_names: Sequence[str] | None = None,
+    user_ids: np.ndarray | None = None,
 ) -> Path:
     """Write features (N, K, d) and expected rewards (N, K) as ``.npz`` or ``.csv`` (by suffix).
 
     Values are stored as float32 (what :func:`read_data_file` returns); CSV numbers use ``%.9g``,
     enough digits for every float32 to read back exactly.  Users are numbered 0..N-1 in CSV and
-    features named ``feature_names`` (default x0, x1, ...).  The file is replaced atomically.
+    features named ``feature_names`` (default x0, x1, ...).  ``user_ids`` (N,) non-negative integers
+    (``.npz`` only): who is behind each row, for returning users.  The file is replaced atomically.
     """
     out = Path(path)
     name = str(out)
@@ -403,6 +432,13 @@ def write_data_file(
     x, mu = np.asarray(features), np.asarray(rewards)
     _check_shapes(name, x, mu)
     x, mu = _as_float32(name, "features", x), _as_float32(name, "rewards", mu)
+    ids = None
+    if user_ids is not None:
+        if suffix != ".npz":
+            raise ValueError(f"data file {name}: user_ids are stored in .npz files only")
+        ids = np.asarray(user_ids)
+        _dense_user_ids(name, ids, x.shape[0])  # validates
+        ids = ids.astype(np.int64)
     d = x.shape[2]
     names = [f"x{j}" for j in range(d)] if feature_names is None else [str(v) for v in feature_names]
     if len(names) != d or not all(names) or len(set(names)) != d:
@@ -418,7 +454,10 @@ def write_data_file(
     try:
         with open(tmp, "xb") as fh:
             if suffix == ".npz":
-                np.savez_compressed(fh, features=x, rewards=mu)
+                if ids is None:
+                    np.savez_compressed(fh, features=x, rewards=mu)
+                else:
+                    np.savez_compressed(fh, features=x, rewards=mu, user_ids=ids)
             else:
                 fh.write(_csv_text(x, mu, names).encode("utf-8"))
         os.replace(tmp, out)
@@ -500,6 +539,15 @@ class DataFiles(Environment):
         self._offsets = np.concatenate([[0], np.cumsum(self.users)[:-1]]).astype(np.intp)
         self._x = np.concatenate([a.features for a in data])  # (sum N_i, K, d)
         self._mu = np.concatenate([a.rewards for a in data])  # (sum N_i, K)
+        with_ids = [a.user_ids is not None for a in data]
+        if any(with_ids) and not all(with_ids):
+            missing = next(a.path for a in data if a.user_ids is None)
+            raise ValueError(
+                f"data file {missing} has no user_ids, but other silos' files have: give every file its own"
+            )
+        ids = [a.user_ids for a in data if a.user_ids is not None]
+        self._user_ids = np.concatenate(ids) if ids else None
+        self.n_users = max(int(u.max()) + 1 for u in ids) if ids else 0
         self.rounds_available: int | None = None if self.cycle else int(self.users.min())
 
         norms = np.linalg.norm(self._x.astype(np.float64), axis=-1)
@@ -594,7 +642,8 @@ class DataFiles(Environment):
         np.take(self._mu, rows, axis=0, out=self._means)
         self._noise[...] = self._noise_block[:, b, :]
         self.t += 1
-        return Round(self._features, self._means, self._noise)
+        users = self._user_ids[rows] if self._user_ids is not None else None
+        return Round(self._features, self._means, self._noise, users=users)
 
     def rewards(self, means: np.ndarray, noise: np.ndarray) -> np.ndarray:
         """Expected reward plus the round's already scaled Gaussian noise, (R, M) float64."""

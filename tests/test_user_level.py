@@ -1,0 +1,309 @@
+"""User-level privacy: returning users, contribution bounding, the user-level calibration, its audit rows."""
+
+import itertools
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+from fedbandits import ConfigError, config_from_dict
+from fedbandits.algorithms.fedlinucb import RETURNING_NOT_COVERED, FedLinUCB, FedLinUCBParams
+from fedbandits.audit.releases import AuditCase, _fedlinucb, run_case
+from fedbandits.envs.base import Environment, Round
+from fedbandits.envs.files import DataFiles, DataFilesParams, read_data_file, write_data_file
+from fedbandits.envs.synthetic import GaussianSphere, GaussianSphereParams
+from fedbandits.privacy.calibration import PrivacySpec, calibrate
+from fedbandits.privacy.distributed_noise import calibrate_distributed, composed_epsilon, user_releases
+from fedbandits.privacy.tree import nodes_containing
+from fedbandits.registry import ALGORITHMS, PolicyContext
+from fedbandits.sim.results import PrivacyUnitWarning
+from fedbandits.sim.runner import run_experiment
+
+SPHERE = {"name": "gaussian-sphere", "agents": 3, "arms": 5, "dim": 3}
+
+
+# -- contribution bounding ------------------------------------------------------------------------
+
+
+class _Scripted(Environment):
+    """One silo, one arm: round t serves user ``users[t]`` with the feature ``x[t]`` and reward 0."""
+
+    name = "scripted"
+
+    def __init__(self, x: np.ndarray, users: list[int], n_users: int) -> None:
+        super().__init__([np.random.default_rng(0)], 1, 1, x.shape[1])
+        self.x, self.users, self.n_users, self.t = x, users, n_users, 0
+
+    def next_round(self) -> Round:
+        t = self.t
+        self.t += 1
+        features = self.x[t][None, None, None, :].astype(np.float32)
+        return Round(
+            features, np.zeros((1, 1, 1), dtype=np.float32), np.zeros((1, 1)), users=np.array([[self.users[t]]])
+        )
+
+    def rewards(self, means: np.ndarray, noise: np.ndarray) -> np.ndarray:
+        return np.asarray(means, dtype=np.float64)
+
+
+def _fed(env: Environment, horizon: int, **fields: object) -> FedLinUCB:
+    params = FedLinUCBParams(protocol="ldp", batch=horizon, epsilon=1.0, delta=1e-5, **fields)
+    ctx = PolicyContext(1, 1, 1, env.dim, horizon, [np.random.default_rng(1)], env=env)
+    policy = ALGORITHMS["fedlinucb"].factory(params, ctx)
+    assert isinstance(policy, FedLinUCB)
+    return policy
+
+
+def test_contribution_bounding_drops_exactly_the_contributions_over_the_cap():
+    """Users 0, 1, 0, 2, 0, 1, 0 with m = 2: user 0's third and fourth visits (rounds 5 and 7) are dropped,
+    nothing else.  Each round's feature is a distinct basis-like vector, so the batch Gram matrix W shows
+    exactly which contributions entered it."""
+    users = [0, 1, 0, 2, 0, 1, 0]
+    x = np.eye(7)[:, :7] * np.arange(1, 8)[:, None] / 8.0  # round t: (t+1)/8 e_t, norm <= 1 (no clipping)
+    env = _Scripted(x, users, n_users=3)
+    policy = _fed(env, 7, privacy_unit="user", max_contributions=2)
+    for _ in users:
+        policy.step(env.next_round(), env)
+        if policy.t < 7:
+            kept_so_far = policy.local_cov[0, 0].copy()
+    kept = [0, 1, 2, 3, 5]  # rounds 1, 2, 3, 4, 6 (0-based 0, 1, 2, 3, 5)
+    expected = sum(np.outer(x[t], x[t]) for t in kept)
+    np.testing.assert_allclose(kept_so_far, expected)  # after round 6 (the sync empties it at round 7)
+    assert policy.dropped_contributions == 2
+    report = policy.report()
+    assert report["dropped_contributions"] == 2 and report["max_user_visits"] == 4
+    assert report["privacy_unit"] == "user, up to 2 contributions"
+    # per interaction: nothing dropped, and the report says a returning user is not covered
+    env = _Scripted(x, users, n_users=3)
+    plain = _fed(env, 7)
+    for _ in users:
+        plain.step(env.next_round(), env)
+    assert plain.dropped_contributions == 0
+    assert plain.report()["privacy_unit"] == RETURNING_NOT_COVERED and plain.report()["max_user_visits"] == 4
+
+
+# -- the calibration ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mechanism", ["tree", "factorized"])
+def test_gaussian_user_level_noise_is_m_times_the_interaction_noise(mechanism):
+    """Tight calibration: mu is linear in the sensitivity, so the user-level noise for m contributions is
+    exactly m times the interaction-level noise at the same (eps, delta), and spends exactly the target."""
+    for m in (2, 5):
+        base = calibrate(PrivacySpec("ldp", 1.0, 1e-5, mechanism=mechanism), agents=4, horizon=400, batch=25)
+        user = calibrate(
+            PrivacySpec("ldp", 1.0, 1e-5, mechanism=mechanism, contributions=m), agents=4, horizon=400, batch=25
+        )
+        assert user.sigma_cov == pytest.approx(m * base.sigma_cov, rel=1e-12)
+        assert user.sigma_bias == pytest.approx(m * base.sigma_bias, rel=1e-12)
+        assert user.epsilon_spent == pytest.approx(1.0, rel=1e-6) and user.guarantee == "formal"
+        assert user.details["unit"] == f"user, up to {m} contributions" and base.details["unit"] == "interaction"
+
+
+def test_distributed_user_releases_dominate_every_placement_of_the_contributions():
+    """K = 8 releases (4 tree levels), m = 3 contributions of one user in batches j1 <= j2 <= j3: for every
+    placement, the three totals Prop. 14's bounds grow with -- sum l2^2, sum l2, sum l1 -- and the number of
+    touched releases are at most those of :func:`user_releases`' profile; all in one batch attains the l2^2
+    total.  So the composed epsilon of every placement is at most the profile's."""
+    releases, m, width = 8, 3, 5
+    a, b, a1, b1 = 7.0, math.sqrt(width), 9.0, float(width)
+    nodes = 4
+    profile = user_releases(a + b, a1 + b1, width, nodes, m)
+    bound = [
+        sum(c * l2**2 for l2, _, c in profile),
+        sum(c * l2 for l2, _, c in profile),
+        sum(c * l1 for _, l1, c in profile),
+        sum(c for _, _, c in profile),
+    ]
+    attained = False
+    for batches in itertools.combinations_with_replacement(range(1, releases + 1), m):
+        counts: dict[int, int] = {}
+        for j in batches:
+            for node in nodes_containing(j, releases):
+                counts[node] = counts.get(node, 0) + 1
+        totals = [
+            sum((n * a + b) ** 2 for n in counts.values()),
+            sum(n * a + b for n in counts.values()),
+            sum(n * a1 + b1 for n in counts.values()),
+            len(counts),
+        ]
+        assert all(t <= bnd * (1 + 1e-12) for t, bnd in zip(totals, bound, strict=True)), batches
+        attained |= math.isclose(totals[0], nodes * (m * a + b) ** 2)
+        placed = tuple((n * a + b, n * a1 + b1, 1) for n in counts.values())
+        assert composed_epsilon(2.0, 3, placed, width, 1e-5) <= composed_epsilon(2.0, 3, profile, width, 1e-5) + 1e-12
+    assert attained
+    assert user_releases(a + b, a1 + b1, width, nodes, 1) == ((a + b, a1 + b1, nodes),)
+
+
+def test_distributed_user_level_calibration_meets_its_target():
+    base = calibrate_distributed(PrivacySpec("distributed-dp", 1.0, 1e-5), agents=5, horizon=400, batch=25, dim=3)
+    user = calibrate_distributed(
+        PrivacySpec("distributed-dp", 1.0, 1e-5, contributions=4), agents=5, horizon=400, batch=25, dim=3
+    )
+    assert user.epsilon_worst <= 1.0 and user.guarantee == "formal" and user.contributions == 4
+    # the share grows about m-fold (a bit less: the rounding term is paid once per release, not per visit)
+    assert 3.5 < user.share_sigma / base.share_sigma <= 4.0
+    assert user.report()["privacy_unit"] == "user, up to 4 contributions"
+
+
+# -- the audit ------------------------------------------------------------------------------------
+
+
+def test_user_level_audit_rows_flag_too_little_noise():
+    """The user-history neighbours (one user's 4 visits in the first batch) at eps = 2, delta = 1e-5: the
+    user-level calibration with 0.3x its noise is the ldp lazy case of test_audit_privacy.py scaled by
+    m = 4 in both the change and the noise, so the same arithmetic applies (mu 1.45, a bound ~2.7 > 2
+    over 3000 trials); with its calibrated noise it stays consistent."""
+    algorithm = _fedlinucb("ldp", True, epsilon=2.0, privacy_unit="user", max_contributions=4)
+    shrunk = run_case(
+        AuditCase("x0.3", algorithm, "messages", dataset="user-history", history=4, noise_scale=0.3), 3000
+    )
+    assert shrunk.guarantee == "formal" and shrunk.verdict == "violated" and shrunk.epsilon_lower_bound > 2.0
+    honest = run_case(AuditCase("x1", algorithm, "messages", dataset="user-history", history=4), 3000)
+    assert honest.verdict == "consistent"
+
+
+def test_distributed_user_level_audit_flags_too_little_noise():
+    """distributed-dp, 2 silos, m = 4, eps = 1: with 0.3x the shares the server's sums separate the
+    user-history neighbours beyond eps = 1 (measured 1.26 over 3000 trials; a true (1, 1e-5) mechanism
+    exceeds its claim with probability <= alpha = 5%, and the seed is fixed)."""
+    algorithm = _fedlinucb("distributed-dp", True, privacy_unit="user", max_contributions=4)
+    case = AuditCase("ddp x0.3", algorithm, "aggregate", dataset="user-history", history=4, agents=2, noise_scale=0.3)
+    shrunk = run_case(case, 3000)
+    assert shrunk.verdict == "violated" and shrunk.epsilon_lower_bound > 1.0
+
+
+def test_a_per_interaction_guarantee_does_not_cover_a_returning_user():
+    """The same neighbours against the interaction-level calibration (eps = 1): one user's 4 visits move
+    the releases 4 times what the noise is calibrated for (mu^2 x 16), and 3000 trials refute eps = 1
+    for that user (measured bound 1.66), though the per-interaction label is right."""
+    row = run_case(AuditCase("x", _fedlinucb("ldp", True), "messages", dataset="user-history", history=4), 3000)
+    assert row.guarantee == "formal" and row.epsilon_lower_bound > 1.0
+
+
+# -- environments -----------------------------------------------------------------------------------
+
+
+def test_returning_users_leave_the_instance_unchanged_and_follow_their_visit_law():
+    """Same seed with and without returning users: the same contexts and noise, bit for bit (the ids come
+    from their own stream).  Uniform over 4 users, 2000 rounds x 3 silos x 2 runs = 12,000 visits: a
+    chi-square test of uniformity (3 dof) stays below its 99.9% quantile 16.27.  Zipf s = 1.5: user 0 is
+    visited 1 / H(1.5) = 0.52 of the time (3 std of 12,000 draws: 0.014)."""
+    rngs = lambda: [np.random.default_rng([5, r]) for r in range(2)]  # noqa: E731
+    plain = GaussianSphere(rngs(), GaussianSphereParams(agents=3, arms=4, dim=3))
+    uniform = GaussianSphere(rngs(), GaussianSphereParams(agents=3, arms=4, dim=3, returning_users=4))
+    zipf = GaussianSphere(
+        rngs(), GaussianSphereParams(agents=3, arms=4, dim=3, returning_users=4, visits="zipf", zipf_exponent=1.5)
+    )
+    seen_u, seen_z = [], []
+    for _ in range(2000):
+        a, b, c = plain.next_round(), uniform.next_round(), zipf.next_round()
+        np.testing.assert_array_equal(a.features, b.features)
+        np.testing.assert_array_equal(a.noise, c.noise)
+        assert a.users is None
+        seen_u.append(b.users.copy())
+        seen_z.append(c.users.copy())
+    counts = np.bincount(np.concatenate(seen_u).ravel(), minlength=4)
+    assert counts.sum() == 12000 and ((counts - 3000) ** 2 / 3000).sum() < 16.27
+    share = (np.concatenate(seen_z).ravel() == 0).mean()
+    h = sum(1 / u**1.5 for u in range(1, 5))
+    assert abs(share - 1 / h) < 0.014
+
+
+def test_data_files_carry_user_ids(tmp_path):
+    x = np.zeros((5, 2, 2), dtype=np.float32)
+    mu = np.zeros((5, 2), dtype=np.float32)
+    path = write_data_file(tmp_path / "a.npz", x, mu, user_ids=np.array([70, 9, 70, 3, 9]))
+    assert read_data_file(path).user_ids.tolist() == [0, 1, 0, 2, 1]  # dense, in order of first appearance
+    env = DataFiles([np.random.default_rng(0)], DataFilesParams(paths=(str(path),), order="file"))
+    assert env.n_users == 3
+    assert [int(env.next_round().users[0, 0]) for _ in range(5)] == [0, 1, 0, 2, 1]
+    other = write_data_file(tmp_path / "b.npz", x, mu)
+    with pytest.raises(ValueError, match="has no user_ids, but other silos' files have"):
+        DataFiles([np.random.default_rng(0)], DataFilesParams(paths=(str(path), str(other)), agents=2))
+    for bad, message in ((np.array([1.5] * 5), "integer array"), (np.array([1, -2, 3, 4, 5]), ">= 0")):
+        np.savez(tmp_path / "bad.npz", features=x, rewards=mu, user_ids=bad)
+        with pytest.raises(ValueError, match=message):
+            read_data_file(tmp_path / "bad.npz")
+    with pytest.raises(ValueError, match=r"in \.npz files only"):
+        write_data_file(tmp_path / "a.csv", x, mu, user_ids=np.arange(5))
+
+
+# -- runs and bad input ---------------------------------------------------------------------------
+
+
+def test_a_run_reports_its_unit_and_warns_when_returning_users_are_not_covered():
+    config = config_from_dict(
+        {
+            "experiment": {"seed": 2, "runs": 2, "horizon": 100},
+            "environment": {**SPHERE, "returning_users": 5},
+            "algorithms": [
+                {"name": "fedlinucb", "label": "per-interaction", "protocol": "ldp", "batch": 10},
+                {
+                    "name": "fedlinucb",
+                    "label": "user",
+                    "protocol": "distributed-dp",
+                    "batch": 10,
+                    "privacy_unit": "user",
+                    "max_contributions": 10,
+                },
+            ],
+        }
+    )
+    results = run_experiment(config)
+    per, user = results.algorithms["per-interaction"].report, results.algorithms["user"].report
+    assert per["privacy_unit"] == RETURNING_NOT_COVERED and per["dropped_contributions"] == 0
+    # 100 rounds over 5 users: 20 visits each on average, so a cap of 10 drops about half
+    assert user["privacy_unit"] == "user, up to 10 contributions"
+    assert 0 < user["dropped_contributions"] < 2 * 3 * 100 and user["max_user_visits"] >= 20
+    (line,) = results.privacy_unit_warnings()
+    assert "'per-interaction' protects each interaction" in line and "privacy_unit = 'user'" in line
+    import fedbandits
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fedbandits.run(config, runs=1)
+    assert any(issubclass(w.category, PrivacyUnitWarning) for w in caught)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"protocol": "ldp", "privacy_unit": "person"}, "privacy_unit must be one of 'interaction', 'user'"),
+        ({"protocol": "ldp", "privacy_unit": "user", "max_contributions": 0}, "max_contributions must be"),
+        ({"protocol": "ldp", "privacy_unit": "user", "max_contributions": 2.5}, "max_contributions must be"),
+        ({"protocol": "ldp", "max_contributions": 3}, "max_contributions applies to privacy_unit 'user' only"),
+        ({"privacy_unit": "user"}, "privacy_unit 'user' applies to private protocols"),
+        (
+            {"protocol": "sdp-amplification", "privacy_unit": "user", "max_contributions": 2},
+            "privacy_unit 'user' needs",
+        ),
+        (
+            {"protocol": "ldp", "privacy_unit": "user", "max_contributions": 2, "calibration": "paper"},
+            "privacy_unit 'user' needs",
+        ),
+        (
+            {"protocol": "distributed-dp", "privacy_unit": "user", "max_contributions": 2, "mechanism": "factorized"},
+            "privacy_unit 'user' needs",
+        ),
+    ],
+)
+def test_bad_unit_parameters_are_refused_in_one_line(fields, message):
+    with pytest.raises(ValueError, match=message) as err:
+        FedLinUCBParams(**fields)
+    assert "\n" not in str(err.value)
+
+
+def test_user_level_without_user_ids_is_refused_before_anything_runs():
+    base = {"experiment": {"runs": 1, "horizon": 20}, "environment": SPHERE}
+    user = {"name": "fedlinucb", "protocol": "ldp", "batch": 10, "privacy_unit": "user", "max_contributions": 2}
+    with pytest.raises(ConfigError, match=r"algorithms\[1\]\.privacy_unit: 'user' needs user ids.*returning_users > 0"):
+        config_from_dict({**base, "algorithms": [user]})
+    for bad in (0, -1, 1.5):
+        with pytest.raises(ConfigError, match="returning_users"):
+            config_from_dict({**base, "environment": {**SPHERE, "returning_users": bad}, "algorithms": [user]})
+    with pytest.raises(ConfigError, match="visits must be one of 'uniform', 'zipf'"):
+        config_from_dict(
+            {**base, "environment": {**SPHERE, "returning_users": 3, "visits": "poisson"}, "algorithms": [user]}
+        )
