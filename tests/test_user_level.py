@@ -307,3 +307,32 @@ def test_user_level_without_user_ids_is_refused_before_anything_runs():
         config_from_dict(
             {**base, "environment": {**SPHERE, "returning_users": 3, "visits": "poisson"}, "algorithms": [user]}
         )
+
+
+def test_the_clustered_instance_serves_its_real_users_and_others_refuse_the_user_unit():
+    """clustered-synthetic's rounds carry the arriving user (the ids the FCLUB baselines serve), so FedLinUCB
+    bounds per user there; gap-instance has no users per round: refused in one line."""
+    env = {"name": "clustered-synthetic", "users": 6, "clusters": 2, "agents": 2, "dim": 3, "arms": 4}
+    user = {"name": "fedlinucb", "protocol": "ldp", "batch": 10, "privacy_unit": "user", "max_contributions": 3}
+    config = config_from_dict(
+        {"experiment": {"seed": 1, "runs": 1, "horizon": 60}, "environment": env, "algorithms": [user]}
+    )
+    report = next(iter(run_experiment(config).algorithms.values())).report
+    # the default 'single' arrivals: one of the 6 users per round, so 60 visits; the cap keeps 3 of each
+    # user's visits, and each user's count is read from a second copy of the environment
+    from fedbandits.registry import ENVIRONMENTS
+    from fedbandits.sim.seeding import env_rngs
+
+    twin = ENVIRONMENTS["clustered-synthetic"].factory(config.environment.params, env_rngs(1, [0]))
+    visits = np.bincount(np.concatenate([twin.next_round().users.ravel() for _ in range(60)]), minlength=6)
+    assert report["observations"] == 60 == visits.sum()
+    assert report["max_user_visits"] == visits.max()
+    assert report["dropped_contributions"] == np.maximum(visits - 3, 0).sum()
+    with pytest.raises(ConfigError, match="environment 'gap-instance' carries none"):
+        config_from_dict(
+            {
+                "experiment": {"runs": 1, "horizon": 20},
+                "environment": {"name": "gap-instance", "agents": 2, "arms": 4, "dim": 2},
+                "algorithms": [user],
+            }
+        )

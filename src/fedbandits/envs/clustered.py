@@ -88,6 +88,9 @@ class ClusteredSyntheticParams:
         if self.dim == 2 and self.clusters > 2:
             raise ValueError(f"clusters must be <= 2 when dim = 2 (two unit directions in R^1), got {self.clusters}")
 
+    #: whether rounds carry user ids (what user-level privacy needs): every round serves one of the instance's users
+    user_ids = True
+
 
 def separated_directions(rng: np.random.Generator, m: int, dim: int, gap: float) -> np.ndarray:
     """m cluster vectors theta_j = (w_j, 1)/sqrt(2) with pairwise distance >= gap, (m, dim) float32.
@@ -174,7 +177,9 @@ class ClusteredSynthetic(Environment):
         b = self._next
         self._next = b + 1
         self.last_users = self._users[b]
-        return Round(self._features[b], self._means[b], self._noise[b], self._arm_rewards[b], self._features64[b])
+        return Round(
+            self._features[b], self._means[b], self._noise[b], self._arm_rewards[b], self._features64[b], self._users[b]
+        )
 
     def _draw_block(self) -> None:
         """The next B rounds: each run's draws in round order, then the items and means of all at once."""

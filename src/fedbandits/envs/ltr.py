@@ -148,6 +148,9 @@ class LearningToRankParams:
         check_choice("truncated_last_query", self.truncated_last_query, TRUNCATION_RULES)
         require_extra("sklearn", "data", "environment 'learning-to-rank' (the Lasso fit of theta*)")
 
+    #: whether rounds carry user ids (what user-level privacy needs): queries are not attributed to users
+    user_ids = False
+
 
 class LearningToRank(Environment):
     """Learning to rank (Zhou & Chowdhury 2023, sec. 6): queries are contexts, documents arms, theta* a Lasso.

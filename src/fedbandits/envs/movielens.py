@@ -433,6 +433,10 @@ class MovieLensLinearParams:
     def __post_init__(self) -> None:
         _check_common(self)
 
+    #: whether rounds carry user ids (what user-level privacy needs): items are drawn for the kept users'
+    #: mean taste, no user per round
+    user_ids = False
+
 
 @dataclass(frozen=True)
 class MovieLensClustersParams:
@@ -465,6 +469,9 @@ class MovieLensClustersParams:
         check_int("split_seed", self.split_seed, low=0)
         check_int("cluster_seed", self.cluster_seed, low=0)
         check_choice("arrivals", self.arrivals, ARRIVALS)
+
+    #: whether rounds carry user ids (what user-level privacy needs): every round serves one of the kept (real) users
+    user_ids = True
 
 
 class _MovieLensEnvironment(Environment):
@@ -510,7 +517,11 @@ class _MovieLensEnvironment(Environment):
             self._draw(r, rng)
         np.take(self.item_features, self.last_items, axis=0, out=self._features)
         self._fill_means()
-        return Round(self._features, self._means, self._noise)
+        return Round(self._features, self._means, self._noise, users=self._round_users())
+
+    def _round_users(self) -> np.ndarray | None:
+        """The users this round serves (:attr:`Round.users`), if the instance has users per round."""
+        return None
 
     @staticmethod
     def _reward_table(items: np.ndarray, prefs: np.ndarray) -> np.ndarray:
@@ -640,6 +651,9 @@ class MovieLensClusters(_MovieLensEnvironment):
             slot = rng.integers(0, self._server_sizes)
             self.last_users[r] = self._server_table[self._agent_index, slot]
         super()._draw(r, rng)
+
+    def _round_users(self) -> np.ndarray | None:
+        return self.last_users  # the real (kept) users, dense ids 0..n_users-1
 
     def _fill_means(self) -> None:
         cluster = self.user_cluster[self.last_users]

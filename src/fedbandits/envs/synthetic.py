@@ -166,6 +166,9 @@ class GapInstanceParams:
         check_int("arms", self.arms, low=2, high=self.dim**2)
         check_float("gap", self.gap, low=0.0, high=0.3, low_open=True)
 
+    #: whether rounds carry user ids (what user-level privacy needs): every interaction is its own user
+    user_ids = False
+
 
 class GapInstance(Environment):
     """Dubey & Pentland (2020), section 4.4: a fixed gap between the best arm and the rest.
