@@ -223,3 +223,31 @@ def test_frontier_sweeps_the_private_async_variants_and_leaves_the_plain_one_out
     assert labels[:2] == ["period @ eps=0.5", "period @ eps=2"] and "plain" not in " ".join(labels)
     params = {a.label: a.params for a in plan.config.algorithms}["period @ eps=2"]
     assert isinstance(params, AsyncFedLinUCBParams) and params.epsilon == 2.0 and params.trigger == "period"
+
+
+def test_a_claim_within_a_factor_tests_the_scaled_differences():
+    """Regret 3 +- 0.1 against 2: below 2 x 2 (differences 1.1, 0.9, 1.0: t = 17.3 > 2.92), not below 2 itself
+    (the opposite is significant); a factor on a 'decreasing' claim is refused."""
+    from fedbandits.experiments.claims import NOT_REPRODUCED, REPRODUCED, check
+
+    table = {"a": [2.9, 3.1, 3.0], "b": [2.0, 2.0, 2.0]}
+    within = check("lower_than", table, ("a", "b"), factor=2.0)
+    assert within.status == REPRODUCED and "2 x b" in within.explanation
+    assert within.numbers["mean difference (b - a)"] == pytest.approx(1.0)
+    assert check("lower_than", table, ("a", "b")).status == NOT_REPRODUCED
+    with pytest.raises(ValueError, match="claim kind"):
+        check("decreasing", table, ("a", "b"), factor=2.0)
+
+
+def test_the_uniform_cube_is_the_authors_instance():
+    """theta* = ones / sqrt(d) in every run, arm entries in [-1/sqrt(d), 1/sqrt(d)] (so ||x|| <= 1), expected
+    rewards <x, theta*> from the float32 features, and the mean entry near 0 (uniform)."""
+    from fedbandits.envs.synthetic import UniformCube, UniformCubeParams
+
+    env = UniformCube([np.random.default_rng(r) for r in range(2)], UniformCubeParams(agents=3, arms=25, dim=15))
+    np.testing.assert_allclose(env.theta, np.full(15, 1 / math.sqrt(15)), rtol=1e-6)
+    rnd = env.next_round()
+    bound = 1 / math.sqrt(15)
+    assert rnd.features.shape == (2, 3, 25, 15) and np.abs(rnd.features).max() <= bound * (1 + 1e-6)
+    np.testing.assert_allclose(rnd.means, rnd.features @ env.theta, rtol=1e-5)
+    assert abs(float(rnd.features.mean())) < 0.02  # 2,250 uniforms of std 0.149: 5 std = 0.016

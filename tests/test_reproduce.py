@@ -125,6 +125,16 @@ def test_registry_configs_are_valid(name: str, scale: str) -> None:
             assert (config.experiment.runs, config.experiment.horizon) == (10, 500_000)
             assert config.environment.params.agents == 5
         return
+    if name.startswith("he-"):  # the authors' code's setting: 30,000 interactions of M = 50, 20 repetitions
+        assert exp.paper.startswith("He, Wang, Min & Gu") and config.environment.name == "uniform-cube"
+        if scale in ("paper", "published"):
+            assert (config.experiment.runs, config.experiment.horizon, config.environment.params.agents) == (
+                20,
+                600,
+                50,
+            )
+            assert (config.environment.params.dim, config.environment.params.arms) == (15, 25)
+        return
     assert exp.figure.startswith(("Figure 2", "Figure 3")) and exp.paper.startswith("Zhou & Chowdhury")
     mslr = name in ("zhou-fig2c", "zhou-fig3c", "zhou-fig3d")
     assert config.environment.name == ("learning-to-rank" if mslr else "gaussian-sphere")

@@ -52,7 +52,14 @@ from fedbandits.envs.movielens import (
     MovieLensLinear,
     MovieLensLinearParams,
 )
-from fedbandits.envs.synthetic import GapInstance, GapInstanceParams, GaussianSphere, GaussianSphereParams
+from fedbandits.envs.synthetic import (
+    GapInstance,
+    GapInstanceParams,
+    GaussianSphere,
+    GaussianSphereParams,
+    UniformCube,
+    UniformCubeParams,
+)
 from fedbandits.plugins import ALGORITHMS, ENVIRONMENTS, PROTOCOLS, Entry, NoParams, ProtocolEntry, Table
 from fedbandits.privacy.calibration import NoiseCalibration
 from fedbandits.privacy.distributed_noise import DistributedCalibration
@@ -185,6 +192,7 @@ _ENVIRONMENTS: dict[str, Entry] = {
     for cls, params in (
         (GaussianSphere, GaussianSphereParams),
         (GapInstance, GapInstanceParams),
+        (UniformCube, UniformCubeParams),
         (MovieLensLinear, MovieLensLinearParams),
         (MovieLensClusters, MovieLensClustersParams),
         (LearningToRank, LearningToRankParams),

@@ -224,3 +224,56 @@ class GapInstance(Environment):
 
     def describe(self) -> dict[str, object]:
         return {**super().describe(), "gap": self.gap}
+
+
+@dataclass(frozen=True)
+class UniformCubeParams:
+    agents: int = field(default=50, metadata={"help": "number of agents M >= 1"})
+    arms: int = field(default=25, metadata={"help": "fresh arms per agent per round K >= 1"})
+    dim: int = field(default=15, metadata={"help": "feature dimension d >= 1"})
+    noise_sd: float = field(default=0.3, metadata={"help": "reward noise standard deviation >= 0"})
+
+    def __post_init__(self) -> None:
+        check_int("agents", self.agents, low=1)
+        check_int("arms", self.arms, low=1)
+        check_int("dim", self.dim, low=1)
+        check_float("noise_sd", self.noise_sd, low=0.0)
+
+    #: whether rounds carry user ids (what user-level privacy needs): every interaction is its own user
+    user_ids = False
+
+
+class UniformCube(Environment):
+    """He et al. (2022)'s synthetic instance, as their public code builds it (uclaml/FedLinUCB).
+
+    theta* = (1, ..., 1) / sqrt(d), the same in every run; every arm's entries are uniform in
+    [-1/sqrt(d), 1/sqrt(d)] (so ||x|| <= 1 and |<x, theta*>| <= 1), K fresh arms per agent and round;
+    rewards are <x, theta*> + N(0, noise_sd^2) with noise_sd = 0.3.  Features are float32 and the
+    expected rewards are computed from exactly those numbers (exact pseudo-regret).
+    """
+
+    name = "uniform-cube"
+    reward_range = (-1.0, 1.0)
+
+    def __init__(self, rngs: Sequence[np.random.Generator], params: UniformCubeParams) -> None:
+        super().__init__(rngs, params.agents, params.arms, params.dim)
+        self.noise_sd = params.noise_sd
+        self.scale = 1.0 / math.sqrt(self.dim)
+        self.theta = np.full(self.dim, self.scale, dtype=np.float32)
+        shape = (self.n_runs, self.n_agents, self.n_arms, self.dim)
+        self._features = np.empty(shape, dtype=np.float32)
+        self._means = np.empty(shape[:-1], dtype=np.float32)
+        self._noise = np.empty((self.n_runs, self.n_agents))
+
+    def next_round(self) -> Round:
+        for r, rng in enumerate(self.rngs):
+            self._features[r] = rng.uniform(-self.scale, self.scale, size=self._features.shape[1:])
+            rng.standard_normal(out=self._noise[r])
+        np.matmul(self._features, self.theta, out=self._means)
+        return Round(self._features, self._means, self._noise)
+
+    def rewards(self, means: np.ndarray, noise: np.ndarray) -> np.ndarray:
+        return means + self.noise_sd * noise
+
+    def describe(self) -> dict[str, object]:
+        return {**super().describe(), "noise_sd": self.noise_sd}

@@ -62,9 +62,12 @@ def critical_t(runs: int, level: float = LEVEL) -> float:
     return float(stats.t.ppf(1.0 - level, runs - 1)) if runs >= 2 else math.inf
 
 
-def lower_than(table: Table, a: str, b: str, level: float = LEVEL) -> ClaimResult:
-    """Does ``a`` end with lower regret than ``b``?  Paired one-sided t test over runs."""
+def lower_than(table: Table, a: str, b: str, level: float = LEVEL, factor: float = 1.0) -> ClaimResult:
+    """Does ``a`` end with lower regret than ``b`` (than ``factor`` times ``b``'s)?  Paired one-sided t test
+    over runs, of the differences factor b_r - a_r."""
     ra, rb = _runs(table, a), _runs(table, b)
+    if factor != 1.0:
+        rb, b = factor * rb, f"{factor:g} x {b}"
     if ra.size != rb.size:
         raise ValueError(f"{a!r} has {ra.size} runs and {b!r} {rb.size}: runs must be paired")
     n = ra.size
@@ -122,12 +125,15 @@ def decreasing(table: Table, labels: Sequence[str], level: float = LEVEL) -> Cla
     return ClaimResult(status, explanation, numbers)
 
 
-CHECKS = {"lower_than": lambda table, args: lower_than(table, *args), "decreasing": decreasing}
-
-
-def check(kind: str, table: Table, args: Sequence[str]) -> ClaimResult:
-    """Evaluate the claim ``kind`` (``lower_than`` or ``decreasing``); not applicable if a label is missing."""
+def check(kind: str, table: Table, args: Sequence[str], factor: float = 1.0) -> ClaimResult:
+    """Evaluate the claim ``kind`` (``lower_than``, with ``factor`` on its second line, or ``decreasing``);
+    not applicable if a label is missing."""
     missing = [a for a in args if a not in table]
     if missing:
         return ClaimResult(NOT_APPLICABLE, f"algorithm(s) {missing} not in this run")
-    return CHECKS[kind](table, tuple(args))
+    if kind == "lower_than":
+        a, b = args
+        return lower_than(table, a, b, factor=factor)
+    if kind == "decreasing" and factor == 1.0:
+        return decreasing(table, tuple(args))
+    raise ValueError(f"claim kind must be 'lower_than' or 'decreasing' (factor 1), got {kind!r} (factor {factor:g})")

@@ -140,14 +140,16 @@ def _run_panels(
 
 def _claims(experiment: Experiment, panels: dict[str, Results]) -> list[ClaimResult]:
     tables = claim_tables(panels)
-    return [check(c.kind, tables[c.metric], c.args) for c in experiment.claims]
+    return [check(c.kind, tables[c.metric], c.args, c.factor) for c in experiment.claims]
 
 
 def _cause_claims(experiment: Experiment, panels: dict[str, Results], wanted: list[int]) -> list[ClaimResult | None]:
     """The claims ``wanted`` whose every curve the cause run played, checked; None for the others."""
     tables = claim_tables(panels)
     return [
-        check(c.kind, tables[c.metric], c.args) if i in wanted and all(a in tables[c.metric] for a in c.args) else None
+        check(c.kind, tables[c.metric], c.args, c.factor)
+        if i in wanted and all(a in tables[c.metric] for a in c.args)
+        else None
         for i, c in enumerate(experiment.claims)
     ]
 
@@ -208,7 +210,7 @@ def run_one(
             configs = powered_configs(experiment, i, statement.runs + statement.runs_needed)
             rerun = _run_panels(configs, sub, experiment, False, **options)
             fresh = fresh_table(claim_tables(rerun)[claim.metric], statement.runs)
-            checked = check(claim.kind, fresh, claim.args)
+            checked = check(claim.kind, fresh, claim.args, claim.factor)
             outcome.powered.append(PoweredOutcome(i, statement.runs_needed, checked, sub, Cost.of(rerun.values())))
     return outcome
 

@@ -20,7 +20,8 @@ Scales:
 
 Modules: :mod:`~fedbandits.experiments.figures.common` (:class:`Experiment`, :class:`Claim`, the
 scales), one module per paper (:mod:`~fedbandits.experiments.figures.zhou`,
-:mod:`~fedbandits.experiments.figures.dubey`, :mod:`~fedbandits.experiments.figures.liu`).
+:mod:`~fedbandits.experiments.figures.dubey`, :mod:`~fedbandits.experiments.figures.liu`,
+:mod:`~fedbandits.experiments.figures.he`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from collections.abc import Callable
 
 from fedbandits.experiments.figures.common import SCALES, Cause, Claim, Experiment
 from fedbandits.experiments.figures.dubey import dubey_appfig2, dubey_fig1a, dubey_fig1b, dubey_fig1c
+from fedbandits.experiments.figures.he import he_fig
 from fedbandits.experiments.figures.liu import liu_comm, liu_fig2a, liu_fig2b
 from fedbandits.experiments.figures.zhou import (
     zhou_fig2a,
@@ -58,6 +60,7 @@ EXPERIMENTS: dict[str, Callable[..., Experiment]] = {
     "liu-fig2a": liu_fig2a,
     "liu-fig2b": liu_fig2b,
     "liu-comm": liu_comm,
+    "he-fig": he_fig,
 }
 
 

@@ -24,8 +24,8 @@ class Claim:
     """One claim of the paper, checked by :mod:`fedbandits.experiments.claims`.
 
     ``kind`` is ``"lower_than"`` (``args = (a, b)``: algorithm ``a`` ends with lower regret than
-    ``b``) or ``"decreasing"`` (``args = (label_1, label_2, ...)`` ordered by increasing epsilon:
-    regret decreases along them).
+    ``b``, or than ``factor`` times ``b``) or ``"decreasing"`` (``args = (label_1, label_2, ...)``
+    ordered by increasing epsilon: regret decreases along them).
     """
 
     text: str
@@ -33,6 +33,8 @@ class Claim:
     args: tuple[str, ...]
     #: what is compared: "regret" (final group regret) or "messages" (messages sent)
     metric: str = "regret"
+    #: ``lower_than`` only: ``a`` ends below ``factor`` times ``b`` ("within a factor of b")
+    factor: float = 1.0
 
 
 @dataclass(frozen=True)
