@@ -57,9 +57,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from fedbandits.algorithms.base import CLIPPING_COUNTS, LinUCBParams, MergeRule, Policy
+from fedbandits.algorithms.base import CLIPPING_COUNTS, ClipCounts, LinUCBParams, MergeRule, Policy
 from fedbandits.algorithms.fedlinucb import FedLinUCBParams
-from fedbandits.core.clipping import clip_norm, clip_rewards
 from fedbandits.core.ridge import raise_eigenvalues, spd_inverse
 from fedbandits.core.ucb import UCBScorer
 from fedbandits.core.validation import check_choice, check_float
@@ -201,7 +200,7 @@ class SiloTrees:
         return np.einsum("nl,lnp->np", bits.astype(np.float64), self.noisy[:, runs, silos])
 
 
-class AsyncFedLinUCB(Policy):
+class AsyncFedLinUCB(Policy, ClipCounts):
     """He et al.'s asynchronous FedLinUCB (see the module docstring), batched over runs x agents."""
 
     name = "fedlinucb-async"
@@ -264,11 +263,7 @@ class AsyncFedLinUCB(Policy):
         self.offsets = (np.arange(M) * params.batch) // M  # the period trigger's per-silo offsets
         self.scorer = UCBScorer(R * M, n_arms, d)
         self.payload_bytes = width * FLOAT_BYTES
-        self.observations = 0
-        self.feature_norm_max = 0.0
-        self.clipped_features = 0
-        self.clipped_rewards = 0
-        self.psd_repairs = 0
+        self.init_clipping()
         #: with ``record``: per round with an upload, what the server received, ``messages (R, M, P)``
         #: (zero for a silo that did not upload; ``fedbandits run --transcript``, the privacy audit)
         self.transcript: list[dict[str, object]] | None = [] if record else None
@@ -284,12 +279,7 @@ class AsyncFedLinUCB(Policy):
 
     def _observe(self, x: np.ndarray, y: np.ndarray) -> None:
         if self.private:
-            self.feature_norm_max = max(self.feature_norm_max, float(np.linalg.norm(x, axis=-1).max()))
-            x, n_x = clip_norm(x, self.params.feature_bound)
-            y, n_y = clip_rewards(y, -self.params.reward_bound, self.params.reward_bound)
-            self.observations += y.size
-            self.clipped_features += n_x
-            self.clipped_rewards += n_y
+            x, y = self.clip(x, y, self.params.feature_bound, self.params.reward_bound)
         n_tri = self._rows.size
         self.local[..., :n_tri] += x[..., self._rows] * x[..., self._cols]
         self.local[..., n_tri:] += x * y[..., None]
@@ -375,12 +365,7 @@ class AsyncFedLinUCB(Policy):
         out.update(
             {
                 "lazy": True,
-                "observations": self.observations,
-                "feature_norm_max": self.feature_norm_max,
-                "clipped": self.clipped_features + self.clipped_rewards,
-                "clipped_features": self.clipped_features,
-                "clipped_rewards": self.clipped_rewards,
-                "psd_repairs": self.psd_repairs,
+                **self.clipping_report(),
             }
         )
         return out

@@ -9,6 +9,7 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
+from fedbandits.core.clipping import clip_norm, clip_rewards
 from fedbandits.core.ucb import ConfidenceRadius
 from fedbandits.core.validation import check_array, check_float
 from fedbandits.envs.base import Environment, Round
@@ -68,6 +69,47 @@ CLIPPING_COUNTS: dict[str, MergeRule] = {
     "clipped_rewards": "sum",
     "psd_repairs": "sum",
 }
+
+
+class ClipCounts:
+    """The clipping every private learner does before data enters a release, and its counts
+    (:data:`CLIPPING_COUNTS`): the learner calls :meth:`init_clipping` once, :meth:`clip` on every
+    observation and reports :meth:`clipping_report`."""
+
+    observations: int  # (x, y) checked against the bounds: the clipped shares' denominator
+    feature_norm_max: float  # the largest norm before clipping
+    clipped_features: int
+    clipped_rewards: int
+    psd_repairs: int
+
+    def init_clipping(self) -> None:
+        self.observations = 0
+        self.feature_norm_max = 0.0
+        self.clipped_features = 0
+        self.clipped_rewards = 0
+        self.psd_repairs = 0
+
+    def clip(
+        self, x: np.ndarray, y: np.ndarray, feature_bound: float, reward_bound: float
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Features to ||x|| <= L, rewards to [-B, B], counted."""
+        self.feature_norm_max = max(self.feature_norm_max, float(np.linalg.norm(x, axis=-1).max()))
+        x, n_x = clip_norm(x, feature_bound)
+        y, n_y = clip_rewards(y, -reward_bound, reward_bound)
+        self.observations += y.size
+        self.clipped_features += n_x
+        self.clipped_rewards += n_y
+        return x, y
+
+    def clipping_report(self) -> dict[str, object]:
+        return {
+            "observations": self.observations,
+            "feature_norm_max": self.feature_norm_max,
+            "clipped": self.clipped_features + self.clipped_rewards,
+            "clipped_features": self.clipped_features,
+            "clipped_rewards": self.clipped_rewards,
+            "psd_repairs": self.psd_repairs,
+        }
 
 
 class Policy(ABC):

@@ -9,9 +9,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from fedbandits.algorithms.base import CLIPPING_COUNTS, LinUCBParams, MergeRule
+from fedbandits.algorithms.base import CLIPPING_COUNTS, ClipCounts, LinUCBParams, MergeRule
 from fedbandits.algorithms.linucb import IndependentLinUCB
-from fedbandits.core.clipping import clip_norm, clip_rewards
 from fedbandits.core.ridge import raise_eigenvalues
 from fedbandits.core.validation import check_choice, check_float, check_int
 from fedbandits.envs.base import Environment, Round
@@ -228,7 +227,7 @@ class FedLinUCBParams(LinUCBParams):
             check_noise_level(self, cal)
 
 
-class FedLinUCB(IndependentLinUCB):
+class FedLinUCB(IndependentLinUCB, ClipCounts):
     """Private-FedLinUCB (Algorithm 1) with a pluggable protocol P = (R, S, A).
 
     Agent i acts with V_{t,i} = lambda I + W_syn + W_i and theta = V^{-1}(U_syn + U_i) (line 5),
@@ -286,11 +285,7 @@ class FedLinUCB(IndependentLinUCB):
         self.synced_cov = np.zeros((n_runs, dim, dim))  # W_syn (R, d, d)
         self.synced_bias = np.zeros((n_runs, dim))  # U_syn (R, d)
         self._needs_points = getattr(protocol, "needs_points", False)
-        self.observations = 0  # (x, y) checked against the bounds: the clipped shares' denominator
-        self.feature_norm_max = 0.0  # the largest norm before clipping
-        self.clipped_features = 0
-        self.clipped_rewards = 0
-        self.psd_repairs = 0
+        self.init_clipping()
         self.last_sync_t = 0
         # the unit of privacy: with user ids (an environment with returning users), every user's
         # contributions are counted; privacy_unit = "user" drops those beyond max_contributions
@@ -336,12 +331,7 @@ class FedLinUCB(IndependentLinUCB):
     def _observe(self, x: np.ndarray, y: np.ndarray) -> None:
         x, y = self._bound_contributions(x, y)
         if self.private:
-            self.feature_norm_max = max(self.feature_norm_max, float(np.linalg.norm(x, axis=-1).max()))
-            x, n_x = clip_norm(x, self.feature_bound)
-            y, n_y = clip_rewards(y, -self.reward_bound, self.reward_bound)
-            self.observations += y.size
-            self.clipped_features += n_x
-            self.clipped_rewards += n_y
+            x, y = self.clip(x, y, self.feature_bound, self.reward_bound)
         if not self.lazy:
             self.state._update_unchecked(x, y)
         self.local_cov += x[..., :, None] * x[..., None, :]
@@ -385,12 +375,7 @@ class FedLinUCB(IndependentLinUCB):
             out.update(
                 {
                     "lazy": self.lazy,
-                    "observations": self.observations,
-                    "feature_norm_max": self.feature_norm_max,
-                    "clipped": self.clipped_features + self.clipped_rewards,
-                    "clipped_features": self.clipped_features,
-                    "clipped_rewards": self.clipped_rewards,
-                    "psd_repairs": self.psd_repairs,
+                    **self.clipping_report(),
                 }
             )
         return out

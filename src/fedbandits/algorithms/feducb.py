@@ -54,8 +54,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from fedbandits.algorithms.base import CLIPPING_COUNTS, LinUCBParams, MergeRule, Policy
-from fedbandits.core.clipping import clip_norm, clip_rewards
+from fedbandits.algorithms.base import CLIPPING_COUNTS, ClipCounts, LinUCBParams, MergeRule, Policy
 from fedbandits.core.ridge import RidgeState, raise_eigenvalues, spd_inverse
 from fedbandits.core.ucb import ConfidenceRadius, UCBScorer
 from fedbandits.core.validation import check_choice, check_float
@@ -312,7 +311,7 @@ def _schedule_mu(sigma: float, nodes: int, cov_sensitivity: float) -> float:
     return math.sqrt(nodes * cov_sensitivity**2 / 2.0) / sigma
 
 
-class FedUCB(Policy):
+class FedUCB(Policy, ClipCounts):
     """Centralized FedUCB for R runs x M agents (see the module docstring)."""
 
     name = "feducb"
@@ -383,11 +382,7 @@ class FedUCB(Policy):
         self.logdet_synced = np.full(n_runs, dim * math.log(s0))  # log det S (= V_last)
         self.t_last = np.zeros(n_runs, dtype=np.int64)
         self.signals = np.zeros(n_runs, dtype=np.int64)
-        self.psd_repairs = 0
-        self.observations = 0  # (x, y) checked against the bounds: the clipped shares' denominator
-        self.feature_norm_max = 0.0  # the largest norm before clipping
-        self.clipped_features = 0
-        self.clipped_rewards = 0
+        self.init_clipping()
         self._sched_last = np.zeros((n_runs, M, dim, dim)) if self.schedule_tree is not None else None
         self._sched_prefix = np.zeros((n_runs, M, dim, dim)) if self.schedule_tree is not None else None
         self._last_x = np.zeros((n_runs, M, dim))
@@ -414,12 +409,7 @@ class FedUCB(Policy):
 
     def _observe(self, x: np.ndarray, y: np.ndarray) -> None:
         if self.private:
-            self.feature_norm_max = max(self.feature_norm_max, float(np.linalg.norm(x, axis=-1).max()))
-            x, n_x = clip_norm(x, self.params.feature_bound)
-            y, n_y = clip_rewards(y, -self.params.reward_bound, self.params.reward_bound)
-            self.observations += y.size
-            self.clipped_features += n_x
-            self.clipped_rewards += n_y
+            x, y = self.clip(x, y, self.params.feature_bound, self.params.reward_bound)
         # log det(V + x x^T) = log det V + log(1 + x^T V^{-1} x) (matrix determinant lemma)
         quad = np.einsum("...i,...ij,...j->...", x, self.state.inv, x)
         self.logdet_agent += np.log1p(quad)
@@ -519,12 +509,7 @@ class FedUCB(Policy):
                     "epsilon": self.params.epsilon,
                     "delta": self.params.delta,
                     **self.noise.report(),
-                    "observations": self.observations,
-                    "feature_norm_max": self.feature_norm_max,
-                    "clipped": self.clipped_features + self.clipped_rewards,
-                    "clipped_features": self.clipped_features,
-                    "clipped_rewards": self.clipped_rewards,
-                    "psd_repairs": self.psd_repairs,
+                    **self.clipping_report(),
                 }
             )
         else:

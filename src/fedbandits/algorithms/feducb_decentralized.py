@@ -86,7 +86,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from fedbandits.algorithms.base import CLIPPING_COUNTS, MergeRule, Policy
+from fedbandits.algorithms.base import CLIPPING_COUNTS, ClipCounts, MergeRule, Policy
 from fedbandits.algorithms.communication_graph import (
     GRAPHS,
     Graph,
@@ -102,7 +102,6 @@ from fedbandits.algorithms.feducb import (
     proposition2_radius,
     theorem1_threshold,
 )
-from fedbandits.core.clipping import clip_norm, clip_rewards
 from fedbandits.core.ridge import raise_eigenvalues, spd_inverse
 from fedbandits.core.ucb import UCBScorer
 from fedbandits.core.validation import check_choice, check_float, check_int
@@ -224,7 +223,7 @@ class _Floods:
 # -- the policy --------------------------------------------------------------------------------
 
 
-class DecentralizedFedUCB(Policy):
+class DecentralizedFedUCB(Policy, ClipCounts):
     """Decentralized FedUCB for R runs x M agents (see the module docstring)."""
 
     name = "feducb-decentralized"
@@ -350,11 +349,7 @@ class DecentralizedFedUCB(Policy):
         self.request_transmissions = np.zeros(R, dtype=np.int64)
         self.stats_transmissions = np.zeros(R, dtype=np.int64)
         self.delivered = np.zeros((R, M, M), dtype=np.int64)  # statistics messages [run, source, holder]
-        self.psd_repairs = 0
-        self.observations = 0  # (x, y) checked against the bounds: the clipped shares' denominator
-        self.feature_norm_max = 0.0  # the largest norm before clipping
-        self.clipped_features = 0
-        self.clipped_rewards = 0
+        self.init_clipping()
 
     # -- acting -----------------------------------------------------------------------------
     def current_set(self) -> int:
@@ -389,12 +384,7 @@ class DecentralizedFedUCB(Policy):
 
     def _observe(self, x: np.ndarray, y: np.ndarray) -> None:
         if self.private:
-            self.feature_norm_max = max(self.feature_norm_max, float(np.linalg.norm(x, axis=-1).max()))
-            x, n_x = clip_norm(x, self.params.feature_bound)
-            y, n_y = clip_rewards(y, -self.params.reward_bound, self.params.reward_bound)
-            self.observations += y.size
-            self.clipped_features += n_x
-            self.clipped_rewards += n_y
+            x, y = self.clip(x, y, self.params.feature_bound, self.params.reward_bound)
         g = self.current_set()
         inv = self.inv[:, :, g]  # views: updated in place
         u = np.einsum("...ij,...j->...i", inv, x)
@@ -550,12 +540,7 @@ class DecentralizedFedUCB(Policy):
                     "privacy_streams": self.n_agents * self.gamma,
                     "stream_capacity": self.stream_capacity,
                     **self.noise.report(),
-                    "observations": self.observations,
-                    "feature_norm_max": self.feature_norm_max,
-                    "clipped": self.clipped_features + self.clipped_rewards,
-                    "clipped_features": self.clipped_features,
-                    "clipped_rewards": self.clipped_rewards,
-                    "psd_repairs": self.psd_repairs,
+                    **self.clipping_report(),
                 }
             )
         else:
