@@ -336,3 +336,21 @@ def test_the_clustered_instance_serves_its_real_users_and_others_refuse_the_user
                 "algorithms": [user],
             }
         )
+
+
+def test_the_online_agent_and_the_deployment_refuse_the_user_unit_in_one_line(tmp_path):
+    """Their reward APIs and silo files carry no user ids to bound contributions by."""
+    from fedbandits.federation.spec import make_spec
+    from fedbandits.online import Agent
+
+    user = {"name": "fedlinucb", "protocol": "ldp", "batch": 10, "privacy_unit": "user", "max_contributions": 2}
+    sphere = {"experiment": {"runs": 1, "horizon": 20}, "environment": {**SPHERE, "returning_users": 4}}
+    with pytest.raises(ConfigError, match=r"privacy_unit: an agent protects interactions") as err:
+        Agent.from_config(config_from_dict({**sphere, "algorithms": [user]}), seed=0)
+    assert "\n" not in str(err.value)
+    x, mu = np.zeros((30, 2, 2), dtype=np.float32), np.zeros((30, 2), dtype=np.float32)
+    paths = [str(write_data_file(tmp_path / f"s{i}.npz", x, mu, user_ids=np.arange(30) % 5)) for i in range(2)]
+    files = {"name": "data-files", "paths": paths, "agents": 2}
+    config = config_from_dict({"experiment": {"runs": 1, "horizon": 20}, "environment": files, "algorithms": [user]})
+    with pytest.raises(ConfigError, match="privacy_unit 'user' does not deploy yet"):
+        make_spec(config)
