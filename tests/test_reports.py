@@ -42,6 +42,7 @@ CASES = {
                 "trigger": "period",
                 "batch": 3,
             },
+            {"name": "hetofedbandit", "label": "heto", "explore": 10, "threshold": 0.5},
             {"name": "feducb", "label": "feducb", "private": False},
             {"name": "feducb", "label": "feducb-private", "feature_bound": 0.5},
             {"name": "feducb", "label": "feducb-private-schedule", "schedule": "private", "calibration": "tight"},

@@ -41,10 +41,12 @@ from fedbandits.algorithms.fedlinucb import (
 )
 from fedbandits.algorithms.feducb import FedUCB, FedUCBParams
 from fedbandits.algorithms.feducb_decentralized import DecentralizedFedUCB, DecentralizedFedUCBParams
+from fedbandits.algorithms.hetofedbandit import HetoFedBandit, HetoFedBanditParams
 from fedbandits.algorithms.linucb import IndependentLinUCB, SuperAgentLinUCB
 from fedbandits.envs.base import Environment
 from fedbandits.envs.clustered import ClusteredSynthetic, ClusteredSyntheticParams
 from fedbandits.envs.files import DataFiles, DataFilesParams
+from fedbandits.envs.heterogeneous import HeterogeneousClients, HeterogeneousClientsParams
 from fedbandits.envs.ltr import LearningToRank, LearningToRankParams
 from fedbandits.envs.movielens import (
     MovieLensClusters,
@@ -270,13 +272,28 @@ _ALGORITHMS.update(
 )
 _ENVIRONMENTS.update(
     {
+        HeterogeneousClients.name: Entry(
+            HeterogeneousClients.name,
+            "heterogeneous clients in clusters, HetoFedBandit's synthetic instance (Blaser et al. 2024)",
+            HeterogeneousClientsParams,
+            _env_factory(HeterogeneousClients),
+        ),
         ClusteredSynthetic.name: Entry(
             ClusteredSynthetic.name,
             "synthetic FCLUB instance: n users in m clusters over L servers (Liu et al. 2022)",
             ClusteredSyntheticParams,
             _env_factory(ClusteredSynthetic),
-        )
+        ),
     }
+)
+_ALGORITHMS[HetoFedBandit.name] = Entry(
+    HetoFedBandit.name,
+    HetoFedBandit.description,
+    HetoFedBanditParams,
+    lambda params, ctx: HetoFedBandit(
+        ctx.n_runs, ctx.n_agents, ctx.n_arms, ctx.dim, ctx.horizon, params, list(ctx.noise_rngs)
+    ),
+    HetoFedBandit,
 )
 # --- end clustering of bandits ---
 
