@@ -33,7 +33,8 @@ LINES: list[dict[str, object]] = [
     {"name": "fedlinucb", "label": "one global model (FedLinUCB B=25)", "batch": 25},
     {"name": "fclub-dc", "label": "FCLUB-DC"},
 ]
-GRID = {"grid": {label: {"beta": [0.03, 0.1, 0.3, 1]} for label in ("HetoFedBandit, tuned", "independent agents, tuned")}}
+TUNED = ("HetoFedBandit, tuned", "independent agents, tuned")
+GRID = {"grid": {label: {"beta": [0.03, 0.1, 0.3, 1]} for label in TUNED}}
 
 
 def main() -> None:
