@@ -41,7 +41,6 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
-from scipy import stats
 
 from fedbandits.algorithms.base import MergeRule, Policy
 from fedbandits.core.ridge import spd_inverse
@@ -107,7 +106,10 @@ def maximal_cliques(adjacent: np.ndarray) -> list[tuple[int, ...]]:
 
 def homogeneity_pvalues(gram: np.ndarray, bias: np.ndarray, sigma: float) -> np.ndarray:
     """p-values ``(N, N)`` of the test of section 2 for N clients' clean statistics ``gram (N, d, d)``,
-    ``bias (N, d)`` (diagonal: 1)."""
+    ``bias (N, d)`` (diagonal: 1).  scipy.stats is imported here, not with the module: the registry imports
+    every algorithm, and a deployed silo's start-up should not load scipy's solvers (tests/test_lazy.py)."""
+    from scipy import stats
+
     n = gram.shape[0]
     theta = np.einsum("nij,nj->ni", np.linalg.pinv(gram, hermitian=True), bias)
     ranks = np.linalg.matrix_rank(gram, hermitian=True)
