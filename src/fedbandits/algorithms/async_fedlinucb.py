@@ -59,7 +59,7 @@ import numpy as np
 
 from fedbandits.algorithms.base import CLIPPING_COUNTS, ClipCounts, LinUCBParams, MergeRule, Policy
 from fedbandits.algorithms.fedlinucb import FedLinUCBParams
-from fedbandits.core.ridge import raise_eigenvalues, spd_inverse
+from fedbandits.core.ridge import spd_inverse
 from fedbandits.core.ucb import UCBScorer
 from fedbandits.core.validation import check_choice, check_float
 from fedbandits.privacy.calibration import NoiseCalibration
@@ -322,7 +322,7 @@ class AsyncFedLinUCB(Policy, ClipCounts):
         cov, bias = unpack(running, self.dim)
         gram = self.reg_value * np.eye(self.dim) + cov
         if self.private:
-            gram = self._repair(gram)
+            gram = self.repair(gram, 0.1 * self.reg_value)  # FedLinUCB's floor lambda/10
         inv = spd_inverse(gram)
         self.gram[runs, silos] = gram
         self.inv[runs, silos] = inv
@@ -334,18 +334,6 @@ class AsyncFedLinUCB(Policy, ClipCounts):
         self.sync_rounds += per_run
         self.messages += 2 * per_run
         self.bytes_sent += 2 * per_run * self.payload_bytes
-
-    def _repair(self, gram: np.ndarray) -> np.ndarray:
-        """Eigenvalues below lambda/10 raised to lambda/10 (FedLinUCB's repair).  One Cholesky of
-        gram - lambda/10 I proves that none is below (the common case); eigh runs only otherwise."""
-        floor = 0.1 * self.reg_value
-        try:
-            np.linalg.cholesky(gram - floor * np.eye(self.dim))
-            return gram
-        except np.linalg.LinAlgError:
-            gram, repaired = raise_eigenvalues(gram, floor)
-            self.psd_repairs += repaired
-            return gram
 
     def report(self) -> dict[str, object]:
         out: dict[str, object] = {

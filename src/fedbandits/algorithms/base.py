@@ -10,6 +10,7 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from fedbandits.core.clipping import clip_norm, clip_rewards
+from fedbandits.core.ridge import raise_eigenvalues
 from fedbandits.core.ucb import ConfidenceRadius
 from fedbandits.core.validation import check_array, check_float
 from fedbandits.envs.base import Environment, Round
@@ -72,9 +73,10 @@ CLIPPING_COUNTS: dict[str, MergeRule] = {
 
 
 class ClipCounts:
-    """The clipping every private learner does before data enters a release, and its counts
-    (:data:`CLIPPING_COUNTS`): the learner calls :meth:`init_clipping` once, :meth:`clip` on every
-    observation and reports :meth:`clipping_report`."""
+    """The clipping every private learner does before data enters a release, the repair of noisy Gram
+    matrices it adopts, and their counts (:data:`CLIPPING_COUNTS`): the learner calls
+    :meth:`init_clipping` once, :meth:`clip` on every observation, :meth:`repair` on every noisy matrix,
+    and reports :meth:`clipping_report`."""
 
     observations: int  # (x, y) checked against the bounds: the clipped shares' denominator
     feature_norm_max: float  # the largest norm before clipping
@@ -100,6 +102,12 @@ class ClipCounts:
         self.clipped_features += n_x
         self.clipped_rewards += n_y
         return x, y
+
+    def repair(self, gram: np.ndarray, floor: float | np.ndarray) -> np.ndarray:
+        """``gram`` with eigenvalues below ``floor`` raised to it (post-processing), the matrices changed counted."""
+        gram, repaired = raise_eigenvalues(gram, floor)
+        self.psd_repairs += repaired
+        return gram
 
     def clipping_report(self) -> dict[str, object]:
         return {

@@ -11,7 +11,6 @@ import numpy as np
 
 from fedbandits.algorithms.base import CLIPPING_COUNTS, ClipCounts, LinUCBParams, MergeRule
 from fedbandits.algorithms.linucb import IndependentLinUCB
-from fedbandits.core.ridge import raise_eigenvalues
 from fedbandits.core.validation import check_choice, check_float, check_int
 from fedbandits.envs.base import Environment, Round
 from fedbandits.plugins import PROTOCOLS
@@ -349,7 +348,7 @@ class FedLinUCB(IndependentLinUCB, ClipCounts):
         cov, bias = self.protocol.sync(self.local_cov, self.local_bias)
         gram = self.reg_value * np.eye(self.dim) + cov
         if self.private:
-            gram = self._repair(gram)
+            gram = self.repair(gram, 0.1 * self.reg_value)  # raise eigenvalues below lambda/10 to it
         self.state.set(gram[:, None], bias[:, None])
         self.synced_cov, self.synced_bias = cov, bias
         self.local_cov[...] = 0.0
@@ -358,12 +357,6 @@ class FedLinUCB(IndependentLinUCB, ClipCounts):
         self.sync_rounds += 1
         self.messages[:] = self.protocol.messages
         self.bytes_sent[:] = self.protocol.bytes_sent
-
-    def _repair(self, gram: np.ndarray) -> np.ndarray:
-        """Raise eigenvalues of the (noisy) Gram matrices below lambda/10 to lambda/10."""
-        gram, repaired = raise_eigenvalues(gram, 0.1 * self.reg_value)
-        self.psd_repairs += repaired
-        return gram
 
     def report(self) -> dict[str, object]:
         out: dict[str, object] = {"batch": self.batch, "reg": self.reg_value, **self.protocol.privacy_report()}

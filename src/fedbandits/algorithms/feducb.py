@@ -55,7 +55,7 @@ from typing import ClassVar
 import numpy as np
 
 from fedbandits.algorithms.base import CLIPPING_COUNTS, ClipCounts, LinUCBParams, MergeRule, Policy
-from fedbandits.core.ridge import RidgeState, raise_eigenvalues, spd_inverse
+from fedbandits.core.ridge import RidgeState, spd_inverse
 from fedbandits.core.ucb import ConfidenceRadius, UCBScorer
 from fedbandits.core.validation import check_choice, check_float
 from fedbandits.privacy.accounting import gaussian_epsilon, tight_noise_multiplier
@@ -468,7 +468,7 @@ class FedUCB(Policy, ClipCounts):
             bias = self.synced_bias[idx] + self.local_q[idx, :, :d, d].sum(axis=1)
         gram = cov + M * self.per_agent_shift * np.eye(d)  # sum_i (U-hat_i + shift I)
         gram = 0.5 * (gram + np.swapaxes(gram, -1, -2))
-        gram = self._repair(gram)
+        gram = self.repair(gram, 0.1 * self.n_agents * self.rho_min)  # a noisy S beyond Lambda (prob. <= alpha)
         inv = spd_inverse(gram)
         self.synced_cov[idx] = gram
         self.synced_bias[idx] = bias
@@ -485,12 +485,6 @@ class FedUCB(Policy, ClipCounts):
         self.sync_rounds[idx] += 1
         self.messages[idx] += 2 * M
         self.bytes_sent[idx] += self._sync_bytes  # sync requests are counted in ``signals``
-
-    def _repair(self, gram: np.ndarray) -> np.ndarray:
-        """Raise eigenvalues below M rho_min / 10 (a noisy S beyond the Lambda bound, prob. <= alpha)."""
-        gram, repaired = raise_eigenvalues(gram, 0.1 * self.n_agents * self.rho_min)
-        self.psd_repairs += repaired
-        return gram
 
     def report(self) -> dict[str, object]:
         out: dict[str, object] = {

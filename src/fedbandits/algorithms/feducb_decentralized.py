@@ -102,7 +102,7 @@ from fedbandits.algorithms.feducb import (
     proposition2_radius,
     theorem1_threshold,
 )
-from fedbandits.core.ridge import raise_eigenvalues, spd_inverse
+from fedbandits.core.ridge import spd_inverse
 from fedbandits.core.ucb import UCBScorer
 from fedbandits.core.validation import check_choice, check_float, check_int
 from fedbandits.privacy.privatizer import TreePrivatizer
@@ -500,8 +500,7 @@ class DecentralizedFedUCB(Policy, ClipCounts):
         raw = 0.5 * (raw + np.swapaxes(raw, -1, -2))
         if self.private:
             floor = 0.1 * self.clique_size[idx[1]] * self.rho_min
-            raw, repaired = raise_eigenvalues(raw, floor)
-            self.psd_repairs += repaired
+            raw = self.repair(raw, floor)
         local = self.local_q[idx]
         gram = raw + local[:, :d, :d]
         self.synced_cov[idx] = raw

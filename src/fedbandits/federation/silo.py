@@ -102,7 +102,7 @@ class SiloFedLinUCB(FedLinUCB):
         cov, bias = unpack(prefix[None], self.dim)
         gram = self.reg_value * np.eye(self.dim) + cov
         if self.private:
-            gram = self._repair(gram)
+            gram = self.repair(gram, 0.1 * self.reg_value)
         self.state.set(gram[:, None], bias[:, None])
         self.synced_cov, self.synced_bias = cov, bias
 
