@@ -78,6 +78,7 @@ __all__ = [
     "ProtocolEntry",
     "Table",
     "calibrate_protocol",
+    "calibrated",
     "fedlinucb_protocol",
     "prefix_noise_std",
     "private_regularizer",
@@ -132,14 +133,23 @@ def private_regularizer(
     return noise_regularizer(std, dim, horizon // params.batch, params.alpha)
 
 
+def calibrated(
+    params: FedLinUCBParams, *, horizon: int, agents: int, dim: int
+) -> tuple[NoiseCalibration | VectorSumCalibration | DistributedCalibration | None, float]:
+    """A FedLinUCB-type request's noise calibration (None if not private) and its lambda: ``reg``, or for a
+    private protocol with a regularizer that follows the noise, :func:`private_regularizer`'s."""
+    if not params.private:
+        return None, params.reg
+    cal = calibrate_protocol(params, horizon=horizon, agents=agents, dim=dim)
+    reg = params.reg if params.regularizer == "fixed" else private_regularizer(params, cal, agents, dim, horizon)
+    return cal, reg
+
+
 def fedlinucb_protocol(params: FedLinUCBParams, ctx: PolicyContext) -> tuple[Protocol, float]:
     """The protocol a FedLinUCB-type policy syncs through (calibrated if private) and its lambda:
     what a plugin algorithm that reuses FedLinUCB's synchronisation builds first."""
-    reg = params.reg
-    cal = calibrate_protocol(params, horizon=ctx.horizon, agents=ctx.n_agents, dim=ctx.dim) if params.private else None
+    cal, reg = calibrated(params, horizon=ctx.horizon, agents=ctx.n_agents, dim=ctx.dim)
     protocol: Protocol = PROTOCOLS[params.protocol].factory(cal, ctx)
-    if cal is not None and params.regularizer != "fixed":
-        reg = private_regularizer(params, cal, ctx.n_agents, ctx.dim, ctx.horizon)
     return protocol, reg
 
 
@@ -154,16 +164,10 @@ def _fedlinucb_factory(params: FedLinUCBParams, ctx: PolicyContext) -> Policy:
 def _async_fedlinucb_factory(params: AsyncFedLinUCBParams, ctx: PolicyContext) -> Policy:
     """Each silo's tree is calibrated as ``ldp-prefix`` for the most uploads the trigger allows, and lambda
     follows that noise as a private FedLinUCB's does."""
-    cal: NoiseCalibration | None = None
-    reg = params.reg
-    if params.private:
-        sync, horizon = params.release_params(ctx.horizon)
-        found = calibrate_protocol(sync, horizon=horizon, agents=ctx.n_agents, dim=ctx.dim)
-        if not isinstance(found, NoiseCalibration):  # ldp-prefix is a Gaussian tree, by construction
-            raise TypeError(f"fedlinucb-async expected a Gaussian tree calibration, got {type(found).__name__}")
-        cal = found
-        if params.regularizer != "fixed":
-            reg = private_regularizer(sync, cal, ctx.n_agents, ctx.dim, horizon)
+    sync, horizon = params.release_params(ctx.horizon)
+    cal, reg = calibrated(sync, horizon=horizon, agents=ctx.n_agents, dim=ctx.dim)
+    if cal is not None and not isinstance(cal, NoiseCalibration):  # ldp-prefix is a Gaussian tree, by construction
+        raise TypeError(f"fedlinucb-async expected a Gaussian tree calibration, got {type(cal).__name__}")
     return AsyncFedLinUCB(
         ctx.n_runs,
         ctx.n_agents,

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from fedbandits.algorithms.base import LinUCBParams
-from fedbandits.algorithms.fedlinucb import FedLinUCBParams, calibrate_protocol
+from fedbandits.algorithms.fedlinucb import FedLinUCBParams
 from fedbandits.config import Config, ConfigError, as_config
 from fedbandits.core.seeding import noise_rngs
 from fedbandits.core.ucb import ConfidenceRadius
@@ -27,7 +27,7 @@ from fedbandits.privacy.discrete_gaussian import SecretNoise, SecretTreeRandomiz
 from fedbandits.privacy.distributed_noise import DistributedCalibration
 from fedbandits.privacy.mechanisms import TreeRandomizer, packed_width, protocol_streams, silo_noise_rng
 from fedbandits.protocols.distributed_dp import DistributedRandomizer, SecretDistributedRandomizer
-from fedbandits.registry import private_regularizer
+from fedbandits.registry import calibrated
 
 #: the algorithms an agent runs: a standalone LinUCB silo, or one silo of a FedLinUCB federation
 AGENT_ALGORITHMS = ("linucb-independent", "fedlinucb")
@@ -98,11 +98,9 @@ class AgentSetup:
             horizon = config.experiment.horizon
             if params.private:
                 try:
-                    cal = calibrate_protocol(params, horizon=horizon, agents=silos, dim=dim)
+                    cal, reg = calibrated(params, horizon=horizon, agents=silos, dim=dim)
                     assert isinstance(cal, NoiseCalibration | DistributedCalibration)
                     calibration = cal
-                    if params.regularizer != "fixed":
-                        reg = private_regularizer(params, cal, silos, dim, horizon)
                 except ValueError as exc:
                     raise ConfigError(f"{where} ({alg.name}): {exc}") from None
         return cls(config, index, dim, silos, reg, calibration)
