@@ -190,12 +190,12 @@ class HetoFedBandit(Policy):
         return picks.reshape(self.n_runs, self.n_agents)
 
     def _observe(self, x: np.ndarray, y: np.ndarray) -> None:
-        outer = x[..., :, None] * x[..., None, :]
+        outer, xy = x[..., :, None] * x[..., None, :], x * y[..., None]
         self.clean_gram += outer
-        self.clean_bias += x * y[..., None]
+        self.clean_bias += xy
         self.clean_n += 1
         self.gram += outer
-        self.bias += x * y[..., None]
+        self.bias += xy
         self.n += 1
         u = np.einsum("...ij,...j->...i", self.inv, x)
         q = np.einsum("...i,...i->...", x, u)

@@ -24,6 +24,7 @@ from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 
+from fedbandits.algorithms.fedlinucb import RETURNING_NOT_COVERED
 from fedbandits.config import Config, ConfigError, load_config
 
 
@@ -253,13 +254,13 @@ class Results:
 
     def privacy_unit_warnings(self) -> list[str]:
         """One line per private algorithm that protects interactions on an instance whose users return
-        (its report's ``privacy_unit`` says so, with ``max_user_visits``): what the CLI prints and
+        (its report's ``privacy_unit`` is :data:`~fedbandits.algorithms.fedlinucb.RETURNING_NOT_COVERED`, with
+        ``max_user_visits``): what the CLI prints and
         :func:`fedbandits.run` warns."""
         lines = []
         for alg in self.config.algorithms:
             report = self.algorithms[alg.label].report
-            unit = str(report.get("privacy_unit", ""))
-            if unit.startswith("interaction:"):
+            if report.get("privacy_unit") == RETURNING_NOT_COVERED:
                 lines.append(
                     f"[[algorithms]] entry {alg.label!r} protects each interaction, but its users return (one user "
                     f"visited a silo up to {report.get('max_user_visits')} times): a returning user is not covered "
