@@ -7,8 +7,8 @@ defaults (chosen on seed 1000 by benchmarks/noise_tuning.py):
 
 * ``distributed-dp`` per interaction (tree and factorized): a returning user is *not* covered as a whole
   (each visit is protected once; the report and a warning say so);
-* ``distributed-dp`` user-level (tree), m in {1, 3, 10, 25}: one user's whole history, up to m visits kept
-  and the rest dropped (counted); the noise grows about m-fold;
+* ``distributed-dp`` user-level, tree with m in {1, 3, 10, 25} and factorized with m in {3, 10}: one user's
+  whole history, up to m visits kept and the rest dropped (counted); the noise grows about m-fold;
 * independent agents (no communication, nothing released) as the line to beat.
 
 Printed: final regret (mean +- std over runs), the share of contributions dropped, the noise std per
@@ -39,6 +39,16 @@ LINES: list[dict[str, object]] = [
     *(
         {**PRIVATE, "label": f"user-level m={m}, tree", "privacy_unit": "user", "max_contributions": m}
         for m in (1, 3, 10, 25)
+    ),
+    *(
+        {
+            **PRIVATE,
+            "label": f"user-level m={m}, factorized",
+            "privacy_unit": "user",
+            "max_contributions": m,
+            "mechanism": "factorized",
+        }
+        for m in (3, 10)
     ),
 ]
 

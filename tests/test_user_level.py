@@ -15,6 +15,7 @@ from fedbandits.envs.files import DataFiles, DataFilesParams, read_data_file, wr
 from fedbandits.envs.synthetic import GaussianSphere, GaussianSphereParams
 from fedbandits.privacy.calibration import PrivacySpec, calibrate
 from fedbandits.privacy.distributed_noise import calibrate_distributed, composed_epsilon, user_releases
+from fedbandits.privacy.factorization import factorize
 from fedbandits.privacy.tree import nodes_containing
 from fedbandits.registry import ALGORITHMS, PolicyContext
 from fedbandits.sim.results import PrivacyUnitWarning
@@ -109,7 +110,7 @@ def test_distributed_user_releases_dominate_every_placement_of_the_contributions
     releases, m, width = 8, 3, 5
     a, b, a1, b1 = 7.0, math.sqrt(width), 9.0, float(width)
     nodes = 4
-    profile = user_releases(a + b, a1 + b1, width, nodes, m)
+    profile = user_releases(((a + b, a1 + b1, nodes),), width, m)
     bound = [
         sum(c * l2**2 for l2, _, c in profile),
         sum(c * l2 for l2, _, c in profile),
@@ -133,13 +134,54 @@ def test_distributed_user_releases_dominate_every_placement_of_the_contributions
         placed = tuple((n * a + b, n * a1 + b1, 1) for n in counts.values())
         assert composed_epsilon(2.0, 3, placed, width, 1e-5) <= composed_epsilon(2.0, 3, profile, width, 1e-5) + 1e-12
     assert attained
-    assert user_releases(a + b, a1 + b1, width, nodes, 1) == ((a + b, a1 + b1, nodes),)
+    assert user_releases(((a + b, a1 + b1, nodes),), width, 1) == ((a + b, a1 + b1, nodes),)
 
 
-def test_distributed_user_level_calibration_meets_its_target():
-    base = calibrate_distributed(PrivacySpec("distributed-dp", 1.0, 1e-5), agents=5, horizon=400, batch=25, dim=3)
+@pytest.mark.parametrize("band", [8, 3])
+def test_distributed_factorized_user_releases_dominate_every_placement_of_the_contributions(band):
+    """The factorized release, K = 8 messages (full and banded to 3), m = 3 contributions in batches
+    j1 <= j2 <= j3: message k moves by at most S_k = sum_c a b_{k - j_c} (+ the rounding term where touched),
+    and for every placement the three totals of Prop. 14 and the touched count are at most those of the
+    :func:`user_releases` profile built from the first batch's messages; all in batch 1 attains the l2^2
+    total.  So every placement's composed epsilon is at most the profile's."""
+    releases, m, width = 8, 3, 5
+    a, b, a1, b1 = 7.0, math.sqrt(width), 9.0, float(width)
+    column = factorize(releases, band).encoder[:releases]
+    one = tuple((a * c + b, a1 * c + b1, 1) for c in column)
+    profile = user_releases(one, width, m)
+    bound = [
+        sum(n * l2**2 for l2, _, n in profile),
+        sum(n * l2 for l2, _, n in profile),
+        sum(n * l1 for _, l1, n in profile),
+        sum(n for _, _, n in profile),
+    ]
+    attained = False
+    for batches in itertools.combinations_with_replacement(range(releases), m):
+        s = np.zeros(releases)
+        for j in batches:
+            entered = column[: releases - j]
+            s[j : j + entered.size] += entered
+        touched = s[s > 0]
+        placed = tuple((a * x + b, a1 * x + b1, 1) for x in touched)
+        totals = [sum(l2**2 for l2, _, _ in placed), sum(l2 for l2, _, _ in placed), sum(l1 for _, l1, _ in placed)]
+        assert all(t <= bnd * (1 + 1e-12) for t, bnd in zip(totals, bound[:3], strict=True)), batches
+        assert touched.size <= bound[3]
+        attained |= math.isclose(totals[0], bound[0] - (m - 1) * len(column) * b**2)
+        assert composed_epsilon(2.0, 3, placed, width, 1e-5) <= composed_epsilon(2.0, 3, profile, width, 1e-5) + 1e-12
+    assert attained
+
+
+@pytest.mark.parametrize("mechanism", ["tree", "factorized"])
+def test_distributed_user_level_calibration_meets_its_target(mechanism):
+    base = calibrate_distributed(
+        PrivacySpec("distributed-dp", 1.0, 1e-5, mechanism=mechanism), agents=5, horizon=400, batch=25, dim=3
+    )
     user = calibrate_distributed(
-        PrivacySpec("distributed-dp", 1.0, 1e-5, contributions=4), agents=5, horizon=400, batch=25, dim=3
+        PrivacySpec("distributed-dp", 1.0, 1e-5, mechanism=mechanism, contributions=4),
+        agents=5,
+        horizon=400,
+        batch=25,
+        dim=3,
     )
     assert user.epsilon_worst <= 1.0 and user.guarantee == "formal" and user.contributions == 4
     # the share grows about m-fold (a bit less: the rounding term is paid once per release, not per visit)
@@ -164,11 +206,13 @@ def test_user_level_audit_rows_flag_too_little_noise():
     assert honest.verdict == "consistent"
 
 
-def test_distributed_user_level_audit_flags_too_little_noise():
+@pytest.mark.parametrize("mechanism", ["tree", "factorized"])
+def test_distributed_user_level_audit_flags_too_little_noise(mechanism):
     """distributed-dp, 2 silos, m = 4, eps = 1: with 0.3x the shares the server's sums separate the
-    user-history neighbours beyond eps = 1 (measured 1.26 over 3000 trials; a true (1, 1e-5) mechanism
-    exceeds its claim with probability <= alpha = 5%, and the seed is fixed)."""
-    algorithm = _fedlinucb("distributed-dp", True, privacy_unit="user", max_contributions=4)
+    user-history neighbours beyond eps = 1 (measured 1.26 for the tree, 1.39 for the factorized release,
+    over 3000 trials; a true (1, 1e-5) mechanism exceeds its claim with probability <= alpha = 5%, and the
+    seed is fixed)."""
+    algorithm = _fedlinucb("distributed-dp", True, privacy_unit="user", max_contributions=4, mechanism=mechanism)
     case = AuditCase("ddp x0.3", algorithm, "aggregate", dataset="user-history", history=4, agents=2, noise_scale=0.3)
     shrunk = run_case(case, 3000)
     assert shrunk.verdict == "violated" and shrunk.epsilon_lower_bound > 1.0
@@ -281,10 +325,6 @@ def test_a_run_reports_its_unit_and_warns_when_returning_users_are_not_covered()
         ),
         (
             {"protocol": "ldp", "privacy_unit": "user", "max_contributions": 2, "calibration": "paper"},
-            "privacy_unit 'user' needs",
-        ),
-        (
-            {"protocol": "distributed-dp", "privacy_unit": "user", "max_contributions": 2, "mechanism": "factorized"},
             "privacy_unit 'user' needs",
         ),
     ],

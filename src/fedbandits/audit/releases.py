@@ -323,11 +323,16 @@ def default_cases() -> list[AuditCase]:
             agents=2,
         )
     )
-    for protocol, view, agents in (("ldp", "messages", 1), ("distributed-dp", "aggregate", 2)):
+    for protocol, view, agents, mechanism in (
+        ("ldp", "messages", 1, "tree"),
+        ("distributed-dp", "aggregate", 2, "tree"),
+        ("distributed-dp", "aggregate", 2, "factorized"),
+    ):
+        release = ", factorized release" if mechanism == "factorized" else ""
         cases.append(
             AuditCase(
-                f"FedLinUCB {protocol} lazy, user-level (m = {USER_HISTORY})",
-                _fedlinucb(protocol, True, privacy_unit="user", max_contributions=USER_HISTORY),
+                f"FedLinUCB {protocol} lazy{release}, user-level (m = {USER_HISTORY})",
+                _fedlinucb(protocol, True, privacy_unit="user", max_contributions=USER_HISTORY, mechanism=mechanism),
                 view,
                 dataset="user-history",
                 agents=agents,

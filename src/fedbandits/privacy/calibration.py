@@ -88,16 +88,12 @@ class PrivacySpec:
             )
 
     def _check_user_level(self) -> None:
-        """User-level privacy is calibrated for the Gaussian tree and factorized release of ``ldp`` /
-        ``ldp-prefix`` and the tree of ``distributed-dp``, by the tight accountant only."""
-        supported = self.protocol in ("ldp", "ldp-prefix") or (
-            self.protocol == "distributed-dp" and self.mechanism == "tree"
-        )
-        if not supported or self.calibration != "tight":
+        """User-level privacy is calibrated for the tree and the factorized release of ``ldp``,
+        ``ldp-prefix`` and ``distributed-dp``, by the tight accountant only."""
+        if self.protocol not in ("ldp", "ldp-prefix", "distributed-dp") or self.calibration != "tight":
             raise ValueError(
-                "privacy_unit 'user' needs protocol 'ldp' or 'ldp-prefix' (tree or factorized) or 'distributed-dp' "
-                f"(tree) with calibration 'tight', got protocol {self.protocol!r}, mechanism {self.mechanism!r}, "
-                f"calibration {self.calibration!r}"
+                "privacy_unit 'user' needs protocol 'ldp', 'ldp-prefix' or 'distributed-dp' with calibration "
+                f"'tight', got protocol {self.protocol!r}, calibration {self.calibration!r}"
             )
 
     def sensitivity(self) -> Sensitivity:

@@ -72,6 +72,12 @@ b_{k-j} (square-root factor, :mod:`fedbandits.privacy.factorization`), so in gri
 has sensitivity sqrt(2) r b_{k-j} + sqrt(P) (l1 likewise).  :func:`composed_epsilon` sums each of
 Prop. 14's bounds over the messages of batch 1 (the most messages, the largest coefficients); the
 composition is adaptive because each message's bound holds given the earlier releases.
+
+User-level privacy
+------------------
+With ``contributions = m`` (one user, up to m contributions) the releases one contribution enters --
+the tree's nodes or the factorized messages -- are replaced by :func:`user_releases`' profile, which
+dominates every placement of the user's m contributions in each of Prop. 14's totals.
 """
 
 from __future__ import annotations
@@ -218,9 +224,8 @@ class DistributedCalibration:
 
     def release_sensitivities(self) -> tuple[tuple[float, float, int], ...]:
         """(l2, l1, count) of the releases one user enters, for :func:`composed_epsilon`."""
-        if self.profile:
-            return tuple((l2, l1, 1) for l2, l1 in self.profile)
-        return user_releases(self.l2, self.l1, self.width, self.nodes, self.contributions)
+        one = tuple((l2, l1, 1) for l2, l1 in self.profile) if self.profile else ((self.l2, self.l1, self.nodes),)
+        return user_releases(one, self.width, self.contributions)
 
     @property
     def sigma_cov(self) -> float:
@@ -299,24 +304,29 @@ def required_bits(data: float, noise: float) -> int:
 
 @functools.lru_cache(maxsize=128)
 def user_releases(
-    l2: float, l1: float, width: int, nodes: int, contributions: int
+    releases: tuple[tuple[float, float, int], ...], width: int, contributions: int
 ) -> tuple[tuple[float, float, int], ...]:
     """(l2, l1, count) releases that dominate, in each of Prop. 14's three totals, what one user with up to
-    m = ``contributions`` contributions changes in the tree's rounded node sums.
+    m = ``contributions`` contributions changes in the rounded messages; ``releases`` are those one
+    contribution enters (the tree: ``nodes`` releases of (l2, l1); factorized: message k's (l2_k, l1_k)).
 
-    One contribution moves a node by a = l2 - sqrt(P) (l1: a1 = l1 - P) before rounding, and rounding adds
-    at most b = sqrt(P) (b1 = P) per node touched.  With n_k of the user's contributions in node k:
-    sum n_k = m nodes (each lies in ``nodes`` nodes), n_k <= m, at most m nodes nodes touched, so
-    sum (n_k a + b)^2 <= m^2 nodes a^2 + 2 a b m nodes + m nodes b^2, sum (n_k a + b) <= m nodes (a + b)
-    and sum (n_k a1 + b1) <= m nodes (a1 + b1): exactly the totals of ``nodes`` releases of (m a + b,
-    m a1 + b1) and (m - 1) nodes releases of (b, b1).  Each bound of :func:`composed_epsilon` grows with
-    these totals and the count of releases touched, so the result is an upper bound.  m = 1: the tree."""
+    One contribution moves message k by a_k = l2_k - b (l1: a1_k = l1_k - b1) before rounding, and
+    rounding adds at most b = sqrt(P) (b1 = P) per message touched.  With contributions in batches
+    j_1..j_m, message k moves by at most S_k = sum_c a_{k - j_c} (triangle inequality; the coefficients
+    of a shifted contribution are those of the first batch's, truncated, so never larger), and
+    sum_k S_k^2 <= m^2 sum_k a_k^2 (Minkowski: m shifted copies of one vector, summed),
+    sum_k S_k <= m sum_k a_k, and at most m n messages are touched (n = the releases one contribution
+    enters).  So sum (S_k + b)^2 <= m^2 sum a_k^2 + 2 b m sum a_k + m n b^2 and sum (S_k + b) <= m sum a_k +
+    m n b (l1 likewise): exactly the totals of the releases (m a_k + b, m a1_k + b1) and (m - 1) n releases
+    of (b, b1).  Each bound of :func:`composed_epsilon` grows with these totals and the count of releases
+    touched, so the result is an upper bound; all m contributions in one batch attains the l2^2 total.
+    m = 1: ``releases`` unchanged."""
     if contributions == 1:
-        return ((l2, l1, nodes),)
+        return releases
     b, b1 = math.sqrt(width), float(width)
-    a, a1 = l2 - b, l1 - b1
     m = contributions
-    return ((m * a + b, m * a1 + b1, nodes), (b, b1, (m - 1) * nodes))
+    scaled = tuple((m * (l2 - b) + b, m * (l1 - b1) + b1, count) for l2, l1, count in releases)
+    return (*scaled, (b, b1, (m - 1) * sum(count for _, _, count in releases)))
 
 
 def calibrate_distributed(
@@ -372,11 +382,12 @@ def calibrate_distributed(
             (math.sqrt(2.0) * r * b + math.sqrt(width), (math.sqrt(n_tri) + math.sqrt(dim)) * r * b + width)
             for b in column
         )
-        sensitivities: tuple[tuple[float, float, int], ...] = tuple((a, b, 1) for a, b in profile)
+        one: tuple[tuple[float, float, int], ...] = tuple((a, b, 1) for a, b in profile)
         nodes = len(profile)
     else:
-        sensitivities = user_releases(l2, l1, width, tree_nodes, spec.contributions)
+        one = ((l2, l1, tree_nodes),)
         nodes = tree_nodes
+    sensitivities = user_releases(one, width, spec.contributions)
 
     def spent(log_sigma: float) -> float:
         return composed_epsilon(math.exp(log_sigma), honest, sensitivities, width, spec.delta)
