@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from contextlib import redirect_stderr, redirect_stdout
 from io import StringIO
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -27,8 +28,10 @@ from fedbandits.experiments.claims import (
     decreasing,
     lower_than,
     paired_t,
+    sublinear,
 )
 from fedbandits.experiments.page import write_page
+from fedbandits.experiments.reproduce import claim_tables
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 BASE = np.array([100.0, 120.0, 90.0, 110.0, 105.0, 95.0, 115.0, 85.0])
@@ -84,6 +87,36 @@ def test_decreasing() -> None:
     assert decreasing(flat, ["e1", "e2", "e3"]).status == INCONCLUSIVE
 
 
+def _curves(shape: np.ndarray) -> SimpleNamespace:
+    """Results with one algorithm ``a`` whose 8 runs follow ``shape`` (G,) scaled by BASE / 100, on the grid
+    T/8, 2T/8, ..., T with T = 800."""
+    res = SimpleNamespace(
+        curves=np.outer(BASE / 100.0, shape), final_regret=BASE * shape[-1] / 100.0, messages=np.zeros(8)
+    )
+    return SimpleNamespace(grid=np.arange(100, 900, 100), algorithms={"a": res})
+
+
+def test_sublinear_reads_the_per_round_regret_of_two_stretches() -> None:
+    """Per run (middle, late) rates from the curves: sqrt(t) gives late / middle = 0.71 (reproduced); linear
+    regret gives equal rates, and with run-to-run noise on them the claim stays open; rising rates (t^2)
+    are the opposite."""
+    t = np.arange(100, 900, 100, dtype=float)
+    rates = claim_tables({"": _curves(np.sqrt(t))})["regret rate"]["a"]
+    assert rates.shape == (8, 2)
+    # (sqrt(800) - sqrt(400)) / 400 and (sqrt(400) - sqrt(200)) / 200, times run r's scale BASE[r] / 100
+    assert np.allclose(rates[:, 1] / rates[:, 0], (math.sqrt(800) - 20.0) / 400 / ((20.0 - math.sqrt(200)) / 200))
+    assert sublinear({"a": rates}, "a").status == REPRODUCED
+    assert check("sublinear", {"a": rates}, ("a",)).status == REPRODUCED
+    linear = claim_tables({"": _curves(t)})["regret rate"]["a"]
+    assert np.allclose(linear[:, 0], linear[:, 1])
+    noisy = linear + np.stack([NOISE, NOISE[::-1]], axis=1) * 0.01
+    assert sublinear({"a": noisy}, "a").status == INCONCLUSIVE
+    rising = claim_tables({"": _curves(t**2)})["regret rate"]["a"]
+    assert sublinear({"a": rising}, "a").status == NOT_REPRODUCED
+    with pytest.raises(ValueError, match="sublinear"):
+        check("sublinear", {"a": rates, "b": rates}, ("a", "b"))
+
+
 # -- registry -------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", list(EXPERIMENTS))
 @pytest.mark.parametrize("scale", ["quick", "paper", "tiny", "published"])
@@ -96,7 +129,8 @@ def test_registry_configs_are_valid(name: str, scale: str) -> None:
         keys |= {f"{panel} / {a.label}" if panel else a.label for a in panel_config.algorithms}
     for claim in exp.claims:
         assert set(claim.args) <= keys
-        assert claim.metric in ("regret", "messages")
+        assert claim.metric in ("regret", "messages", "regret rate")
+        assert (claim.kind == "sublinear") == (claim.metric == "regret rate")
     # shrunk unless published; Dubey & Pentland's paper scale is the largest this machine runs
     assert bool(exp.shrunk) == (scale not in ("paper", "published") or (scale == "paper" and name.startswith("dubey")))
     if scale == "published" and not name.startswith("dubey"):  # one machine holds these: paper == published
@@ -134,6 +168,19 @@ def test_registry_configs_are_valid(name: str, scale: str) -> None:
                 50,
             )
             assert (config.environment.params.dim, config.environment.params.arms) == (15, 25)
+        return
+    if name.startswith("blaser-"):  # the authors' code's Simulation.py: N = 30, 4 clusters, d = K = 25, T = 3,000
+        assert exp.paper.startswith("Blaser, Li & Wang") and config.environment.name == "heterogeneous-clients"
+        if scale in ("paper", "published"):
+            params = config.environment.params
+            assert (config.experiment.horizon, params.agents, params.clusters, params.dim, params.arms) == (
+                3000,
+                30,
+                4,
+                25,
+                25,
+            )
+            assert config.algorithms[0].params.explore == 70 and config.algorithms[0].params.reg == 0.1
         return
     assert exp.figure.startswith(("Figure 2", "Figure 3")) and exp.paper.startswith("Zhou & Chowdhury")
     mslr = name in ("zhou-fig2c", "zhou-fig3c", "zhou-fig3d")

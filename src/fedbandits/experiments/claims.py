@@ -10,6 +10,8 @@ paired differences ``d_r = regret_b[r] - regret_a[r]`` with a one-sided paired t
 * ``not reproduced`` if ``t <= -t_crit`` (the opposite is significant),
 * ``inconclusive`` otherwise (or with fewer than 2 runs).
 
+``sublinear`` applies the same test to one algorithm's per-round regret late in the run against earlier.
+
 The functions are pure: a table ``{label: per-run final regrets}`` in, a :class:`ClaimResult` out.
 """
 
@@ -62,6 +64,12 @@ def critical_t(runs: int, level: float = LEVEL) -> float:
     return float(stats.t.ppf(1.0 - level, runs - 1)) if runs >= 2 else math.inf
 
 
+def _mean(values: np.ndarray) -> str:
+    """A mean as the explanations print it: one decimal, or four significant digits below 10 (rates)."""
+    mean = float(values.mean())
+    return f"{mean:.4g}" if abs(mean) < 10 else f"{mean:.1f}"
+
+
 def lower_than(table: Table, a: str, b: str, level: float = LEVEL, factor: float = 1.0) -> ClaimResult:
     """Does ``a`` end with lower regret than ``b`` (than ``factor`` times ``b``'s)?  Paired one-sided t test
     over runs, of the differences factor b_r - a_r."""
@@ -81,7 +89,7 @@ def lower_than(table: Table, a: str, b: str, level: float = LEVEL, factor: float
         "threshold": crit,
         "runs": n,
     }
-    summary = f"{a}: {ra.mean():.1f} vs {b}: {rb.mean():.1f} (mean over {n} runs)"
+    summary = f"{a}: {_mean(ra)} vs {b}: {_mean(rb)} (mean over {n} runs)"
     if n < 2:
         return ClaimResult(INCONCLUSIVE, f"{summary}; one run cannot be tested", numbers)
     if t >= crit:
@@ -125,9 +133,26 @@ def decreasing(table: Table, labels: Sequence[str], level: float = LEVEL) -> Cla
     return ClaimResult(status, explanation, numbers)
 
 
+#: the two stretches :func:`sublinear` compares, as its explanation names them
+MIDDLE, LATE = "per-round regret over t in (T/4, T/2]", "per-round regret over t in (T/2, T]"
+
+
+def sublinear(table: Table, label: str, level: float = LEVEL) -> ClaimResult:
+    """Does ``label``'s per-round regret fall, the checkable face of a sub-linear regret claim?
+
+    ``table[label]`` holds per run (middle, late): the regret per round over t in (T/4, T/2] and over
+    (T/2, T] (the first quarter, where explorations and burn-in sit, is left out).  Linear regret keeps the
+    two equal in expectation; R(t) ~ sqrt(t) makes late / middle = (1 - 1/sqrt 2) / (2/sqrt 2 - 1) / 2
+    = 0.71.  The test is :func:`lower_than`'s paired one, late against middle.
+    """
+    rates = np.asarray(table[label], dtype=float).reshape(-1, 2)
+    result = lower_than({LATE: rates[:, 1], MIDDLE: rates[:, 0]}, LATE, MIDDLE, level)
+    return ClaimResult(result.status, f"{label}: {result.explanation}", result.numbers)
+
+
 def check(kind: str, table: Table, args: Sequence[str], factor: float = 1.0) -> ClaimResult:
-    """Evaluate the claim ``kind`` (``lower_than``, with ``factor`` on its second line, or ``decreasing``);
-    not applicable if a label is missing."""
+    """Evaluate the claim ``kind`` (``lower_than``, with ``factor`` on its second line, ``decreasing``, or
+    ``sublinear`` over the ``regret rate`` table); not applicable if a label is missing."""
     missing = [a for a in args if a not in table]
     if missing:
         return ClaimResult(NOT_APPLICABLE, f"algorithm(s) {missing} not in this run")
@@ -136,4 +161,9 @@ def check(kind: str, table: Table, args: Sequence[str], factor: float = 1.0) -> 
         return lower_than(table, a, b, factor=factor)
     if kind == "decreasing" and factor == 1.0:
         return decreasing(table, tuple(args))
-    raise ValueError(f"claim kind must be 'lower_than' or 'decreasing' (factor 1), got {kind!r} (factor {factor:g})")
+    if kind == "sublinear" and factor == 1.0 and len(args) == 1:
+        return sublinear(table, args[0])
+    raise ValueError(
+        f"claim kind must be 'lower_than', 'decreasing' (factor 1) or 'sublinear' (factor 1, one label), got "
+        f"{kind!r} (factor {factor:g}, {len(args)} labels)"
+    )

@@ -38,6 +38,8 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from fedbandits.config import config_from_dict
 from fedbandits.envs.datahome import check_required_data
 from fedbandits.experiments.causes import cause_claims, cause_configs, causes_mode, claim_keys, wants_causes
@@ -69,17 +71,24 @@ def final_regrets(results: Results) -> dict[str, Any]:
 
 
 def claim_tables(panels: dict[str, Results]) -> dict[str, dict[str, Any]]:
-    """Per metric (``regret``: final group regret, ``messages``: messages sent), ``{key: per-run values}``.
+    """Per metric (``regret``: final group regret, ``messages``: messages sent, ``regret rate``: the
+    regret per round over t in (T/4, T/2] and (T/2, T], (R, 2), for :func:`~fedbandits.experiments.claims.
+    sublinear`), ``{key: per-run values}``.
 
     Keys are algorithm labels, or ``"<panel> / <label>"`` for multi-panel experiments.
     """
 
-    regret, messages = {}, {}
+    regret, messages, rate = {}, {}, {}
     for panel, results in panels.items():
+        horizon = float(results.grid[-1])
+        grid = np.concatenate([[0.0], results.grid.astype(float)])
+        points = np.array([horizon / 4, horizon / 2, horizon])
         for lab, res in results.algorithms.items():
             regret[table_key(panel, lab)] = res.final_regret
             messages[table_key(panel, lab)] = res.messages.astype(float)
-    return {"regret": regret, "messages": messages}
+            at = np.array([np.interp(points, grid, np.concatenate([[0.0], curve])) for curve in res.curves])
+            rate[table_key(panel, lab)] = np.diff(at, axis=1) / np.diff(points)
+    return {"regret": regret, "messages": messages, "regret rate": rate}
 
 
 def _slug(text: str) -> str:

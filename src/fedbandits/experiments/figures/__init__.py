@@ -21,13 +21,14 @@ Scales:
 Modules: :mod:`~fedbandits.experiments.figures.common` (:class:`Experiment`, :class:`Claim`, the
 scales), one module per paper (:mod:`~fedbandits.experiments.figures.zhou`,
 :mod:`~fedbandits.experiments.figures.dubey`, :mod:`~fedbandits.experiments.figures.liu`,
-:mod:`~fedbandits.experiments.figures.he`).
+:mod:`~fedbandits.experiments.figures.he`, :mod:`~fedbandits.experiments.figures.blaser`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from fedbandits.experiments.figures.blaser import blaser_fig
 from fedbandits.experiments.figures.common import SCALES, Cause, Claim, Experiment
 from fedbandits.experiments.figures.dubey import dubey_appfig2, dubey_fig1a, dubey_fig1b, dubey_fig1c
 from fedbandits.experiments.figures.he import he_fig
@@ -61,6 +62,7 @@ EXPERIMENTS: dict[str, Callable[..., Experiment]] = {
     "liu-fig2b": liu_fig2b,
     "liu-comm": liu_comm,
     "he-fig": he_fig,
+    "blaser-fig": blaser_fig,
 }
 
 

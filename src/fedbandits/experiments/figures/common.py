@@ -24,14 +24,16 @@ class Claim:
     """One claim of the paper, checked by :mod:`fedbandits.experiments.claims`.
 
     ``kind`` is ``"lower_than"`` (``args = (a, b)``: algorithm ``a`` ends with lower regret than
-    ``b``, or than ``factor`` times ``b``) or ``"decreasing"`` (``args = (label_1, label_2, ...)``
-    ordered by increasing epsilon: regret decreases along them).
+    ``b``, or than ``factor`` times ``b``), ``"decreasing"`` (``args = (label_1, label_2, ...)``
+    ordered by increasing epsilon: regret decreases along them) or ``"sublinear"`` (``args = (a,)``,
+    ``metric = "regret rate"``: a's per-round regret over (T/2, T] is below that over (T/4, T/2]).
     """
 
     text: str
     kind: str
     args: tuple[str, ...]
-    #: what is compared: "regret" (final group regret) or "messages" (messages sent)
+    #: what is compared: "regret" (final group regret), "messages" (messages sent) or "regret rate"
+    #: (per-round regret over two stretches of the run, for ``sublinear``)
     metric: str = "regret"
     #: ``lower_than`` only: ``a`` ends below ``factor`` times ``b`` ("within a factor of b")
     factor: float = 1.0
