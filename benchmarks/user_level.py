@@ -12,7 +12,8 @@ defaults (chosen on seed 1000 by benchmarks/noise_tuning.py):
 * independent agents (no communication, nothing released) as the line to beat.
 
 Printed: final regret (mean +- std over runs), the share of contributions dropped, the noise std per
-entry and the ratio to independent agents.
+entry, the ratio to independent agents and the simulator's time relative to the per-interaction tree
+(same run).
 
 Usage::
 
@@ -70,6 +71,7 @@ def main() -> None:
     results = run_experiment(config, workers=args.workers)
     print(f"M = 20, {USERS} returning users per silo, T = {horizon}, {runs} runs ({time.perf_counter() - start:.0f} s)")
     base = results.algorithms[INDEPENDENT].final_regret.mean()
+    lock_step = results.algorithms["per interaction, tree"].seconds
     for label, res in results.algorithms.items():
         final, report = res.final_regret, res.report
         observations = report.get("observations") or 1
@@ -79,7 +81,7 @@ def main() -> None:
         print(
             f"  {label:<30} regret {final.mean():>7.0f} +- {final.std(ddof=1) if final.size > 1 else 0:>5.0f}"
             f"   dropped {dropped:6.1%}   noise std {noise_text}   x{final.mean() / base:5.2f}"
-            f"   max visits {report.get('max_user_visits', '-')}"
+            f"   max visits {report.get('max_user_visits', '-')}   time x{res.seconds / lock_step:4.2f}"
         )
 
 
