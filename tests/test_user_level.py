@@ -270,8 +270,41 @@ def test_data_files_carry_user_ids(tmp_path):
         np.savez(tmp_path / "bad.npz", features=x, rewards=mu, user_ids=bad)
         with pytest.raises(ValueError, match=message):
             read_data_file(tmp_path / "bad.npz")
-    with pytest.raises(ValueError, match=r"in \.npz files only"):
-        write_data_file(tmp_path / "a.csv", x, mu, user_ids=np.arange(5))
+
+
+def test_csv_data_files_carry_user_ids_in_a_column_of_their_own(tmp_path):
+    """A CSV's ``user_id`` column (after ``reward``) reads back as the npz's ``user_ids`` do, numbers and all;
+    a file without it has none; bad ids name the line and the field."""
+    rng = np.random.default_rng(1)
+    x, mu = rng.random((5, 3, 2)).astype(np.float32), rng.random((5, 3)).astype(np.float32)
+    ids = np.array([70, 9, 70, 3, 9])
+    csv = read_data_file(write_data_file(tmp_path / "a.csv", x, mu, user_ids=ids))
+    npz = read_data_file(write_data_file(tmp_path / "a.npz", x, mu, user_ids=ids))
+    assert csv.user_ids.tolist() == npz.user_ids.tolist() == [0, 1, 0, 2, 1]
+    assert np.array_equal(csv.features, x) and np.array_equal(csv.rewards, mu)
+    lines = (tmp_path / "a.csv").read_text().splitlines()
+    assert lines[:2] == ["user,arm,reward,user_id,x0,x1", _line(0, 0, mu, 70, x)]
+    assert read_data_file(write_data_file(tmp_path / "b.csv", x, mu)).user_ids is None
+    header = "user,arm,reward,user_id,x0\n"
+    for body, message in (
+        ("u,0,0.5,-1,0.1\n", r"line 2: user_id must be an integer >= 0, got '-1'"),
+        ("u,0,0.5,1.5,0.1\n", r"line 2: user_id must be an integer >= 0, got '1.5'"),
+        ("u,0,0.5,4,0.1\nu,1,0.5,5,0.1\n", r"line 3: user 'u': user_id 5 differs from 4"),
+        ("u,0,0.5,99999999999999999999,0.1\n", r"user_id must be below 2\^63"),
+    ):
+        (tmp_path / "bad.csv").write_text(header + body)
+        with pytest.raises(ValueError, match=message) as err:
+            read_data_file(tmp_path / "bad.csv")
+        assert "\n" not in str(err.value)
+    (tmp_path / "bad.csv").write_text("user,arm,reward,user_id\nu,0,0.5,4\n")
+    with pytest.raises(ValueError, match="at least one feature column"):
+        read_data_file(tmp_path / "bad.csv")
+    with pytest.raises(ValueError, match="nor repeat user, arm, reward, user_id"):
+        write_data_file(tmp_path / "c.csv", x, mu, feature_names=["user_id", "z"])
+
+
+def _line(user: int, arm: int, mu: np.ndarray, person: int, x: np.ndarray) -> str:
+    return ",".join([str(user), str(arm), f"{mu[user, arm]:.9g}", str(person), *(f"{v:.9g}" for v in x[user, arm])])
 
 
 # -- runs and bad input ---------------------------------------------------------------------------

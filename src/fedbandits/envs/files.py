@@ -29,8 +29,12 @@ least one feature column, names unique), then one line per (user, arm)::
 
 A user's lines are contiguous, each user appears in one block only, and its ``arm`` column runs
 0, 1, ..., K-1 in this order (the same K for every user).  ``user`` is an identifier compared as
-text; ``arm`` a non-negative integer; ``reward`` and the features plain decimal numbers
-(``-1.5``, ``2e-3``; no ``nan``/``inf``, hex or ``_``).  Fields are separated by commas without
+text: it names one row (one visit), so a person who returns has several.  For returning users, a
+column named ``user_id`` right after ``reward`` (``user,arm,reward,user_id,x0,...``) gives the
+person behind each row: an integer >= 0, the same on all K lines of a row (it then means what
+``.npz``'s ``user_ids`` means, and is renumbered the same way).  ``arm`` is a non-negative
+integer; ``reward`` and the features plain decimal numbers (``-1.5``, ``2e-3``; no ``nan``/``inf``,
+hex or ``_``).  Fields are separated by commas without
 quoting; spaces around a field, a UTF-8 byte-order mark, CRLF line ends and a missing final
 newline are accepted, blank lines are not.
 
@@ -78,6 +82,8 @@ ORDERS = ("file", "shuffle")
 #: rounds of row indices and reward noise drawn per agent at a time
 BLOCK = 256
 CSV_HEADER = ("user", "arm", "reward")
+#: the optional fourth column of a CSV data file: the person behind each row (returning users)
+CSV_USER_ID = "user_id"
 _NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z")
 _ARM = re.compile(r"[0-9]+\Z")
 _LINE_SHOWN = 120
@@ -241,16 +247,15 @@ def read_data_file(path: str | os.PathLike[str]) -> AgentData:
         raise ValueError(
             f"data file {name}: unsupported suffix {Path(name).suffix!r}; supported: {', '.join(SUFFIXES)}"
         )
-    user_ids = None
     if suffix == ".npz":
         features, rewards, user_ids = _read_npz(name)
     else:
-        features, rewards = _read_csv(name)
+        features, rewards, user_ids = _read_csv(name)
     return AgentData(name, features, rewards, user_ids)
 
 
 def _dense_user_ids(name: str, raw: np.ndarray, rows: int) -> np.ndarray:
-    """An npz file's ``user_ids``: (N,) integers >= 0, renumbered 0.. in order of first appearance."""
+    """A file's ``user_ids``: (N,) integers >= 0, renumbered 0.. in order of first appearance."""
     if raw.shape != (rows,) or raw.dtype.kind not in "iu":
         raise ValueError(
             f"data file {name}: user_ids must be an integer array of shape (N,) = ({rows},), got "
@@ -335,22 +340,25 @@ def _shown(line: str) -> str:
     return repr(line if len(line) <= _LINE_SHOWN else line[:_LINE_SHOWN] + "...")
 
 
-def _read_csv(name: str) -> tuple[np.ndarray, np.ndarray]:
+def _read_csv(name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     lines = _read_text(name)
     if not lines:
         raise ValueError(f"data file {name}: empty file; expected a header line 'user,arm,reward,<features>'")
     header = [h.strip() for h in lines[0].split(",")]
-    if tuple(header[:3]) != CSV_HEADER or len(header) < 4:
+    with_ids = len(header) > 3 and header[3] == CSV_USER_ID
+    first = 4 if with_ids else 3
+    if tuple(header[:3]) != CSV_HEADER or len(header) <= first:
         raise ValueError(
-            f"data file {name}, line 1: the header must be 'user,arm,reward' followed by at least one feature "
-            f"column name, got {_shown(lines[0])}"
+            f"data file {name}, line 1: the header must be 'user,arm,reward' (and optionally 'user_id') followed "
+            f"by at least one feature column name, got {_shown(lines[0])}"
         )
-    names = header[3:]
+    names = header[first:]
     if not all(names) or len(set(names)) != len(names):
         raise ValueError(f"data file {name}, line 1: feature column names must be non-empty and unique")
     width = len(header)
     users: list[str] = []
     arms: list[str] = []
+    ids: list[str] = []
     numbers: list[str] = []
     for lineno, line in enumerate(lines[1:], start=2):
         parts = [p.strip() for p in line.split(",")]
@@ -364,12 +372,16 @@ def _read_csv(name: str) -> tuple[np.ndarray, np.ndarray]:
             raise ValueError(f"data file {name}, line {lineno}: empty user id: {_shown(line)}")
         if not _ARM.match(parts[1]):
             raise ValueError(f"data file {name}, line {lineno}: arm must be an integer >= 0, got {parts[1]!r}")
-        values = parts[2:]
+        if with_ids:
+            if not _ARM.match(parts[3]):
+                raise ValueError(f"data file {name}, line {lineno}: user_id must be an integer >= 0, got {parts[3]!r}")
+            ids.append(parts[3])
+        values = [parts[2], *parts[first:]]
         if not all(map(_NUMBER.match, values)):
             column = next(j for j, v in enumerate(values) if not _NUMBER.match(v))
             raise ValueError(
-                f"data file {name}, line {lineno}: {header[2 + column]} must be a decimal number, "
-                f"got {values[column]!r}"
+                f"data file {name}, line {lineno}: {header[2] if column == 0 else names[column - 1]} must be a "
+                f"decimal number, got {values[column]!r}"
             )
         users.append(parts[0])
         arms.append(parts[1])
@@ -401,10 +413,22 @@ def _read_csv(name: str) -> tuple[np.ndarray, np.ndarray]:
                 f"data file {name}, line {a + 2}: user {user!r} has {b - a} arm line(s), expected K = {k} "
                 f"like the first user {users[0]!r}"
             )
-    table = np.array(numbers, dtype=np.float64).reshape(len(starts), k, width - 2)
+        if with_ids and any(int(ids[j]) != int(ids[a]) for j in range(a, b)):
+            j = next(j for j in range(a, b) if int(ids[j]) != int(ids[a]))
+            raise ValueError(
+                f"data file {name}, line {j + 2}: user {user!r}: user_id {ids[j]} differs from {ids[a]} on its "
+                f"first line (one row is one person's visit: its K lines carry one user_id)"
+            )
+    table = np.array(numbers, dtype=np.float64).reshape(len(starts), k, len(names) + 1)
     rewards = _as_float32(name, "rewards", table[..., 0])
     features = _as_float32(name, "features", table[..., 1:])
-    return features, rewards
+    user_ids = None
+    if with_ids:
+        raw = [int(ids[a]) for a in starts]
+        if max(raw) >= 2**63:
+            raise ValueError(f"data file {name}: user_id must be below 2^63, got {max(raw)}")
+        user_ids = _dense_user_ids(name, np.array(raw, dtype=np.int64), len(starts))
+    return features, rewards, user_ids
 
 
 # -- writing -----------------------------------------------------------------------------------
@@ -421,8 +445,9 @@ def write_data_file(
 
     Values are stored as float32 (what :func:`read_data_file` returns); CSV numbers use ``%.9g``,
     enough digits for every float32 to read back exactly.  Users are numbered 0..N-1 in CSV and
-    features named ``feature_names`` (default x0, x1, ...).  ``user_ids`` (N,) non-negative integers
-    (``.npz`` only): who is behind each row, for returning users.  The file is replaced atomically.
+    features named ``feature_names`` (default x0, x1, ...).  ``user_ids`` (N,) non-negative integers:
+    who is behind each row, for returning users (CSV: the ``user_id`` column).  The file is replaced
+    atomically.
     """
     out = Path(path)
     name = str(out)
@@ -434,8 +459,6 @@ def write_data_file(
     x, mu = _as_float32(name, "features", x), _as_float32(name, "rewards", mu)
     ids = None
     if user_ids is not None:
-        if suffix != ".npz":
-            raise ValueError(f"data file {name}: user_ids are stored in .npz files only")
         ids = np.asarray(user_ids)
         _dense_user_ids(name, ids, x.shape[0])  # validates
         ids = ids.astype(np.int64)
@@ -443,10 +466,10 @@ def write_data_file(
     names = [f"x{j}" for j in range(d)] if feature_names is None else [str(v) for v in feature_names]
     if len(names) != d or not all(names) or len(set(names)) != d:
         raise ValueError(f"data file {name}: feature_names must be {d} unique non-empty names, got {names!r}")
-    if any(("," in v or v != v.strip()) for v in names) or any(v in CSV_HEADER for v in names):
+    if any(("," in v or v != v.strip()) for v in names) or any(v in (*CSV_HEADER, CSV_USER_ID) for v in names):
         raise ValueError(
             f"data file {name}: feature names must not contain commas or surrounding spaces, nor repeat "
-            f"{', '.join(CSV_HEADER)}; got {names!r}"
+            f"{', '.join((*CSV_HEADER, CSV_USER_ID))}; got {names!r}"
         )
     out.parent.mkdir(parents=True, exist_ok=True)
     # a fresh name opened exclusively (not mkstemp: its files are 0600, these are for sharing)
@@ -459,7 +482,7 @@ def write_data_file(
                 else:
                     np.savez_compressed(fh, features=x, rewards=mu, user_ids=ids)
             else:
-                fh.write(_csv_text(x, mu, names).encode("utf-8"))
+                fh.write(_csv_text(x, mu, names, ids).encode("utf-8"))
         os.replace(tmp, out)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -467,14 +490,17 @@ def write_data_file(
     return out
 
 
-def _csv_text(x: np.ndarray, mu: np.ndarray, names: list[str]) -> str:
+def _csv_text(x: np.ndarray, mu: np.ndarray, names: list[str], ids: np.ndarray | None = None) -> str:
     n, k, d = x.shape
-    fmt = ",".join(["%d", "%d", *(["%.9g"] * (d + 1))])
     table = np.concatenate([mu[..., None], x], axis=-1).astype(np.float64).reshape(n * k, d + 1)
     user = np.repeat(np.arange(n), k)
     arm = np.tile(np.arange(k), n)
-    lines = [",".join((*CSV_HEADER, *names))]
-    lines.extend(fmt % (u, a, *row) for u, a, row in zip(user.tolist(), arm.tolist(), table.tolist(), strict=True))
+    header = (*CSV_HEADER, *(() if ids is None else (CSV_USER_ID,)), *names)
+    person = [""] * (n * k) if ids is None else [f",{p}" for p in np.repeat(ids, k).tolist()]
+    features = ",".join(["%.9g"] * d)
+    rows = zip(user.tolist(), arm.tolist(), table.tolist(), person, strict=True)
+    lines = [",".join(header)]
+    lines.extend(f"{u},{a},{row[0]:.9g}{p},{features % tuple(row[1:])}" for u, a, row, p in rows)
     return "\n".join(lines) + "\n"
 
 
