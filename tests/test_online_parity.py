@@ -24,11 +24,17 @@ from fedbandits.sim.seeding import env_rngs, noise_rngs
 AGENTS, ARMS, DIM, HORIZON = 3, 6, 4, 48
 
 
-def _config(algorithm: dict, seed: int = 7, noise_seed: int = 11, horizon: int = HORIZON):
+def _config(algorithm: dict, seed: int = 7, noise_seed: int = 11, horizon: int = HORIZON, users: int = 0):
     return config_from_dict(
         {
             "experiment": {"seed": seed, "noise_seed": noise_seed, "horizon": horizon},
-            "environment": {"name": "gaussian-sphere", "agents": AGENTS, "arms": ARMS, "dim": DIM},
+            "environment": {
+                "name": "gaussian-sphere",
+                "agents": AGENTS,
+                "arms": ARMS,
+                "dim": DIM,
+                "returning_users": users,
+            },
             "algorithms": [algorithm],
         }
     )
@@ -46,7 +52,8 @@ def simulate(config):
     batch = getattr(alg.params, "batch", None)
     for t in range(config.experiment.horizon):
         rnd = env.next_round()
-        rounds.append((rnd.features.copy(), rnd.means.copy(), rnd.noise.copy()))
+        users = None if rnd.users is None else rnd.users.copy()
+        rounds.append((rnd.features.copy(), rnd.means.copy(), rnd.noise.copy(), users))
         actions.append(policy.step(rnd, env)[0].copy())
         if batch and (t + 1) % batch == 0:
             prefixes.append(pack(policy.synced_cov, policy.synced_bias)[0])
@@ -59,14 +66,14 @@ def play_agents(config, env, rounds, agents, aggregator=None, reload_at=None, fo
     ``reload_at`` every agent is saved to ``folder`` and replaced by the agent loaded back."""
     batch = getattr(config.algorithms[0].params, "batch", None)
     actions, prefixes = [], []
-    for t, (features, means, noise) in enumerate(rounds):
+    for t, (features, means, noise, users) in enumerate(rounds):
         if t == reload_at:
             for i, agent in enumerate(agents):
                 agent.save(folder / f"silo-{i}.npz")
                 agents[i] = Agent.load(folder / f"silo-{i}.npz")
         row = []
         for i, agent in enumerate(agents):
-            decision = agent.choose(features[0, i])
+            decision = agent.choose(features[0, i], user_id=None if users is None else int(users[0, i]))
             a = decision.arm
             y = env.rewards(means[:, i : i + 1, a], noise[:, i : i + 1])  # the simulator's reward, same dtypes
             agent.reward(decision.decision_id, float(y[0, 0]))
@@ -136,6 +143,31 @@ def test_federated_agents_reproduce_the_simulators_fedlinucb(algorithm):
         assert sum(s["clipped_rewards"] for s in status) == report["clipped_rewards"]
         assert sum(s["observations"] for s in status) == report["observations"] == AGENTS * HORIZON
         assert sum(s["psd_repairs"] for s in status) == report["psd_repairs"] * AGENTS
+
+
+USER_LEVEL = [
+    pytest.param({**FEDERATED[2].values[0], "privacy_unit": "user", "max_contributions": 3}, id="ldp-user"),
+    pytest.param({**FEDERATED[3].values[0], "privacy_unit": "user", "max_contributions": 3}, id="ddp-user"),
+]
+
+
+@pytest.mark.parametrize("algorithm", USER_LEVEL)
+def test_user_level_agents_drop_what_the_simulator_drops(algorithm, tmp_path):
+    """5 returning users per silo over 48 rounds, at most 3 contributions each: the agents, told each
+    decision's user, keep and drop exactly the contributions the simulator does (its prefixes, bit for
+    bit, through a save and load at round 18), and count the same drops."""
+    config = _config(algorithm, users=5)
+    env, policy, rounds, sim_actions, sim_prefixes = simulate(config)
+    agents = [Agent.from_config(config, silo=i, seed=11, clip_rewards=True) for i in range(AGENTS)]
+    actions, prefixes = play_agents(
+        config, env, rounds, agents, Aggregator.from_config(config), reload_at=18, folder=tmp_path
+    )
+    np.testing.assert_array_equal(actions, sim_actions)
+    for ours, theirs in zip(prefixes, sim_prefixes, strict=True):
+        np.testing.assert_array_equal(ours, theirs)
+    dropped = policy.report()["dropped_contributions"]
+    assert dropped == sum(a.status()["dropped_contributions"] for a in agents) == AGENTS * (HORIZON - 5 * 3)
+    assert all(a.status()["privacy_unit"].startswith("user, up to 3") for a in agents)
 
 
 def test_a_different_noise_seed_breaks_parity():

@@ -23,6 +23,13 @@ Decisions and rewards:
   the configured protocol; :meth:`Agent.apply_sync` adopts the federation's synced prefix.  A lazy
   agent (the default for private protocols) acts on lambda I + the synced prefix only.
 
+User-level privacy (``privacy_unit = "user"``, ``max_contributions = m``): every decision names its
+user (``user_id``), and a user's completed decisions enter the releases of one budget epoch at most m
+times -- the (m+1)-th and later are served, but their rewards are dropped and counted
+(``dropped_contributions``), as the simulator drops a user's visits beyond the m-th.  Contributions
+are counted against the epoch of the release they enter (the next release's), so that a decision made
+in one epoch and rewarded in the next is capped in the next.  Ids are kept only as digests.
+
 Every input is checked before anything changes: a bad one raises :class:`AgentError` (a
 ``ValueError``) naming the field, and the agent is as it was.
 """
@@ -54,6 +61,7 @@ from fedbandits.online.inputs import (
     check_logs,
     check_prefix,
     check_reward,
+    user_key,
 )
 from fedbandits.online.setup import AgentSetup
 from fedbandits.privacy.discrete_gaussian import SECRET_SHARES_SAMPLER
@@ -131,6 +139,9 @@ class Agent:
         self.counts: dict[str, int] = dict.fromkeys(COUNTERS, 0)
         self.feature_norm_max = 0.0
         self.pending: dict[int, tuple[np.ndarray, float]] = {}  # decision number -> (x (d,), deadline)
+        #: user-level: a pending decision's user key; and per user key, (epoch, contributions to that epoch)
+        self.pending_users: dict[int, str] = {}
+        self.contributions: dict[str, tuple[int, int]] = {}
         self.expired: set[int] = set()
         self._queue: deque[tuple[float, int]] = deque()  # (deadline, number), oldest first
         self._theta = np.zeros((1, d))
@@ -164,9 +175,13 @@ class Agent:
         return cls(setup, silo=silo, seed=seed, expiry_seconds=expiry_seconds, clock=clock, clip_rewards=clip_rewards)
 
     # -- decisions ---------------------------------------------------------------------------
-    def choose(self, features: Any, *, context_id: str | None = None) -> Decision:
-        """Score the K candidate arms ``features (K, d)`` and choose the best (first on ties)."""
+    def choose(self, features: Any, *, context_id: str | None = None, user_id: int | str | None = None) -> Decision:
+        """Score the K candidate arms ``features (K, d)`` and choose the best (first on ties).
+
+        ``user_id``: the user served (an integer >= 0 or a string); required with ``privacy_unit = "user"``,
+        ignored otherwise."""
         x = check_features(features, self.dim)
+        key = self._user("user_id", user_id)
         self._expire()
         if self._stale:
             self._refresh()
@@ -175,6 +190,8 @@ class Agent:
         number = self.counts["sequence"]
         deadline = self.clock() + self.expiry_seconds
         self.pending[number] = (x[arm].astype(np.float64), deadline)
+        if key is not None:
+            self.pending_users[number] = key
         self._queue.append((deadline, number))
         self.counts["sequence"] = number + 1
         self.counts["decisions"] += 1
@@ -195,19 +212,29 @@ class Agent:
                     "its reward is refused and counted"
                 )
             raise AlreadyRewarded(f"decision_id {decision_id!r} was already rewarded; a decision takes one reward")
-        self._learn(number, entry[0], y)
+        key = self.pending_users.pop(number, None)
+        if self._kept(key):
+            self._learn(number, entry[0], y)
         self.counts["rewarded"] += 1
 
-    def partial_fit(self, features: Any, arms: Any, rewards: Any) -> None:
+    def partial_fit(self, features: Any, arms: Any, rewards: Any, *, user_ids: Any = None) -> None:
         """Learn from logged, completed decisions (like MABWiser's ``partial_fit``).
 
         ``features``: ``(n, K, d)`` -- every logged candidate set, the chosen one ``arms[i]`` -- or
         ``(n, d)`` -- the chosen arms' features themselves (``arms`` then only checked, may be None).
-        ``rewards (n,)``.  Each row counts as one completed decision of the next release."""
+        ``rewards (n,)``.  ``user_ids (n,)``: each row's user (required with ``privacy_unit = "user"``).
+        Each row counts as one completed decision of the next release."""
         x, y = check_logs(features, arms, rewards, self.dim)
         checked = [self._reward_value(f"rewards[{i}]", float(v)) for i, v in enumerate(y)]
-        for row, value in zip(x, checked, strict=True):
-            self._learn(self.counts["sequence"], row.copy(), value)
+        if self.setup.user_level and user_ids is None:
+            raise AgentError('user_ids: required (n,) with privacy_unit = "user" (one user id per logged row)')
+        ids = [None] * len(y) if user_ids is None else list(user_ids)
+        if len(ids) != len(y):
+            raise AgentError(f"user_ids must have one id per row ({len(y)}), got {len(ids)}")
+        keys = [self._user(f"user_ids[{i}]", v) for i, v in enumerate(ids)]
+        for row, value, key in zip(x, checked, keys, strict=True):
+            if self._kept(key):
+                self._learn(self.counts["sequence"], row.copy(), value)
             self.counts["sequence"] += 1  # a logged row is a decision made elsewhere: it takes a number
         self.counts["logged"] += len(y)
 
@@ -260,14 +287,19 @@ class Agent:
         self.randomizer = self.setup.randomizer(None)
         self.counts["epoch_start"] = self.counts["syncs"]
         self.counts["epochs"] += 1
+        # user-level: counts of the epochs now over are dead (the next contribution resets them anyway)
+        self.contributions = {k: v for k, v in self.contributions.items() if v[0] >= self.counts["epochs"]}
 
-    def recall(self, number: int, x: Any, deadline: float, *, counted: bool = False) -> None:
+    def recall(self, number: int, x: Any, deadline: float, *, counted: bool = False, user: str | None = None) -> None:
         """Re-enter decision ``number`` with its chosen arm's features ``x (d,)`` and its deadline: a
         service replaying its event log after a restart (fedbandits.serve), not for callers that decide
         (use :meth:`choose`).  ``counted=False``: the next decision, counted now; ``counted=True``: a
         decision the loaded state already counts, pending when a snapshot saved without pending
-        decisions was taken (re-entered in the order they were made, before any later one)."""
+        decisions was taken (re-entered in the order they were made, before any later one).  ``user``:
+        the decision's user key (:meth:`user_key`; required with ``privacy_unit = "user"``)."""
         row = check_features(np.asarray(x, dtype=np.float64).reshape(1, -1), self.dim)[0]
+        if self.setup.user_level and (not isinstance(user, str) or len(user) != 32):
+            raise AgentError(f"recall: decision {number} needs its user key (privacy_unit = 'user'), got {user!r:.40}")
         if counted:
             if not 0 <= number < self.counts["sequence"] or number in self.pending or number in self.expired:
                 raise AgentError(f"recall: decision {number} is not one the loaded state left out")
@@ -278,7 +310,14 @@ class Agent:
             self.counts["sequence"] = number + 1
             self.counts["decisions"] += 1
         self.pending[number] = (row.astype(np.float64), float(deadline))
+        if self.setup.user_level:
+            assert user is not None
+            self.pending_users[number] = user
         self._queue.append((float(deadline), number))
+
+    def user_key(self, user_id: object) -> str:
+        """The digest a user's contributions are counted under (what a service logs instead of the id)."""
+        return user_key("user_id", user_id)
 
     def apply_sync(self, prefix: Any) -> None:
         """Adopt the federation's synced prefix ``(P,)`` (the server's release after a sync round)."""
@@ -326,6 +365,7 @@ class Agent:
             "adopted": c["adopted"],
             "lazy": self.lazy,
             "private": self.private,
+            "privacy_unit": self.setup.unit,
             "noise_source": self.noise_source if self.private else None,  # None: no noise at all
         }
         if self.federated:
@@ -345,6 +385,7 @@ class Agent:
                     "clipped_features": c["clipped_features"],
                     "clipped_rewards": c["clipped_rewards"],
                     "psd_repairs": c["psd_repairs"],
+                    "dropped_contributions": c["dropped_contributions"],
                     "guarantee": cal.guarantee,
                     "guarantee_reason": cal.guarantee_reason,
                 }
@@ -440,6 +481,32 @@ class Agent:
                 return int(tail)
         raise AgentError(f"decision_id {decision_id!r:.80} is unknown to this agent")
 
+    def _user(self, name: str, user_id: object) -> str | None:
+        """A decision's user key: required (and checked) at the user level, ignored otherwise."""
+        if not self.setup.user_level:
+            return None
+        if user_id is None:
+            raise AgentError(
+                f'{name}: required with privacy_unit = "user" (the user served, an integer >= 0 or a string)'
+            )
+        return user_key(name, user_id)
+
+    def _kept(self, key: str | None) -> bool:
+        """Whether a completed decision of user ``key`` enters the next release: the user's first
+        ``max_contributions`` in the epoch that release belongs to (the next one once this epoch's
+        releases are all made); a later one is dropped and counted."""
+        if key is None:
+            return True
+        epoch = self.counts["epochs"] + (1 if self.budget_spent() else 0)
+        seen_epoch, n = self.contributions.get(key, (epoch, 0))
+        if seen_epoch != epoch:
+            n = 0
+        if n >= self.setup.contributions:
+            self.counts["dropped_contributions"] += 1
+            return False
+        self.contributions[key] = (epoch, n + 1)
+        return True
+
     def _reward_value(self, name: str, value: object) -> float:
         return check_reward(name, value, None if self.clip_out_of_bound else self.reward_bound)
 
@@ -503,6 +570,7 @@ class Agent:
         while queue and queue[0][0] <= now:
             _, number = queue.popleft()
             if self.pending.pop(number, None) is not None:
+                self.pending_users.pop(number, None)
                 self.expired.add(number)
                 self.counts["expired"] += 1
 
@@ -525,4 +593,5 @@ COUNTERS = (
     "psd_repairs",
     "epochs",  # budget epochs completed before the current one (new_epoch)
     "epoch_start",  # the value of syncs when the current epoch began
+    "dropped_contributions",  # user-level: completed decisions beyond a user's cap, never learned from
 )

@@ -5,9 +5,13 @@ Checks are cheap by design (a shape, a dtype, one finiteness pass): they run on 
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import numpy as np
+
+#: the longest user id a string may be (an integer id is any integer >= 0)
+MAX_USER_ID = 256
 
 
 class AgentError(ValueError):
@@ -89,3 +93,17 @@ def check_prefix(prefix: Any, width: int, dim: int) -> np.ndarray:
     if p is None or p.shape != (width,) or not np.isfinite(p).all():
         raise AgentError(f"prefix must be {width} finite numbers (d(d+1)/2 + d, d = {dim}), got {prefix!r:.80}")
     return p
+
+
+def user_key(name: str, value: object) -> str:
+    """The key an agent counts a user's contributions under: a digest of the id (an integer >= 0 or a
+    non-empty string of at most :data:`MAX_USER_ID` characters, compared as text: 7 and "7" are one
+    user), so the raw ids are never stored."""
+    if isinstance(value, bool) or not isinstance(value, int | str | np.integer):
+        raise AgentError(f"{name} must be an integer >= 0 or a string, got {value!r:.80}")
+    text = str(int(value)) if not isinstance(value, str) else value
+    if not isinstance(value, str) and int(value) < 0:
+        raise AgentError(f"{name} must be an integer >= 0 or a string, got {text:.80}")
+    if not 1 <= len(text) <= MAX_USER_ID:
+        raise AgentError(f"{name} must be 1 to {MAX_USER_ID} characters long, got {len(text)}")
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()

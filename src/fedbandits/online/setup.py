@@ -90,11 +90,6 @@ class AgentSetup:
                 raise ConfigError(
                     f"{where}.mechanism: an agent releases tree p-sums ('tree'), got {params.mechanism!r}"
                 )
-            if params.privacy_unit != "interaction":
-                raise ConfigError(
-                    f"{where}.privacy_unit: an agent protects interactions ('interaction'); user-level privacy "
-                    "needs user ids with every reward, which its API does not take yet"
-                )
             horizon = config.experiment.horizon
             if params.private:
                 try:
@@ -139,6 +134,23 @@ class AgentSetup:
     @property
     def protocol(self) -> str | None:
         return self.fed_params.protocol if self.federated else None
+
+    @property
+    def user_level(self) -> bool:
+        """Whether the unit of privacy is a user (``privacy_unit = "user"``): decisions then carry user ids."""
+        return self.federated and self.fed_params.privacy_unit == "user"
+
+    @property
+    def contributions(self) -> int:
+        """m: the contributions one user may make per budget epoch (1 per interaction)."""
+        return self.fed_params.contributions if self.federated else 1
+
+    @property
+    def unit(self) -> str:
+        """The unit of privacy, as the status states it."""
+        if self.user_level:
+            return f"user, up to {self.contributions} contribution(s) per budget epoch"
+        return "interaction"
 
     @property
     def masked(self) -> bool:
@@ -189,7 +201,7 @@ class AgentSetup:
         cal = self.calibration
         if not isinstance(cal, NoiseCalibration):
             return None
-        return secret_noise_for(cal, self.fed_params.privacy_spec().sensitivity(), self.dim)
+        return secret_noise_for(cal, self.fed_params.privacy_spec().sensitivity(), self.dim, self.contributions)
 
     # -- noise -------------------------------------------------------------------------------
     def noise_stream(self, silo: int, seed: int) -> np.random.Generator:

@@ -168,13 +168,30 @@ class SecretNoise:
 
 
 def release_rho(
-    sigma_cov: float, sigma_bias: float, grid: float, sens_cov: float, sens_bias: float, dim: int, nodes: int
+    sigma_cov: float,
+    sigma_bias: float,
+    grid: float,
+    sens_cov: float,
+    sens_bias: float,
+    dim: int,
+    nodes: int,
+    contributions: int = 1,
 ) -> float:
-    """rho of one user's releases: ``nodes`` rounded, discrete-Gaussian p-sums (module docstring)."""
+    """rho of one user's releases: ``nodes`` rounded, discrete-Gaussian p-sums (module docstring).
+
+    ``contributions = m`` > 1 (user-level): the user's m contributions, each of sensitivity ``sens``,
+    move a p-sum holding n_k of them by at most n_k a + r (a = sens / grid, r = sqrt(entries): the
+    rounding, paid once per p-sum touched), with sum n_k = m nodes, n_k <= m and at most m nodes p-sums
+    touched, so sum (n_k a + r)^2 <= nodes (m a + r)^2 + (m - 1) nodes r^2 (as
+    :func:`fedbandits.privacy.distributed_noise.user_releases` argues for the shares)."""
     n_cov, n_bias = dim * (dim + 1) // 2, dim
-    cov = (sens_cov / grid + math.sqrt(n_cov)) / (sigma_cov / grid)
-    bias = (sens_bias / grid + math.sqrt(n_bias)) / (sigma_bias / grid)
-    return 0.5 * nodes * (cov**2 + bias**2)
+    m = contributions
+    cov, bias = (
+        ((m * sens / grid + math.sqrt(entries)) / (sigma / grid)) ** 2
+        + (m - 1) * (math.sqrt(entries) / (sigma / grid)) ** 2
+        for sens, sigma, entries in ((sens_cov, sigma_cov, n_cov), (sens_bias, sigma_bias, n_bias))
+    )
+    return 0.5 * nodes * (cov + bias)
 
 
 def calibrate_secret_noise(
@@ -186,16 +203,18 @@ def calibrate_secret_noise(
     nodes: int,
     epsilon: float,
     delta: float,
+    contributions: int = 1,
 ) -> SecretNoise:
     """The smallest common scale s >= 1 of the continuous sigmas whose discrete, rounded release
     meets (epsilon, delta) by the zCDP accounting (bisection to a relative 1e-6; the returned
-    noise always meets the target)."""
+    noise always meets the target); ``contributions``: one user's contributions (:func:`release_rho`)."""
     check_int("dim", dim, low=1)
     check_int("nodes", nodes, low=1)
+    check_int("contributions", contributions, low=1)
     grid = grid_step(min(sigma_cov, sigma_bias))
 
     def spent(scale: float) -> float:
-        rho = release_rho(scale * sigma_cov, scale * sigma_bias, grid, sens_cov, sens_bias, dim, nodes)
+        rho = release_rho(scale * sigma_cov, scale * sigma_bias, grid, sens_cov, sens_bias, dim, nodes, contributions)
         return zcdp_epsilon(rho, delta)
 
     lo, hi = 1.0, 2.0
@@ -208,15 +227,16 @@ def calibrate_secret_noise(
         scale = hi
     else:
         scale = lo
-    rho = release_rho(scale * sigma_cov, scale * sigma_bias, grid, sens_cov, sens_bias, dim, nodes)
+    rho = release_rho(scale * sigma_cov, scale * sigma_bias, grid, sens_cov, sens_bias, dim, nodes, contributions)
     return SecretNoise(scale * sigma_cov, scale * sigma_bias, grid, rho, zcdp_epsilon(rho, delta), scale)
 
 
-def secret_noise_for(cal: NoiseCalibration, sens: Sensitivity, dim: int) -> SecretNoise:
+def secret_noise_for(cal: NoiseCalibration, sens: Sensitivity, dim: int, contributions: int = 1) -> SecretNoise:
     """The secret noise meeting a calibration's own (epsilon, delta) for its tree (``cal.nodes``
-    p-sums per user), with sensitivities ``sens``: what a deployed silo and an online agent draw."""
+    p-sums per contribution), with one contribution's sensitivities ``sens`` and up to ``contributions``
+    contributions per user: what a deployed silo and an online agent draw."""
     return calibrate_secret_noise(
-        cal.sigma_cov, cal.sigma_bias, sens.cov, sens.bias, dim, cal.nodes, cal.epsilon, cal.delta
+        cal.sigma_cov, cal.sigma_bias, sens.cov, sens.bias, dim, cal.nodes, cal.epsilon, cal.delta, contributions
     )
 
 
