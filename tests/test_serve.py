@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import sqlite3
 import warnings
 from types import SimpleNamespace
 
@@ -29,7 +30,7 @@ from fedbandits.serve.coordinator import Coordinator  # noqa: E402
 from fedbandits.serve.http import MAX_BODY, Service  # noqa: E402
 from fedbandits.serve.links import HttpLink  # noqa: E402
 from fedbandits.serve.silo import ServeError, ServingSilo  # noqa: E402
-from fedbandits.serve.store import StoreError  # noqa: E402
+from fedbandits.serve.store import Store, StoreError  # noqa: E402
 
 DIM = 4
 TOKEN, SYNC = "traffic-token-0123456789", "sync-token-0123456789ab"
@@ -645,3 +646,70 @@ def test_the_command_line_works_without_the_serve_extra():
         .splitlines()[-1]
         .startswith("fedbandits: error: fedbandits serve needs the serve extra (httpx is missing)")
     ), out.stderr[-500:]
+
+
+USER_LEVEL = {**LDP, "privacy_unit": "user", "max_contributions": 2}
+
+
+def user_config():
+    cfg = config(USER_LEVEL)
+    cfg["environment"]["returning_users"] = 100  # the config says its users return (what user ids need)
+    return cfg
+
+
+def test_user_level_decisions_carry_user_ids_and_a_restart_keeps_the_caps(tmp_path):
+    """privacy_unit = "user", m = 2: user 7's third rewarded decision is dropped (counted); the log keeps
+    digests, never the ids, and a restart -- with decisions pending at the release's snapshot and after it
+    -- replays to the same agent, caps included; a missing or bad user id is refused, storing nothing."""
+    clock = WallClock()
+    silo, client = make(tmp_path, cfg=user_config(), now=clock)
+    rng = np.random.default_rng(11)
+
+    def decide(user):
+        r = client.post("/v1/decisions", json={"features": arms(rng), "user_id": user}, headers=AUTH)
+        assert r.status_code == 200, r.text
+        return r.json()["decision_id"]
+
+    early = decide(7)  # pending across the release below
+    for user in (7, "7", "alice"):
+        client.post("/v1/rewards", json={"decision_id": decide(user), "reward": 0.3}, headers=AUTH)
+    assert client.post("/v1/sync/release", json={"epoch": 0, "round": 0}, headers=SYNC_AUTH).status_code == 200
+    client.post("/v1/rewards", json={"decision_id": early, "reward": 0.3}, headers=AUTH)  # 7's third: dropped
+    later = decide("alice")
+    status = client.get("/v1/status", headers=AUTH).json()
+    assert status["dropped_contributions"] == 1 and status["privacy_unit"].startswith("user, up to 2")
+    stored = silo.store.db.execute("SELECT user FROM events WHERE kind = 'decision'").fetchall()
+    assert len(stored) == 5 and all(len(u) == 32 for (u,) in stored) and ("7",) not in stored
+    before = (events(silo), silo.agent.state_digest())
+    for body, code, words in (
+        ({"features": arms(rng)}, 422, 'user_id: required with privacy_unit = "user"'),
+        ({"features": arms(rng), "user_id": -1}, 422, "user_id must be an integer >= 0"),
+        ({"features": arms(rng), "user_id": 1.5}, 400, "user_id: must be an integer >= 0 or a string"),
+        ({"features": arms(rng), "user_id": ""}, 422, "user_id must be 1 to 256 characters"),
+    ):
+        r = client.post("/v1/decisions", json=body, headers=AUTH)
+        assert r.status_code == code and words in r.json()["error"], (body, r.text)
+    assert (events(silo), silo.agent.state_digest()) == before
+    again = ServingSilo(user_config(), tmp_path / "silo", silo=0, now=clock)
+    assert again.agent.state_digest() == silo.agent.state_digest()
+    again.reward(later, 0.1)  # alice's second: kept
+    assert again.status()["dropped_contributions"] == 1 and again.agent.status()["batch_samples"] == 1
+
+
+def test_an_event_log_of_schema_1_is_migrated_in_place(tmp_path):
+    """A log written before user keys (schema 1) opens: the column is added, its rows kept."""
+    path = tmp_path / "events.sqlite"
+    db = sqlite3.connect(path)
+    db.executescript(
+        "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+        "CREATE TABLE events (seq INTEGER PRIMARY KEY, at REAL NOT NULL, kind TEXT NOT NULL, "
+        "number INTEGER NOT NULL, x BLOB, value REAL, context TEXT, release INTEGER);"
+        "INSERT INTO meta VALUES ('schema', '1');"
+        "INSERT INTO events (at, kind, number, value) VALUES (1.0, 'reward', 0, 0.5);"
+    )
+    db.commit()
+    db.close()
+    store = Store(path)
+    assert store.meta("schema") == "2"
+    assert [(e.kind, e.value, e.user) for e in store.events_after(0)] == [("reward", 0.5, None)]
+    store.close()

@@ -1,6 +1,6 @@
 """The serving silo's HTTP API (Starlette; ``fedbandits serve silo`` runs it on uvicorn).
 
-    POST /v1/decisions      {"features": [[...], ...] (K x d), "context_id": "..."?}
+    POST /v1/decisions      {"features": [[...], ...] (K x d), "context_id": "..."?, "user_id": ...?}
                             -> {"arm": i, "decision_id": "...", "model_version": "e.r" | null}
     POST /v1/rewards        {"decision_id": "...", "reward": r}  or  {"rewards": [{...}, ...]}
     GET  /v1/status         counts, model version, last sync, privacy spent and releases left
@@ -221,7 +221,7 @@ class Service:
 
     # -- traffic -----------------------------------------------------------------------------
     async def decisions(self, request: Request) -> Response:
-        body = _object(await _body(request), {"features", "context_id"}, {"features"})
+        body = _object(await _body(request), {"features", "context_id", "user_id"}, {"features"})
         context = body.get("context_id")
         if context is not None and (not isinstance(context, str) or len(context) > MAX_CONTEXT_ID):
             raise BadRequest(f"context_id: must be a string of at most {MAX_CONTEXT_ID} characters")
@@ -232,7 +232,10 @@ class Service:
             features = np.array(raw, dtype=np.float64)
         except (ValueError, TypeError):
             raise BadRequest("features: must be K lists of d numbers each (ragged or not numbers)") from None
-        arm, decision_id, _ = self.silo.decide(features, context)
+        user = body.get("user_id")
+        if user is not None and (isinstance(user, bool) or not isinstance(user, int | str)):
+            raise BadRequest("user_id: must be an integer >= 0 or a string of 1 to 256 characters")
+        arm, decision_id, _ = self.silo.decide(features, context, user)
         self._tick(decisions=1)
         return JSONResponse({"arm": arm, "decision_id": decision_id, "model_version": self.silo.model_version()})
 

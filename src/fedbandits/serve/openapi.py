@@ -75,6 +75,13 @@ def document(max_arms: int, max_batch: int, max_body: int) -> dict[str, Any]:
                             "description": "K candidate arms, d numbers each",
                         },
                         "context_id": {"type": "string", "maxLength": 200},
+                        "user_id": {
+                            "oneOf": [
+                                {"type": "integer", "minimum": 0},
+                                {"type": "string", "minLength": 1, "maxLength": 256},
+                            ],
+                            "description": "the user served: required with privacy_unit = 'user' (compared as text)",
+                        },
                     },
                 },
                 {

@@ -171,15 +171,15 @@ class ServingSilo:
         # snapshots hold no pending decision, so loading shifts no deadline (the clock is the wall clock)
         agent = Agent.load(state, clock=self.clock)
         # the snapshot leaves pending decisions out: re-enter those the log shows unanswered and unexpired
-        for number, at, x in self.store.unanswered(seq):
+        for number, at, x, user in self.store.unanswered(seq):
             if number not in agent.expired:
-                agent.recall(number, np.frombuffer(x), at + agent.expiry_seconds, counted=True)
+                agent.recall(number, np.frombuffer(x), at + agent.expiry_seconds, counted=True, user=user)
         n = 0
         for event in self.store.events_after(seq):
             self.clock.pinned = event.at
             if event.kind == "decision":
                 assert event.x is not None
-                agent.recall(event.number, np.frombuffer(event.x), event.at + agent.expiry_seconds)
+                agent.recall(event.number, np.frombuffer(event.x), event.at + agent.expiry_seconds, user=event.user)
             elif event.kind == "reward":
                 agent.reward(f"{agent.instance}-{event.number}", float(event.value or 0.0))
             else:  # a late reward: refused again, counted again
@@ -196,18 +196,24 @@ class ServingSilo:
         self.store.close()
 
     # -- traffic -----------------------------------------------------------------------------
-    def decide(self, features: np.ndarray, context_id: str | None = None) -> tuple[int, str, np.ndarray]:
+    def decide(
+        self, features: np.ndarray, context_id: str | None = None, user_id: int | str | None = None
+    ) -> tuple[int, str, np.ndarray]:
+        """``user_id``: the user served, required with ``privacy_unit = "user"`` (the log keeps its digest)."""
         self._usable()
         now = self.clock.now()
         self.clock.pinned = now
         try:
-            decision = self.agent.choose(features, context_id=context_id)
+            decision = self.agent.choose(features, context_id=context_id, user_id=user_id)
+            user = self.agent.user_key(user_id) if self.setup.user_level else None
         except AgentError as exc:
             raise ServeError(422, str(exc)) from None
         finally:
             self.clock.pinned = None
         number = self.agent.counts["sequence"] - 1
-        self._commit(lambda: self.store.add_event(now, "decision", number, features[decision.arm], None, context_id))
+        self._commit(
+            lambda: self.store.add_event(now, "decision", number, features[decision.arm], None, context_id, user)
+        )
         return decision.arm, decision.decision_id, decision.scores
 
     def reward(self, decision_id: str, value: float) -> None:

@@ -26,14 +26,15 @@ import numpy as np
 
 from fedbandits.serve.options import DURABILITY
 
-#: the log's schema version; a database of another version is refused
-SCHEMA = 1
+#: the log's schema version; a database of another version is refused, but for version 1, which is
+#: migrated in place (2: a decision's user key, for user-level privacy)
+SCHEMA = 2
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS events (
     seq INTEGER PRIMARY KEY, at REAL NOT NULL, kind TEXT NOT NULL, number INTEGER NOT NULL,
-    x BLOB, value REAL, context TEXT, release INTEGER
+    x BLOB, value REAL, context TEXT, release INTEGER, user TEXT
 );
 CREATE UNIQUE INDEX IF NOT EXISTS one_reward ON events(number) WHERE kind = 'reward';
 CREATE TABLE IF NOT EXISTS releases (
@@ -60,6 +61,7 @@ class Event:
     number: int
     x: bytes | None
     value: float | None
+    user: str | None = None  # a decision's user key (user-level privacy), else None
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,11 @@ class Store:
         self.db.execute(f"PRAGMA synchronous = {DURABILITY[durability]}")
         self.db.executescript(_TABLES)
         schema = self.meta("schema")
-        if schema is None:
+        if schema == "1":  # before user keys: the column is added, every earlier decision has none
+            with self.transaction():
+                self.db.execute("ALTER TABLE events ADD COLUMN user TEXT")
+                self.db.execute("INSERT OR REPLACE INTO meta VALUES ('schema', ?)", (str(SCHEMA),))
+        elif schema is None:
             self.set_meta({"schema": str(SCHEMA)})
         elif schema != str(SCHEMA):
             raise StoreError(f"{path}: event log schema {schema}, this fedbandits reads {SCHEMA}")
@@ -113,11 +119,12 @@ class Store:
         x: np.ndarray | None = None,
         value: float | None = None,
         context: str | None = None,
+        user: str | None = None,
     ) -> int:
         blob = None if x is None else np.ascontiguousarray(x, dtype=np.float64).tobytes()
         cur = self.db.execute(
-            "INSERT INTO events (at, kind, number, x, value, context) VALUES (?, ?, ?, ?, ?, ?)",
-            (at, kind, number, blob, value, context),
+            "INSERT INTO events (at, kind, number, x, value, context, user) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (at, kind, number, blob, value, context, user),
         )
         return int(cur.lastrowid or 0)
 
@@ -149,20 +156,22 @@ class Store:
 
     def events_after(self, seq: int) -> Iterator[Event]:
         rows = self.db.execute(
-            "SELECT seq, at, kind, number, x, value FROM events WHERE seq > ? ORDER BY seq", (seq,)
+            "SELECT seq, at, kind, number, x, value, user FROM events WHERE seq > ? ORDER BY seq", (seq,)
         ).fetchall()
-        for s, at, kind, number, x, value in rows:
-            yield Event(int(s), float(at), str(kind), int(number), None if x is None else bytes(x), value)
+        for s, at, kind, number, x, value, user in rows:
+            yield Event(int(s), float(at), str(kind), int(number), None if x is None else bytes(x), value, user)
 
-    def unanswered(self, seq: int) -> list[tuple[int, float, bytes]]:
-        """(number, time, features) of the decisions logged up to event ``seq`` with no reward logged up
-        to it, oldest first (the pending decisions a snapshot without them leaves out, and the expired)."""
+    def unanswered(self, seq: int) -> list[tuple[int, float, bytes, str | None]]:
+        """(number, time, features, user key) of the decisions logged up to event ``seq`` with no reward
+        logged up to it, oldest first (the pending decisions a snapshot without them leaves out, and the
+        expired)."""
         rows = self.db.execute(
-            "SELECT e.number, e.at, e.x FROM events e WHERE e.kind = 'decision' AND e.seq <= ? AND NOT EXISTS "
-            "(SELECT 1 FROM events r WHERE r.kind = 'reward' AND r.number = e.number AND r.seq <= ?) ORDER BY e.seq",
+            "SELECT e.number, e.at, e.x, e.user FROM events e WHERE e.kind = 'decision' AND e.seq <= ? AND NOT "
+            "EXISTS (SELECT 1 FROM events r WHERE r.kind = 'reward' AND r.number = e.number AND r.seq <= ?) "
+            "ORDER BY e.seq",
             (seq, seq),
         ).fetchall()
-        return [(int(n), float(at), bytes(x)) for n, at, x in rows]
+        return [(int(n), float(at), bytes(x), user) for n, at, x, user in rows]
 
     def release(self, epoch: int, round_: int) -> Release | None:
         row = self.db.execute(
