@@ -83,6 +83,23 @@ def test_loopback_parity_with_simulator(tmp_path: Path, protocol: str, agents: i
     assert deployment_results(spec, coord, 0.0).config.noise_stream(0) == spec.noise_stream
 
 
+@pytest.mark.parametrize("protocol", ["ldp", "distributed-dp"])
+def test_user_level_deployment_drops_what_the_simulator_drops(tmp_path: Path, protocol: str) -> None:
+    """privacy_unit = "user", m = 2, 6 returning users per silo over T = 60: every silo bounds its users'
+    contributions as the simulator does -- the synced prefixes are the simulator's, bit for bit, and the
+    drops are counted alike (60 - 6 x 2 = 48 per silo when every user comes at least twice)."""
+    text = _config(protocol, horizon=60, extra='privacy_unit = "user"\nmax_contributions = 2')
+    spec = make_spec(loads_config(text.replace("dim = 4", "dim = 4\nreturning_users = 6")))
+    ref = reference_run(spec)
+    coord = run_loopback(spec, tmp_path)
+    dirs = {i: tmp_path / f"silo-{i}" for i in range(3)}
+    assert compare(spec, ref, coord.synced_prefixes(), dirs) == []
+    assert np.array_equal(coord.synced_prefixes(), ref.prefixes)
+    dropped = [load_silo_results(dirs[i], i).policy.dropped_contributions for i in range(3)]
+    sim = run_experiment(spec.config.with_experiment(runs=1)).algorithms[spec.label].report
+    assert sum(dropped) == sim["dropped_contributions"] == 3 * 48
+
+
 def test_embedded_trial_of_deploy_local_is_deployable_and_matches_the_simulator(tmp_path: Path) -> None:
     from fedbandits.config import load_config
     from fedbandits.federation.cli import TRIAL_CONFIG
@@ -147,7 +164,14 @@ def test_hand_started_silo_draws_secret_noise_and_withholds_its_report(tmp_path:
 def test_a_shared_report_states_a_finite_largest_feature_norm(largest: object) -> None:
     """A silo states the largest feature norm it saw (the bound that would clip none, shown to the operator)."""
     spec = _spec("ldp")
-    counts = {"served": 40, "skipped_releases": 0, "clipped_features": 9, "clipped_rewards": 13, "psd_repairs": 0}
+    counts = {
+        "served": 40,
+        "skipped_releases": 0,
+        "clipped_features": 9,
+        "clipped_rewards": 13,
+        "psd_repairs": 0,
+        "dropped_contributions": 0,
+    }
     meta = {"silo_id": 1, "digest": spec.digest, "phase": "finish", "round": spec.releases + 1, **counts}
     kw = {"phase": "finish", "round_": spec.releases + 1, "registry": None, "seen": set(), "width": spec.width()}
     curve = {"curve": np.zeros(5)}
@@ -155,6 +179,10 @@ def test_a_shared_report_states_a_finite_largest_feature_norm(largest: object) -
     assert not isinstance(ok, str) and ok[1]["feature_norm_max"] == 1.0000001
     bad = validate_release(spec, Incoming(7, {**meta, "feature_norm_max": largest}, curve), curve_points=5, **kw)
     assert isinstance(bad, str) and "feature_norm_max must be a finite number >= 0" in bad
+    fewer = validate_release(
+        spec, Incoming(7, {**meta, "feature_norm_max": 1.0, "dropped_contributions": -2}, curve), curve_points=5, **kw
+    )
+    assert isinstance(fewer, str) and "dropped_contributions must be a non-negative integer" in fewer
 
 
 def test_client_app_defaults_are_secret_noise_and_no_report(tmp_path: Path) -> None:

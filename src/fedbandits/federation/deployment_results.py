@@ -82,8 +82,12 @@ def deployment_results(spec: DeploySpec, coord: Coordinator, wall: float) -> Res
         report.update(
             {
                 key: sum(int(r[key]) for r in shared.values())
-                for key in ("clipped_features", "clipped_rewards", "psd_repairs")
+                for key in ("clipped_features", "clipped_rewards", "psd_repairs", "dropped_contributions")
             }
+        )
+        # the unit of privacy, as the simulator's report states it (user-level: contributions beyond the cap dropped)
+        report["privacy_unit"] = (
+            spec.params.privacy_spec().unit() if spec.params.privacy_unit == "user" else "interaction"
         )
         report["feature_norm_max"] = max((float(r["feature_norm_max"]) for r in shared.values()), default=0.0)
     result = AlgorithmResult(

@@ -178,7 +178,14 @@ def validate_release(
     ):
         return f"silo {silo}: curve must be {curve_points} finite float64 numbers"
     counts = {}
-    for key in ("served", "skipped_releases", "clipped_features", "clipped_rewards", "psd_repairs"):
+    for key in (
+        "served",
+        "skipped_releases",
+        "clipped_features",
+        "clipped_rewards",
+        "psd_repairs",
+        "dropped_contributions",
+    ):
         v = meta.get(key)
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             return f"silo {silo}: report field {key} must be a non-negative integer, got {shown(v)}"

@@ -83,8 +83,8 @@ class SiloFedLinUCB(FedLinUCB):
     The radius counts n = M t samples like the simulator's M-agent policy.
     """
 
-    def __init__(self, spec: DeploySpec, dim: int, n_arms: int, reg: float) -> None:
-        super().__init__(1, 1, n_arms, dim, spec.horizon, spec.params, _NoProtocol(1, 1, dim), reg=reg)
+    def __init__(self, spec: DeploySpec, dim: int, n_arms: int, reg: float, n_users: int = 0) -> None:
+        super().__init__(1, 1, n_arms, dim, spec.horizon, spec.params, _NoProtocol(1, 1, dim), reg=reg, n_users=n_users)
         self.federation_size = spec.silos
         self.pending: np.ndarray | None = None
 
@@ -223,7 +223,7 @@ class Silo:
         spec = self.spec
         env, column, digest = self._build_env()
         dim = env.dim
-        policy = SiloFedLinUCB(spec, dim, env.n_arms, spec.regularizer())
+        policy = SiloFedLinUCB(spec, dim, env.n_arms, spec.regularizer(), n_users=env.n_users)
         randomizer: TreeRandomizer | DistributedRandomizer | None = None
         sigma = spec.sigma()
         secret = spec.secret_noise()
@@ -420,6 +420,7 @@ class Silo:
             "clipped_features": int(p.clipped_features),
             "clipped_rewards": int(p.clipped_rewards),
             "psd_repairs": int(p.psd_repairs),
+            "dropped_contributions": int(p.dropped_contributions),
             "feature_norm_max": float(p.feature_norm_max),
         }
 
@@ -446,7 +447,8 @@ class Silo:
         i = s.column
         while s.t < t_end:
             rnd = s.env.next_round()
-            mine = Round(rnd.features[:, i : i + 1], rnd.means[:, i : i + 1], rnd.noise[:, i : i + 1])
+            users = None if rnd.users is None else rnd.users[:, i : i + 1]
+            mine = Round(rnd.features[:, i : i + 1], rnd.means[:, i : i + 1], rnd.noise[:, i : i + 1], users=users)
             actions = s.policy.step(mine, s.env)
             a = int(actions[0, 0])
             means = rnd.means[0, i]

@@ -156,7 +156,7 @@ class DeploySpec:
         cal = self.calibration()
         if not isinstance(cal, NoiseCalibration):
             return None  # none, or distributed-dp: its shares are exact discrete Gaussians by design
-        return secret_noise_for(cal, self.params.privacy_spec().sensitivity(), self.dim())
+        return secret_noise_for(cal, self.params.privacy_spec().sensitivity(), self.dim(), self.params.contributions)
 
     def privacy_report(self) -> dict[str, object]:
         """The calibration (what ``derived`` trial noise spends, as in the simulator) and the secret
@@ -217,11 +217,6 @@ def make_spec(config: Config, label: str | None = None, run: int = 0) -> DeployS
         )
     if params.mechanism != "tree":
         raise ConfigError(f"mechanism {params.mechanism!r} does not deploy yet; the deployment releases tree p-sums")
-    if params.privacy_unit != "interaction":
-        raise ConfigError(
-            f"privacy_unit {params.privacy_unit!r} does not deploy yet: a silo's data files carry no user ids to "
-            "bound contributions by; the deployment protects interactions"
-        )
     if config.environment.params.agents < 1:
         raise ConfigError("the environment needs at least one agent (silo)")
     return DeploySpec(_absolute_data_paths(config), config.algorithms[index].label, index, run)
