@@ -411,19 +411,22 @@ def test_the_clustered_instance_serves_its_real_users_and_others_refuse_the_user
         )
 
 
-def test_the_online_agent_and_the_deployment_refuse_the_user_unit_in_one_line(tmp_path):
-    """Their reward APIs and silo files carry no user ids to bound contributions by."""
+def test_deployed_silos_bound_the_users_their_data_files_name(tmp_path):
+    """Two silos whose .npz files name 5 users, 4 visits each in the first 20 rows; m = 2: each silo drops
+    2 visits of each user (10), as the simulator reading the same files does, and the prefixes agree."""
+    from fedbandits.federation.parity import compare, reference_run, run_loopback
+    from fedbandits.federation.silo import load_silo_results
     from fedbandits.federation.spec import make_spec
-    from fedbandits.online import Agent
 
     user = {"name": "fedlinucb", "protocol": "ldp", "batch": 10, "privacy_unit": "user", "max_contributions": 2}
-    sphere = {"experiment": {"runs": 1, "horizon": 20}, "environment": {**SPHERE, "returning_users": 4}}
-    with pytest.raises(ConfigError, match=r"privacy_unit: an agent protects interactions") as err:
-        Agent.from_config(config_from_dict({**sphere, "algorithms": [user]}), seed=0)
-    assert "\n" not in str(err.value)
-    x, mu = np.zeros((30, 2, 2), dtype=np.float32), np.zeros((30, 2), dtype=np.float32)
+    rng = np.random.default_rng(0)
+    x, mu = rng.random((30, 2, 2)).astype(np.float32) / 2, rng.random((30, 2)).astype(np.float32)
     paths = [str(write_data_file(tmp_path / f"s{i}.npz", x, mu, user_ids=np.arange(30) % 5)) for i in range(2)]
     files = {"name": "data-files", "paths": paths, "agents": 2}
-    config = config_from_dict({"experiment": {"runs": 1, "horizon": 20}, "environment": files, "algorithms": [user]})
-    with pytest.raises(ConfigError, match="privacy_unit 'user' does not deploy yet"):
-        make_spec(config)
+    spec = make_spec(
+        config_from_dict({"experiment": {"runs": 1, "horizon": 20}, "environment": files, "algorithms": [user]})
+    )
+    coord = run_loopback(spec, tmp_path / "dep")
+    dirs = {i: tmp_path / "dep" / f"silo-{i}" for i in range(2)}
+    assert compare(spec, reference_run(spec), coord.synced_prefixes(), dirs) == []
+    assert [load_silo_results(dirs[i], i).policy.dropped_contributions for i in range(2)] == [10, 10]
