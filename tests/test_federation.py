@@ -171,6 +171,7 @@ def test_a_shared_report_states_a_finite_largest_feature_norm(largest: object) -
         "clipped_rewards": 13,
         "psd_repairs": 0,
         "dropped_contributions": 0,
+        "max_user_visits": 0,
     }
     meta = {"silo_id": 1, "digest": spec.digest, "phase": "finish", "round": spec.releases + 1, **counts}
     kw = {"phase": "finish", "round_": spec.releases + 1, "registry": None, "seen": set(), "width": spec.width()}

@@ -148,6 +148,15 @@ def test_federated_agents_reproduce_the_simulators_fedlinucb(algorithm):
 USER_LEVEL = [
     pytest.param({**FEDERATED[2].values[0], "privacy_unit": "user", "max_contributions": 3}, id="ldp-user"),
     pytest.param({**FEDERATED[3].values[0], "privacy_unit": "user", "max_contributions": 3}, id="ddp-user"),
+    # Lemma C.4's radius grows with n = M t, the dropped rounds included: the agents must count them too
+    pytest.param(
+        {**FEDERATED[2].values[0], "privacy_unit": "user", "max_contributions": 3, "radius": "theory"},
+        id="ldp-user-theory-radius",
+    ),
+    pytest.param(
+        {**FEDERATED[2].values[0], "privacy_unit": "user", "max_contributions": 3, "lazy": False, "radius": "theory"},
+        id="ldp-user-eager-theory-radius",
+    ),
 ]
 
 
@@ -167,6 +176,8 @@ def test_user_level_agents_drop_what_the_simulator_drops(algorithm, tmp_path):
         np.testing.assert_array_equal(ours, theirs)
     dropped = policy.report()["dropped_contributions"]
     assert dropped == sum(a.status()["dropped_contributions"] for a in agents) == AGENTS * (HORIZON - 5 * 3)
+    # the radius's n: M t for the simulator, the dropped rounds included (the agents count them too)
+    assert all(a._radius_samples() == policy.radius_samples() for a in agents)
     assert all(a.status()["privacy_unit"].startswith("user, up to 3") for a in agents)
 
 

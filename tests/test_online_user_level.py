@@ -125,6 +125,24 @@ def test_bad_user_ids_are_refused_and_change_nothing(user, message):
     assert "\n" not in str(err.value) and agent.state_digest() == before
 
 
+def test_user_ids_are_kept_only_as_keyed_digests(tmp_path):
+    """The state file holds neither the id nor its plain (unkeyed) digest, and two agents' secrets differ,
+    so a digest cannot be matched to an id by hashing candidate ids; a loaded agent keeps its secret."""
+    import hashlib
+
+    agent = Agent.from_config(_config(USER), seed=0)  # seeded: a derived secret, so the file's bytes are fixed
+    other = Agent.from_config(_config(USER), seed=1)
+    assert Agent.from_config(_config(USER)).user_secret != Agent.from_config(_config(USER)).user_secret  # os
+    _serve(agent, np.random.default_rng(5), 123456)
+    plain = hashlib.blake2b(b"123456", digest_size=16).hexdigest()
+    (key,) = agent.contributions
+    assert key != plain and key == agent.user_key("123456") != other.user_key(123456)
+    agent.save(tmp_path / "s.npz")
+    raw = (tmp_path / "s.npz").read_bytes()
+    assert plain.encode() not in raw and b"123456" not in raw
+    assert Agent.load(tmp_path / "s.npz").user_key(123456) == key
+
+
 def test_logged_rows_need_their_users_at_the_user_level():
     agent = Agent.from_config(_config(USER), seed=0)
     x = np.tile(np.eye(DIM)[0], (3, 1))
@@ -134,6 +152,10 @@ def test_logged_rows_need_their_users_at_the_user_level():
         agent.partial_fit(x, None, [0.1, 0.2, 0.3], user_ids=["a", "b"])
     with pytest.raises(AgentError, match=r"user_ids\[1\] must be an integer >= 0"):
         agent.partial_fit(x, None, [0.1, 0.2, 0.3], user_ids=["a", -3, "b"])
+    with pytest.raises(AgentError, match="user_ids must be a sequence"):
+        agent.partial_fit(x, None, [0.1, 0.2, 0.3], user_ids=5)
+    with pytest.raises(AgentError, match=r"user_ids\[0\] must be 1 to 256 characters"):
+        agent.partial_fit(x, None, [0.1, 0.2, 0.3], user_ids=[10**5000, "a", "b"])
     assert agent.status()["logged"] == 0
     agent.partial_fit(x, None, [0.1, 0.2, 0.3], user_ids=["a", "a", "a"])
     assert agent.status()["dropped_contributions"] == 1 and len(agent.completed) == 2
@@ -160,6 +182,7 @@ def test_the_user_level_rounding_term_bounds_every_placement(sens):
     entries = dim * (dim + 1) // 2
     nodes = 4  # of K = 8
     a, r, s = sens / grid, math.sqrt(entries), sigma / grid
+    worst = 0.0
     bound = release_rho(sigma, sigma, grid, sens, sens, dim, nodes, m)
     bias_part = ((m * a + math.sqrt(dim)) / s) ** 2 + (m - 1) * (math.sqrt(dim) / s) ** 2
     for batches in itertools.combinations_with_replacement(range(1, releases + 1), m):
@@ -169,6 +192,9 @@ def test_the_user_level_rounding_term_bounds_every_placement(sens):
                 counts[node] = counts.get(node, 0) + 1
         placed = sum(((n * a + r) / s) ** 2 for n in counts.values())
         assert 0.5 * (placed + nodes * bias_part) <= bound * (1 + 1e-12), batches
+        worst = max(worst, placed)
+    # without the (m - 1) nodes r^2 term the bound of the covariance part is nodes ((m a + r) / s)^2
+    assert (worst > nodes * ((m * a + r) / s) ** 2) == (sens == 0.01)
     assert release_rho(sigma, sigma, grid, sens, sens, dim, nodes, 1) == release_rho(
         sigma, sigma, grid, sens, sens, dim, nodes
     )

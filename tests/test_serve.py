@@ -696,6 +696,28 @@ def test_user_level_decisions_carry_user_ids_and_a_restart_keeps_the_caps(tmp_pa
     assert again.status()["dropped_contributions"] == 1 and again.agent.status()["batch_samples"] == 1
 
 
+def test_a_serving_silo_replays_its_schema_1_log(tmp_path):
+    """A silo's log taken back to schema 1 (no user column: what an earlier fedbandits wrote) is migrated
+    when the silo restarts, and the replay gives the same agent."""
+    clock = WallClock()
+    silo, client = make(tmp_path, now=clock)
+    rng = np.random.default_rng(12)
+    for i in range(6):
+        d = client.post("/v1/decisions", json={"features": arms(rng)}, headers=AUTH).json()["decision_id"]
+        if i % 2:
+            client.post("/v1/rewards", json={"decision_id": d, "reward": 0.2}, headers=AUTH)
+    digest = silo.agent.state_digest()
+    silo.close()
+    db = sqlite3.connect(tmp_path / "silo" / "events.sqlite")
+    db.execute("ALTER TABLE events DROP COLUMN user")
+    db.execute("UPDATE meta SET value = '1' WHERE key = 'schema'")
+    db.commit()
+    db.close()
+    again = ServingSilo(config(), tmp_path / "silo", silo=0, now=clock)
+    assert again.replayed == 9 and again.agent.state_digest() == digest
+    assert again.store.meta("schema") == "2"
+
+
 def test_an_event_log_of_schema_1_is_migrated_in_place(tmp_path):
     """A log written before user keys (schema 1) opens: the column is added, its rows kept."""
     path = tmp_path / "events.sqlite"

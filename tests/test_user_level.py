@@ -430,3 +430,34 @@ def test_deployed_silos_bound_the_users_their_data_files_name(tmp_path):
     dirs = {i: tmp_path / "dep" / f"silo-{i}" for i in range(2)}
     assert compare(spec, reference_run(spec), coord.synced_prefixes(), dirs) == []
     assert [load_silo_results(dirs[i], i).policy.dropped_contributions for i in range(2)] == [10, 10]
+
+
+def test_a_deployed_silo_without_user_ids_refuses_the_user_unit_and_a_per_interaction_report_warns(tmp_path):
+    """A user-level silo whose data file names no users stops with one line naming the file; a
+    per-interaction deployment over returning users says in its report that they are not covered."""
+    from fedbandits.federation.deployment_results import deployment_results
+    from fedbandits.federation.parity import run_loopback
+    from fedbandits.federation.silo import Silo, SiloError
+    from fedbandits.federation.spec import make_spec
+
+    user = {"name": "fedlinucb", "protocol": "ldp", "batch": 10, "privacy_unit": "user", "max_contributions": 2}
+    rng = np.random.default_rng(1)
+    x, mu = rng.random((30, 2, 2)).astype(np.float32) / 2, rng.random((30, 2)).astype(np.float32)
+    bare = str(write_data_file(tmp_path / "bare.npz", x, mu))
+    named = str(write_data_file(tmp_path / "named.npz", x, mu, user_ids=np.arange(30) % 5))
+    served = {"name": "data-files", "agents": 2, "arms": 2, "dim": 2}
+    spec = make_spec(
+        config_from_dict({"experiment": {"runs": 1, "horizon": 20}, "environment": served, "algorithms": [user]})
+    )
+    with pytest.raises(SiloError, match=r"silo 0: privacy_unit 'user' needs user ids in its data \(.*bare\.npz\)"):
+        Silo(spec, 0, tmp_path / "s0", "derived", data_file=bare)
+    per_interaction = {**user, "privacy_unit": "interaction", "max_contributions": 1}
+    files = {"name": "data-files", "paths": [named, named], "agents": 2}
+    spec = make_spec(
+        config_from_dict(
+            {"experiment": {"runs": 1, "horizon": 20}, "environment": files, "algorithms": [per_interaction]}
+        )
+    )
+    coord = run_loopback(spec, tmp_path / "dep")
+    report = deployment_results(spec, coord, 0.0).algorithms[spec.label].report
+    assert report["privacy_unit"] == RETURNING_NOT_COVERED and report["max_user_visits"] == 4

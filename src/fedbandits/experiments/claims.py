@@ -142,8 +142,8 @@ def sublinear(table: Table, label: str, level: float = LEVEL) -> ClaimResult:
 
     ``table[label]`` holds per run (middle, late): the regret per round over t in (T/4, T/2] and over
     (T/2, T] (the first quarter, where explorations and burn-in sit, is left out).  Linear regret keeps the
-    two equal in expectation; R(t) ~ sqrt(t) makes late / middle = (1 - 1/sqrt 2) / (2/sqrt 2 - 1) / 2
-    = 0.71.  The test is :func:`lower_than`'s paired one, late against middle.
+    two equal in expectation; R(t) ~ sqrt(t) makes late / middle = (1 - 1/sqrt 2) / (sqrt 2 - 1) = 0.71.
+    The test is :func:`lower_than`'s paired one, late against middle.
     """
     rates = np.asarray(table[label], dtype=float).reshape(-1, 2)
     result = lower_than({LATE: rates[:, 1], MIDDLE: rates[:, 0]}, LATE, MIDDLE, level)

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from fedbandits.algorithms.fedlinucb import RETURNING_NOT_COVERED
 from fedbandits.federation.server import WITHHELD, Coordinator
 from fedbandits.federation.spec import DeploySpec
 from fedbandits.privacy.guarantee import NOT_FORMAL
@@ -85,10 +86,15 @@ def deployment_results(spec: DeploySpec, coord: Coordinator, wall: float) -> Res
                 for key in ("clipped_features", "clipped_rewards", "psd_repairs", "dropped_contributions")
             }
         )
-        # the unit of privacy, as the simulator's report states it (user-level: contributions beyond the cap dropped)
-        report["privacy_unit"] = (
-            spec.params.privacy_spec().unit() if spec.params.privacy_unit == "user" else "interaction"
-        )
+        # the unit of privacy, as the simulator's report states it: user-level (contributions beyond the cap
+        # dropped), or per interaction -- with the warning when a silo's users came back
+        visits = max((int(r["max_user_visits"]) for r in shared.values()), default=0)
+        if spec.params.privacy_unit == "user":
+            report["privacy_unit"] = spec.params.privacy_spec().unit()
+        else:
+            report["privacy_unit"] = RETURNING_NOT_COVERED if visits > 1 else "interaction"
+        if visits:
+            report["max_user_visits"] = visits
         report["feature_norm_max"] = max((float(r["feature_norm_max"]) for r in shared.values()), default=0.0)
     result = AlgorithmResult(
         name=alg.name,

@@ -185,6 +185,7 @@ def validate_release(
         "clipped_rewards",
         "psd_repairs",
         "dropped_contributions",
+        "max_user_visits",
     ):
         v = meta.get(key)
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:

@@ -223,6 +223,12 @@ class Silo:
         spec = self.spec
         env, column, digest = self._build_env()
         dim = env.dim
+        if spec.params.privacy_unit == "user" and env.n_users < 1:
+            where = self._data_path() or spec.config.environment.name
+            raise SiloError(
+                f"silo {self.silo_id}: privacy_unit 'user' needs user ids in its data ({where}): user_ids in a .npz, "
+                "a user_id column in a .csv, or returning_users in a synthetic environment"
+            )
         policy = SiloFedLinUCB(spec, dim, env.n_arms, spec.regularizer(), n_users=env.n_users)
         randomizer: TreeRandomizer | DistributedRandomizer | None = None
         sigma = spec.sigma()
@@ -421,6 +427,7 @@ class Silo:
             "clipped_rewards": int(p.clipped_rewards),
             "psd_repairs": int(p.psd_repairs),
             "dropped_contributions": int(p.dropped_contributions),
+            "max_user_visits": int(p.user_counts.max()) if p.user_counts is not None else 0,
             "feature_norm_max": float(p.feature_norm_max),
         }
 

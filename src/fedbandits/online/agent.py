@@ -28,7 +28,9 @@ user (``user_id``), and a user's completed decisions enter the releases of one b
 times -- the (m+1)-th and later are served, but their rewards are dropped and counted
 (``dropped_contributions``), as the simulator drops a user's visits beyond the m-th.  Contributions
 are counted against the epoch of the release they enter (the next release's), so that a decision made
-in one epoch and rewarded in the next is capped in the next.  Ids are kept only as digests.
+in one epoch and rewarded in the next is capped in the next.  Ids are kept only as keyed digests
+(BLAKE2b with a secret of the agent's, saved with its state): a digest cannot be matched to an id by
+enumerating ids without that secret.
 
 Every input is checked before anything changes: a bad one raises :class:`AgentError` (a
 ``ValueError``) naming the field, and the agent is as it was.
@@ -137,6 +139,12 @@ class Agent:
             else secrets.token_hex(8)
         )
         self.counts: dict[str, int] = dict.fromkeys(COUNTERS, 0)
+        #: user-level: the key of the user-id digests (secret; a seeded test agent's is derived from its instance)
+        self.user_secret = (
+            hashlib.sha256(f"user-ids:{self.instance}".encode()).digest()[:32]
+            if seed is not None
+            else secrets.token_bytes(32)
+        )
         self.feature_norm_max = 0.0
         self.pending: dict[int, tuple[np.ndarray, float]] = {}  # decision number -> (x (d,), deadline)
         #: user-level: a pending decision's user key; and per user key, (epoch, contributions to that epoch)
@@ -228,7 +236,10 @@ class Agent:
         checked = [self._reward_value(f"rewards[{i}]", float(v)) for i, v in enumerate(y)]
         if self.setup.user_level and user_ids is None:
             raise AgentError('user_ids: required (n,) with privacy_unit = "user" (one user id per logged row)')
-        ids = [None] * len(y) if user_ids is None else list(user_ids)
+        try:
+            ids = [None] * len(y) if user_ids is None else list(user_ids)
+        except TypeError:
+            raise AgentError(f"user_ids must be a sequence, one id per row ({len(y)}), got {user_ids!r:.40}") from None
         if len(ids) != len(y):
             raise AgentError(f"user_ids must have one id per row ({len(y)}), got {len(ids)}")
         keys = [self._user(f"user_ids[{i}]", v) for i, v in enumerate(ids)]
@@ -258,7 +269,9 @@ class Agent:
             payload = self.randomizer.release(gamma)[0, 0].copy()
         else:
             payload = gamma[0, 0].copy()
-        self.counts["released_samples"] += len(self.completed)
+        # the rounds this release covers, as the simulator counts them for the radius: dropped ones too
+        self.counts["released_samples"] += len(self.completed) + self.counts["dropped_unreleased"]
+        self.counts["dropped_unreleased"] = 0
         self.completed = {}
         self.counts["syncs"] += 1
         return payload
@@ -317,7 +330,7 @@ class Agent:
 
     def user_key(self, user_id: object) -> str:
         """The digest a user's contributions are counted under (what a service logs instead of the id)."""
-        return user_key("user_id", user_id)
+        return user_key("user_id", user_id, self.user_secret)
 
     def apply_sync(self, prefix: Any) -> None:
         """Adopt the federation's synced prefix ``(P,)`` (the server's release after a sync round)."""
@@ -489,7 +502,7 @@ class Agent:
             raise AgentError(
                 f'{name}: required with privacy_unit = "user" (the user served, an integer >= 0 or a string)'
             )
-        return user_key(name, user_id)
+        return user_key(name, user_id, self.user_secret)
 
     def _kept(self, key: str | None) -> bool:
         """Whether a completed decision of user ``key`` enters the next release: the user's first
@@ -503,6 +516,7 @@ class Agent:
             n = 0
         if n >= self.setup.contributions:
             self.counts["dropped_contributions"] += 1
+            self.counts["dropped_unreleased"] += 1  # a round the radius counts, as the simulator's does
             return False
         self.contributions[key] = (epoch, n + 1)
         return True
@@ -559,7 +573,10 @@ class Agent:
         silo's samples (in the releases made, if lazy) -- with rewards at once, the simulator's M t."""
         if not self.federated:
             return self.counts["learned"]
-        own = self.counts["released_samples"] if self.lazy else self.counts["learned"]
+        if self.lazy:
+            own = self.counts["released_samples"]
+        else:  # a dropped contribution is a round the simulator's n = M t counts, though nothing is learned
+            own = self.counts["learned"] + self.counts["dropped_contributions"]
         return self.setup.silos * own
 
     def _expire(self) -> None:
@@ -594,4 +611,5 @@ COUNTERS = (
     "epochs",  # budget epochs completed before the current one (new_epoch)
     "epoch_start",  # the value of syncs when the current epoch began
     "dropped_contributions",  # user-level: completed decisions beyond a user's cap, never learned from
+    "dropped_unreleased",  # of those, the ones since the last release (its rounds count for the radius)
 )

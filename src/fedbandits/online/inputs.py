@@ -95,15 +95,19 @@ def check_prefix(prefix: Any, width: int, dim: int) -> np.ndarray:
     return p
 
 
-def user_key(name: str, value: object) -> str:
-    """The key an agent counts a user's contributions under: a digest of the id (an integer >= 0 or a
-    non-empty string of at most :data:`MAX_USER_ID` characters, compared as text: 7 and "7" are one
-    user), so the raw ids are never stored."""
+def user_key(name: str, value: object, secret: bytes) -> str:
+    """The key an agent counts a user's contributions under: a keyed digest (BLAKE2b keyed with the
+    agent's ``secret``) of the id -- an integer >= 0 or a non-empty string of at most
+    :data:`MAX_USER_ID` characters, compared as text: 7 and "7" are one user.  The raw ids are never
+    stored, and without the secret a digest cannot be matched to an id by enumerating ids."""
     if isinstance(value, bool) or not isinstance(value, int | str | np.integer):
         raise AgentError(f"{name} must be an integer >= 0 or a string, got {value!r:.80}")
-    text = str(int(value)) if not isinstance(value, str) else value
-    if not isinstance(value, str) and int(value) < 0:
-        raise AgentError(f"{name} must be an integer >= 0 or a string, got {text:.80}")
+    if not isinstance(value, str):
+        if int(value) < 0:
+            raise AgentError(f"{name} must be an integer >= 0 or a string, got {int(value)}")
+        if int(value) >= 10**MAX_USER_ID:
+            raise AgentError(f"{name} must be 1 to {MAX_USER_ID} characters long (an integer below 10^{MAX_USER_ID})")
+    text = value if isinstance(value, str) else str(int(value))
     if not 1 <= len(text) <= MAX_USER_ID:
         raise AgentError(f"{name} must be 1 to {MAX_USER_ID} characters long, got {len(text)}")
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16, key=secret).hexdigest()

@@ -3,7 +3,8 @@
 What is saved is the whole agent: the config (as data, validated again on load), the ridge
 statistics and inverse, the synced prefix in force, the batch statistics of the next release,
 the pending decisions (features and deadlines), the expired ids, every counter, (user-level) each
-user's contributions in the current epoch and each pending decision's user, as digests, the noise source
+user's contributions in the current epoch and each pending decision's user, as keyed digests (and
+the digests' secret key), the noise source
 and the local randomizer's tree: its exact nodes and the released noisy nodes (``ldp``), which a
 loaded agent re-uses, never redraws.  With ``derived`` noise the exact position of its noise
 stream is saved too (a loaded agent continues the stream: noise not yet drawn is never replayed);
@@ -89,7 +90,8 @@ def dump(agent: Agent, pending: bool = True) -> tuple[dict[str, Any], dict[str, 
         "pending_deadlines": np.array([agent.pending[int(n)][1] for n in numbers], dtype=np.float64),
         "expired": np.array(sorted(agent.expired), dtype=np.int64),
     }
-    if agent.setup.user_level:  # digests only: the raw user ids are never kept
+    if agent.setup.user_level:  # keyed digests only: the raw user ids are never kept
+        header["user_secret"] = agent.user_secret.hex()
         users = sorted(agent.contributions)
         arrays["pending_users"] = np.array([agent.pending_users[int(n)] for n in numbers], dtype="S32")
         arrays["user_keys"] = np.array(users, dtype="S32")
@@ -199,6 +201,7 @@ def restore(
     agent.pending = {n: (arrays["pending_x"][i].copy(), float(deadlines[i])) for i, n in enumerate(numbers)}
     agent._queue = deque(sorted((deadline, n) for n, (_, deadline) in agent.pending.items()))
     if setup.user_level:
+        agent.user_secret = bytes.fromhex(header["user_secret"])
         agent.pending_users = {n: arrays["pending_users"][i].decode() for i, n in enumerate(numbers)}
         agent.contributions = {
             key.decode(): (int(epoch), int(n))

@@ -4,7 +4,8 @@ Only the paper's abstract was available to us, so the claims checked are the abs
 such on the page, and the setting is the authors' public code (``blaserethan/HetoFedBandit``,
 ``Simulation.py``): its synthetic instance (:class:`fedbandits.envs.heterogeneous.HeterogeneousClients`:
 N = 30 clients in 4 clusters of centres at least 0.85 apart, d = 25, K = 25 of a pool of 1000 articles,
-Gaussian noise 0.1), T = 3,000 rounds, lambda = 0.1, 70 rounds of exploration, D = 2.  Its figure compares
+Gaussian noise 0.1), T = 3,000 rounds, lambda = 0.1 (FCLUB-DC: the library's defaults), 70 rounds of
+exploration, D = 2.  Its figure compares
 HetoFedBandit with DisLinUCB (one federated model for every client), independent LinUCB agents,
 FCLUB-DC, DyClu and an enhanced HetoFedBandit.
 """
@@ -94,6 +95,7 @@ def blaser_fig(scale: str = "quick", runs: int | None = None) -> Experiment:
         claims,
         shrunk,
         BLASER_NOTES,
-        "N = 30 clients, 4 clusters, d = 25, K = 25, lambda = 0.1, 70 rounds of exploration, D = 2; ",
+        "N = 30 clients, 4 clusters, d = 25, K = 25, lambda = 0.1 (FCLUB-DC: its defaults), 70 rounds of "
+        "exploration, D = 2; ",
         causes=(SHORTER_EXPLORATION,),
     )
