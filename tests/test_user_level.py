@@ -102,6 +102,17 @@ def test_gaussian_user_level_noise_is_m_times_the_interaction_noise(mechanism):
         assert user.details["unit"] == f"user, up to {m} contributions" and base.details["unit"] == "interaction"
 
 
+def _totals(releases):
+    """What Prop. 14's bounds grow with, over releases (l2, l1, count): sum l2^2, sum l2, sum l1 and the
+    number of releases touched."""
+    return [
+        sum(c * l2**2 for l2, _, c in releases),
+        sum(c * l2 for l2, _, c in releases),
+        sum(c * l1 for _, l1, c in releases),
+        sum(c for _, _, c in releases),
+    ]
+
+
 def test_distributed_user_releases_dominate_every_placement_of_the_contributions():
     """K = 8 releases (4 tree levels), m = 3 contributions of one user in batches j1 <= j2 <= j3: for every
     placement, the three totals Prop. 14's bounds grow with -- sum l2^2, sum l2, sum l1 -- and the number of
@@ -111,27 +122,17 @@ def test_distributed_user_releases_dominate_every_placement_of_the_contributions
     a, b, a1, b1 = 7.0, math.sqrt(width), 9.0, float(width)
     nodes = 4
     profile = user_releases(((a + b, a1 + b1, nodes),), width, m)
-    bound = [
-        sum(c * l2**2 for l2, _, c in profile),
-        sum(c * l2 for l2, _, c in profile),
-        sum(c * l1 for _, l1, c in profile),
-        sum(c for _, _, c in profile),
-    ]
+    bound = _totals(profile)
     attained = False
     for batches in itertools.combinations_with_replacement(range(1, releases + 1), m):
         counts: dict[int, int] = {}
         for j in batches:
             for node in nodes_containing(j, releases):
                 counts[node] = counts.get(node, 0) + 1
-        totals = [
-            sum((n * a + b) ** 2 for n in counts.values()),
-            sum(n * a + b for n in counts.values()),
-            sum(n * a1 + b1 for n in counts.values()),
-            len(counts),
-        ]
+        placed = tuple((n * a + b, n * a1 + b1, 1) for n in counts.values())
+        totals = _totals(placed)
         assert all(t <= bnd * (1 + 1e-12) for t, bnd in zip(totals, bound, strict=True)), batches
         attained |= math.isclose(totals[0], nodes * (m * a + b) ** 2)
-        placed = tuple((n * a + b, n * a1 + b1, 1) for n in counts.values())
         assert composed_epsilon(2.0, 3, placed, width, 1e-5) <= composed_epsilon(2.0, 3, profile, width, 1e-5) + 1e-12
     assert attained
     assert user_releases(((a + b, a1 + b1, nodes),), width, 1) == ((a + b, a1 + b1, nodes),)
@@ -149,12 +150,7 @@ def test_distributed_factorized_user_releases_dominate_every_placement_of_the_co
     column = factorize(releases, band).encoder[:releases]
     one = tuple((a * c + b, a1 * c + b1, 1) for c in column)
     profile = user_releases(one, width, m)
-    bound = [
-        sum(n * l2**2 for l2, _, n in profile),
-        sum(n * l2 for l2, _, n in profile),
-        sum(n * l1 for _, l1, n in profile),
-        sum(n for _, _, n in profile),
-    ]
+    bound = _totals(profile)
     attained = False
     for batches in itertools.combinations_with_replacement(range(releases), m):
         s = np.zeros(releases)
@@ -163,9 +159,8 @@ def test_distributed_factorized_user_releases_dominate_every_placement_of_the_co
             s[j : j + entered.size] += entered
         touched = s[s > 0]
         placed = tuple((a * x + b, a1 * x + b1, 1) for x in touched)
-        totals = [sum(l2**2 for l2, _, _ in placed), sum(l2 for l2, _, _ in placed), sum(l1 for _, l1, _ in placed)]
-        assert all(t <= bnd * (1 + 1e-12) for t, bnd in zip(totals, bound[:3], strict=True)), batches
-        assert touched.size <= bound[3]
+        totals = _totals(placed)
+        assert all(t <= bnd * (1 + 1e-12) for t, bnd in zip(totals, bound, strict=True)), batches
         attained |= math.isclose(totals[0], bound[0] - (m - 1) * len(column) * b**2)
         assert composed_epsilon(2.0, 3, placed, width, 1e-5) <= composed_epsilon(2.0, 3, profile, width, 1e-5) + 1e-12
     assert attained

@@ -115,10 +115,10 @@ def parse_csv(name: str) -> tuple[np.ndarray, np.ndarray | None]:
                 f"data file {name}, line {a + 2}: user {user!r} has {b - a} arm line(s), expected K = {k} "
                 f"like the first user {users[0]!r}"
             )
-        if with_ids and any(int(ids[j]) != int(ids[a]) for j in range(a, b)):
-            j = next(j for j in range(a, b) if int(ids[j]) != int(ids[a]))
+        other = next((i for i in range(a, b) if int(ids[i]) != int(ids[a])), None) if with_ids else None
+        if other is not None:
             raise ValueError(
-                f"data file {name}, line {j + 2}: user {user!r}: user_id {ids[j]} differs from {ids[a]} on its "
+                f"data file {name}, line {other + 2}: user {user!r}: user_id {ids[other]} differs from {ids[a]} on its "
                 f"first line (one row is one person's visit: its K lines carry one user_id)"
             )
     table = np.array(numbers, dtype=np.float64).reshape(len(starts), k, len(names) + 1)

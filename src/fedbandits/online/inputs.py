@@ -12,6 +12,8 @@ import numpy as np
 
 #: the longest user id a string may be (an integer id is any integer >= 0)
 MAX_USER_ID = 256
+#: the first integer id with more than MAX_USER_ID digits
+_TOO_LONG = 10**MAX_USER_ID
 
 
 class AgentError(ValueError):
@@ -105,7 +107,7 @@ def user_key(name: str, value: object, secret: bytes) -> str:
     if not isinstance(value, str):
         if int(value) < 0:
             raise AgentError(f"{name} must be an integer >= 0 or a string, got {int(value)}")
-        if int(value) >= 10**MAX_USER_ID:
+        if int(value) >= _TOO_LONG:
             raise AgentError(f"{name} must be 1 to {MAX_USER_ID} characters long (an integer below 10^{MAX_USER_ID})")
     text = value if isinstance(value, str) else str(int(value))
     if not 1 <= len(text) <= MAX_USER_ID:

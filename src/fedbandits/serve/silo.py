@@ -205,12 +205,12 @@ class ServingSilo:
         self.clock.pinned = now
         try:
             decision = self.agent.choose(features, context_id=context_id, user_id=user_id)
-            user = self.agent.user_key(user_id) if self.setup.user_level else None
         except AgentError as exc:
             raise ServeError(422, str(exc)) from None
         finally:
             self.clock.pinned = None
         number = self.agent.counts["sequence"] - 1
+        user = self.agent.pending_users.get(number)  # the digest choose() computed (user-level), else None
         self._commit(
             lambda: self.store.add_event(now, "decision", number, features[decision.arm], None, context_id, user)
         )
