@@ -119,6 +119,20 @@ FEDERATED = [
         },
         id="ddp",
     ),
+    # rewards centred (reward_offset) and clipped to [c - B, c + B] = [0, 1]: the agent centres as the simulator does
+    pytest.param(
+        {
+            "name": "fedlinucb",
+            "batch": 4,
+            "protocol": "distributed-dp",
+            "epsilon": 1.0,
+            "delta": 1e-3,
+            "feature_bound": 0.9,
+            "reward_offset": 0.5,
+            "reward_bound": 0.5,
+        },
+        id="ddp-centred",
+    ),
 ]
 
 

@@ -233,6 +233,7 @@ class AsyncFedLinUCB(Policy, ClipCounts):
         if params.private and calibration is None:
             raise ValueError("a private fedlinucb-async needs its calibration")
         self.params = params
+        self.reward_offset = params.reward_offset
         self.private = params.private
         self.calibration = calibration
         self.reg_value = params.reg if reg is None else reg

@@ -22,7 +22,12 @@ class LinUCBParams:
 
     reg: ridge regulariser lambda > 0.  radius: "constant" (beta itself, the default: beta = 1 was
     chosen by the tuning rule on seed 1000, docs/tuning.md "The defaults") or "theory" (Lemma C.4 of
-    Zhou & Chowdhury 2023, times beta_scale: the papers' tuning, by name).
+    Zhou & Chowdhury 2023, times beta_scale: the papers' tuning, by name).  reward_offset: a public
+    constant c the learner subtracts from every reward before anything else (clipping included), so it
+    fits E[y] - c = <x, theta>: the same linear model as E[y] = <x, theta> whenever the features hold a
+    constant coordinate (an intercept).  Centring the rewards of a range [a, b] at c = (a + b) / 2 lets a
+    private learner clip to [-(b - a) / 2, (b - a) / 2] instead of [-max(|a|, |b|), max(|a|, |b|)]: the
+    same data, half the bias sensitivity for rewards in [0, b] (docs/privacy.md, "Centring rewards").
     """
 
     reg: float = field(default=1.0, metadata={"help": "ridge regulariser lambda > 0"})
@@ -34,9 +39,17 @@ class LinUCBParams:
     beta_scale: float = field(default=1.0, metadata={"help": "multiplier of the theory radius, >= 0"})
     alpha: float = field(default=0.01, metadata={"help": "confidence level of the theory radius, in (0, 1]"})
     noise_scale: float = field(default=1.0, metadata={"help": "sub-Gaussian reward-noise scale in the theory radius"})
+    reward_offset: float = field(
+        default=0.0,
+        metadata={
+            "help": "c: learn from y - c, centred before any clipping (a public constant; the same linear model when "
+            "the features hold an intercept)"
+        },
+    )
 
     def __post_init__(self) -> None:
         check_float("reg", self.reg, low=0.0, low_open=True)
+        check_float("reward_offset", self.reward_offset)
         check_float("beta", self.beta, low=0.0)
         check_float("beta_scale", self.beta_scale, low=0.0)
         self.confidence_radius()  # validates the radius fields
@@ -134,6 +147,9 @@ class Policy(ABC):
     #: a rule must be equal in every task (else the merge raises), except counts named
     #: ``clipped*`` and ``psd_repairs``, which are summed.
     report_merge: ClassVar[Mapping[str, MergeRule]] = {}
+    #: c of :attr:`LinUCBParams.reward_offset`: every reward enters :meth:`_observe` as y - c (a policy
+    #: built from LinUCBParams sets it from them; 0 leaves rewards as they are)
+    reward_offset: float = 0.0
 
     def __init__(self, n_runs: int, n_agents: int, n_arms: int, dim: int, horizon: int) -> None:
         self.n_runs = n_runs
@@ -156,7 +172,12 @@ class Policy(ABC):
 
         Inputs are validated first; a rejected observation changes nothing.
         """
-        self._observe(*self.check_observation(x, y))
+        x, y = self.check_observation(x, y)
+        self._observe(x, self.centred(y))
+
+    def centred(self, y: np.ndarray) -> np.ndarray:
+        """Rewards as the learner sees them: y - :attr:`reward_offset` (y itself when the offset is 0)."""
+        return y - self.reward_offset if self.reward_offset else y
 
     @abstractmethod
     def _select(self, features: np.ndarray) -> np.ndarray:
@@ -176,7 +197,7 @@ class Policy(ABC):
         idx = actions[..., None]
         means = np.take_along_axis(rnd.means, idx, axis=-1)[..., 0]
         x = np.take_along_axis(rnd.features, idx[..., None], axis=-2)[..., 0, :].astype(np.float64)
-        self._observe(x, env.rewards(means, rnd.noise))
+        self._observe(x, self.centred(env.rewards(means, rnd.noise)))
         self.end_round()
         return actions
 

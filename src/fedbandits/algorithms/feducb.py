@@ -343,6 +343,7 @@ class FedUCB(Policy, ClipCounts):
     ) -> None:
         super().__init__(n_runs, n_agents, n_arms, dim, horizon)
         self.params = params
+        self.reward_offset = params.reward_offset
         self.private = params.private
         M = n_agents
         if self.private:

@@ -266,6 +266,7 @@ class DecentralizedFedUCB(Policy, ClipCounts):
     ) -> None:
         super().__init__(n_runs, n_agents, n_arms, dim, horizon)
         self.params = params
+        self.reward_offset = params.reward_offset
         self.private = params.private
         M, d, G = n_agents, dim, params.gamma
         R = n_runs

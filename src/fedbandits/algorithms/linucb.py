@@ -22,6 +22,7 @@ class IndependentLinUCB(Policy):
     def __init__(self, n_runs: int, n_agents: int, n_arms: int, dim: int, horizon: int, params: LinUCBParams) -> None:
         super().__init__(n_runs, n_agents, n_arms, dim, horizon)
         self.params = params
+        self.reward_offset = params.reward_offset
         self.radius = params.confidence_radius()
         self.state = RidgeState((n_runs, n_agents), dim, params.reg)
         self.scorer = UCBScorer(n_runs * n_agents, n_arms, dim)
@@ -57,6 +58,7 @@ class SuperAgentLinUCB(Policy):
     def __init__(self, n_runs: int, n_agents: int, n_arms: int, dim: int, horizon: int, params: LinUCBParams) -> None:
         super().__init__(n_runs, n_agents, n_arms, dim, horizon)
         self.params = params
+        self.reward_offset = params.reward_offset
         self.radius = params.confidence_radius()
         self.state = RidgeState((n_runs,), dim, params.reg)
         self.scorer = UCBScorer(n_runs, n_arms, dim)
@@ -81,7 +83,7 @@ class SuperAgentLinUCB(Policy):
         for j in range(self.n_agents):
             a = self._select_one(rnd.features[:, j])
             actions[:, j] = a
-            y = env.rewards(rnd.means[runs, j, a], rnd.noise[:, j])
+            y = self.centred(env.rewards(rnd.means[runs, j, a], rnd.noise[:, j]))
             self.state._update_unchecked(rnd.features[runs, j, a].astype(np.float64), y)
             self.samples += 1
         self.end_round()

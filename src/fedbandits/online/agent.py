@@ -75,7 +75,8 @@ from fedbandits.protocols.distributed_dp import DistributedRandomizer
 @dataclass(frozen=True)
 class Decision:
     """One choice: the arm (index into the features given), its id for :meth:`Agent.reward`,
-    and every arm's UCB score ``(K,)`` (float32, as the simulator scores)."""
+    and every arm's UCB score ``(K,)`` (float32, as the simulator scores; with a ``reward_offset`` c the
+    model fits y - c, and c is added back so the scores are on the rewards' scale)."""
 
     arm: int
     decision_id: str
@@ -118,6 +119,7 @@ class Agent:
         self._radius = setup.radius()
         self.feature_bound = setup.fed_params.feature_bound if self.private else None
         self.reward_bound = setup.fed_params.reward_bound if self.private else None
+        self.reward_offset = setup.params.reward_offset  # c: the agent learns from y - c, as the simulator does
         self.state = RidgeState((1,), d, self.reg)
         #: the (clipped) completed decisions since the last release, by decision number: W_i and U_i are
         #: summed from them in decision order at the release, so the order rewards arrive in is irrelevant
@@ -194,7 +196,9 @@ class Agent:
         if self._stale:
             self._refresh()
         scores = score_one(x, self._proj, self._beta)
-        arm = int(scores.argmax())
+        arm = int(scores.argmax())  # on the model's scores, as the simulator chooses (before c is added back)
+        if self.reward_offset:
+            scores = scores + np.float32(self.reward_offset)
         number = self.counts["sequence"]
         deadline = self.clock() + self.expiry_seconds
         self.pending[number] = (x[arm].astype(np.float64), deadline)
@@ -522,10 +526,12 @@ class Agent:
         return True
 
     def _reward_value(self, name: str, value: object) -> float:
-        return check_reward(name, value, None if self.clip_out_of_bound else self.reward_bound)
+        return check_reward(name, value, None if self.clip_out_of_bound else self.reward_bound, self.reward_offset)
 
     def _learn(self, number: int, x: np.ndarray, value: float) -> None:
-        """One completed decision: clip (private), then the batch statistics and (non-lazy) the state."""
+        """One completed decision: centre (y - c), clip (private), then the batch statistics and (non-lazy)
+        the state."""
+        value -= self.reward_offset
         if self.private:
             # core.clipping's clip_norm and clip_rewards on one observation, the norm computed once
             assert self.feature_bound is not None and self.reward_bound is not None

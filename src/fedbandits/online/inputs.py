@@ -53,15 +53,17 @@ def check_features(features: Any, dim: int) -> np.ndarray:
     return x
 
 
-def check_reward(name: str, value: object, bound: float | None) -> float:
-    """A finite reward, within [-bound, bound] if a bound is enforced."""
+def check_reward(name: str, value: object, bound: float | None, offset: float = 0.0) -> float:
+    """A finite reward, within [offset - bound, offset + bound] if a bound is enforced (the config's
+    reward_offset c and reward_bound B: the rewards y with y - c in [-B, B])."""
     if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
         raise AgentError(f"{name} must be a finite number, got {value!r:.80}")
     y = float(value)
     if y != y or y in (float("inf"), float("-inf")):
         raise AgentError(f"{name} must be a finite number, got {y}")
-    if bound is not None and not -bound <= y <= bound:
-        raise AgentError(f"{name} must be in [-{bound:g}, {bound:g}] (the config's reward_bound), got {y}")
+    if bound is not None and not -bound <= y - offset <= bound:
+        where = "reward_bound" if offset == 0.0 else "reward_offset +- reward_bound"
+        raise AgentError(f"{name} must be in [{offset - bound:g}, {offset + bound:g}] (the config's {where}), got {y}")
     return y
 
 

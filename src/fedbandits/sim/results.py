@@ -242,7 +242,9 @@ class Results:
                 over.append(("feature_bound", text))
             if rewards / n > threshold:
                 bound = getattr(algs[0].params, "reward_bound", math.nan)
-                over.append(("reward_bound", f"{_percent(rewards / n)} of its rewards (reward_bound = {bound:g})"))
+                offset = getattr(algs[0].params, "reward_offset", 0.0)
+                kept = f"reward_bound = {bound:g}" + (f", after reward_offset = {offset:g}" if offset else "")
+                over.append(("reward_bound", f"{_percent(rewards / n)} of its rewards ({kept})"))
             if over:
                 runs = f" (its {len(algs)} variants together)" if len(algs) > 1 else ""
                 lines.append(
