@@ -100,6 +100,8 @@ def test_standalone_agents_choose_as_the_simulators_independent_linucb():
         np.testing.assert_array_equal(agent.state.bias[0], policy.state.bias[0, i])
 
 
+DDP = {"name": "fedlinucb", "batch": 4, "protocol": "distributed-dp", "epsilon": 1.0, "delta": 1e-3}
+DDP["feature_bound"] = 0.9  # < 1 = ||x||: every feature is clipped, so the clipping path is compared too
 FEDERATED = [
     pytest.param({"name": "fedlinucb", "batch": 4, "protocol": "none"}, id="none"),
     pytest.param({"name": "fedlinucb", "batch": 4, "protocol": "none", "lazy": True}, id="none-lazy"),
@@ -108,31 +110,9 @@ FEDERATED = [
         {"name": "fedlinucb", "batch": 4, "protocol": "ldp", "epsilon": 1.0, "delta": 1e-3, "feature_bound": 0.9},
         id="ldp",
     ),
-    pytest.param(
-        {
-            "name": "fedlinucb",
-            "batch": 4,
-            "protocol": "distributed-dp",
-            "epsilon": 1.0,
-            "delta": 1e-3,
-            "feature_bound": 0.9,
-        },
-        id="ddp",
-    ),
+    pytest.param(DDP, id="ddp"),
     # rewards centred (reward_offset) and clipped to [c - B, c + B] = [0, 1]: the agent centres as the simulator does
-    pytest.param(
-        {
-            "name": "fedlinucb",
-            "batch": 4,
-            "protocol": "distributed-dp",
-            "epsilon": 1.0,
-            "delta": 1e-3,
-            "feature_bound": 0.9,
-            "reward_offset": 0.5,
-            "reward_bound": 0.5,
-        },
-        id="ddp-centred",
-    ),
+    pytest.param({**DDP, "reward_offset": 0.5, "reward_bound": 0.5}, id="ddp-centred"),
 ]
 
 
