@@ -148,3 +148,23 @@ def test_small_batch_is_not_better_than_the_super_agent(ordering_results):
     significantly *beating* the super-agent (t < -2.8) would mean it uses information it
     should not have."""
     assert _paired_t(ordering_results, "super", "B=5") > -2.8
+
+
+@pytest.mark.parametrize("name", ["fedlinucb", "fedlinucb-async"])
+def test_a_beta_the_config_gives_is_the_beta_used(name):
+    """radius 'auto' on a private protocol is the noise-aware beta = 10 only when the config gives none:
+    a beta it gives is never replaced (it once was, silently: a grid over beta then ran one candidate)."""
+
+    def params(**extra):
+        protocol = "ldp" if name == "fedlinucb" else "ldp-prefix"
+        return _beta_config({"name": name, "protocol": protocol, "epsilon": 1.0, "delta": 1e-3, **extra}).params
+
+    assert params().beta == 10.0 and params().radius == "constant"
+    assert params(beta=3.0).beta == 3.0
+    assert params(beta=1.0).beta == 1.0  # the old default's value, given: kept too
+    assert _beta_config({"name": name}).params.beta == 1.0  # not private
+
+
+def _beta_config(algorithm):
+    config = {"experiment": {"horizon": 50}, "environment": {"name": "gaussian-sphere"}, "algorithms": [algorithm]}
+    return config_from_dict(config).algorithms[0]

@@ -33,14 +33,18 @@ LEARNERS = [
 ]
 
 
-def _policy(algorithm: dict, offset: float):
-    config = config_from_dict(
+def _config(algorithm: dict):
+    return config_from_dict(
         {
             "experiment": {"seed": 3, "noise_seed": 5, "horizon": ROUNDS},
             "environment": {"name": "gaussian-sphere", "agents": AGENTS, "arms": ARMS, "dim": DIM},
-            "algorithms": [{**algorithm, "reward_offset": offset}],
+            "algorithms": [algorithm],
         }
     )
+
+
+def _policy(algorithm: dict, offset: float):
+    config = _config({**algorithm, "reward_offset": offset})
     alg = config.algorithms[0]
     rngs = noise_rngs(config.experiment.noise_seed, [0], config.noise_stream(0))
     ctx = PolicyContext(1, AGENTS, ARMS, DIM, ROUNDS, rngs)
@@ -100,13 +104,7 @@ def test_a_bad_offset_is_one_line_naming_it(bad):
 
 def _agent_config(offset: float):
     algorithm = {"name": "fedlinucb", "batch": 4, "protocol": "distributed-dp", **PRIVATE, "reward_bound": 0.5}
-    return config_from_dict(
-        {
-            "experiment": {"seed": 3, "noise_seed": 5, "horizon": ROUNDS},
-            "environment": {"name": "gaussian-sphere", "agents": AGENTS, "arms": ARMS, "dim": DIM},
-            "algorithms": [{**algorithm, "reward_offset": offset}],
-        }
-    )
+    return _config({**algorithm, "reward_offset": offset})
 
 
 def test_the_online_agent_checks_rewards_against_the_centred_range():

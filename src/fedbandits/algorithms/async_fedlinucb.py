@@ -110,7 +110,7 @@ class AsyncFedLinUCBParams(LinUCBParams):
     )
     radius: str = field(
         default="auto",
-        metadata={"help": "'theory' or 'constant' (beta); default 'auto': constant 10 if private, else beta (1)"},
+        metadata={"help": "'theory' or 'constant' (beta); default 'auto': constant beta (10 if private, else 1)"},
     )
 
     def __post_init__(self) -> None:

@@ -15,6 +15,10 @@ from fedbandits.core.ucb import ConfidenceRadius
 from fedbandits.core.validation import check_array, check_float
 from fedbandits.envs.base import Environment, Round
 
+#: the constant radius of a LinUCB-type learner whose config gives no beta (chosen by the tuning rule on
+#: seed 1000, docs/tuning.md "The defaults")
+DEFAULT_BETA = 1.0
+
 
 @dataclass(frozen=True)
 class LinUCBParams:
@@ -35,7 +39,13 @@ class LinUCBParams:
         default="constant",
         metadata={"help": "'constant' (beta; the default) or 'theory' (Lemma C.4 x beta_scale: the papers' tuning)"},
     )
-    beta: float = field(default=1.0, metadata={"help": "constant radius when radius = 'constant', >= 0"})
+    beta: float | None = field(
+        default=None,
+        metadata={
+            "help": "constant radius when radius = 'constant', >= 0; default 1 (10 for a private fedlinucb or "
+            "fedlinucb-async under radius 'auto'); a value given is always the one used"
+        },
+    )
     beta_scale: float = field(default=1.0, metadata={"help": "multiplier of the theory radius, >= 0"})
     alpha: float = field(default=0.01, metadata={"help": "confidence level of the theory radius, in (0, 1]"})
     noise_scale: float = field(default=1.0, metadata={"help": "sub-Gaussian reward-noise scale in the theory radius"})
@@ -50,12 +60,19 @@ class LinUCBParams:
     def __post_init__(self) -> None:
         check_float("reg", self.reg, low=0.0, low_open=True)
         check_float("reward_offset", self.reward_offset)
+        if self.beta is None:  # not given: the default, resolved here so the saved config states it
+            object.__setattr__(self, "beta", DEFAULT_BETA)
         check_float("beta", self.beta, low=0.0)
         check_float("beta_scale", self.beta_scale, low=0.0)
         self.confidence_radius()  # validates the radius fields
 
+    @property
+    def constant_beta(self) -> float:
+        """beta once resolved (a float after ``__post_init__``)."""
+        return DEFAULT_BETA if self.beta is None else float(self.beta)
+
     def confidence_radius(self) -> ConfidenceRadius:
-        scale = self.beta if self.radius == "constant" else self.beta_scale
+        scale = self.constant_beta if self.radius == "constant" else self.beta_scale
         return ConfidenceRadius(kind=self.radius, scale=scale, alpha=self.alpha, noise_scale=self.noise_scale)
 
 

@@ -67,8 +67,8 @@ class FedLinUCBParams(LinUCBParams):
         default="auto",
         metadata={
             "help": "'theory' (Lemma C.4 x beta_scale) or 'constant' (beta); default 'auto': constant "
-            f"{NOISE_AWARE_BETA:g} for private protocols (noise-aware, with regularizer 'noise'), 'constant' (beta, "
-            "default 1) for 'none'"
+            f"beta (default {NOISE_AWARE_BETA:g}) for private protocols (noise-aware, with regularizer 'noise'), "
+            "'constant' (beta, default 1) for 'none'"
         },
     )
     mechanism: str = field(
@@ -141,14 +141,15 @@ class FedLinUCBParams(LinUCBParams):
 
     def _resolve_tuning(self) -> None:
         """``auto`` regularizer and radius: the noise-aware tuning for a private protocol (lambda = 2 Lambda,
-        constant radius NOISE_AWARE_BETA), lambda = reg and the constant radius beta (default 1, as every
-        LinUCB's) for 'none'.  Resolved here, so the saved config states what ran; the papers' choices
-        (``regularizer = "fixed"``, ``radius = "theory"``) stay available by name."""
+        constant radius NOISE_AWARE_BETA unless the config gives beta), lambda = reg and the constant radius
+        beta (default 1, as every LinUCB's) for 'none'.  Resolved here, so the saved config states what ran;
+        the papers' choices (``regularizer = "fixed"``, ``radius = "theory"``) stay available by name.  A beta
+        the config gives is never replaced."""
         if self.regularizer == "auto":
             object.__setattr__(self, "regularizer", "noise" if self.private else "fixed")
         if self.radius == "auto":
             object.__setattr__(self, "radius", "constant")
-            if self.private:
+            if self.private and self.beta is None:
                 object.__setattr__(self, "beta", NOISE_AWARE_BETA)
 
     def _check_unit(self) -> None:

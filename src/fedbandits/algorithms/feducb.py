@@ -138,7 +138,7 @@ class FedUCBParams(LinUCBParams):
     def confidence_radius(self) -> ConfidenceRadius:
         kind = "constant" if self.radius in ("constant", "proposition-2") else self.radius
         check_choice("radius", self.radius, FEDUCB_RADII)
-        scale = self.beta if kind == "constant" else self.beta_scale
+        scale = self.constant_beta if kind == "constant" else self.beta_scale
         return ConfidenceRadius(kind=kind, scale=scale, alpha=self.alpha, noise_scale=self.noise_scale)
 
 
