@@ -87,6 +87,14 @@ def test_the_plan_runs_every_private_entry_at_every_epsilon_beside_the_reference
     assert plan.variants["tree @ eps=0.5"] == ("tree", 0.5) and NON_PRIVATE not in plan.variants
 
 
+def test_both_reference_lines_centre_the_rewards_as_the_private_entries_do() -> None:
+    centred = CONFIG.replace("reg = 2.0\n", "reg = 2.0\nreward_offset = 0.5\n")
+    by_label = {a.label: a.params for a in frontier_plan(loads_config(centred), (0.5, 2.0)).config.algorithms}
+    assert by_label[NON_PRIVATE].reward_offset == by_label[INDEPENDENT].reward_offset == 0.5
+    plain = {a.label: a.params for a in frontier_plan(loads_config(CONFIG), (0.5, 2.0)).config.algorithms}
+    assert plain[NON_PRIVATE].reward_offset == plain[INDEPENDENT].reward_offset == 0.0
+
+
 def test_an_unlabelled_private_entry_is_named_without_the_epsilon_the_frontier_replaces() -> None:
     # "fedlinucb ldp eps=1" (the default label) would read as eps = 1 at every point of the line
     unlabelled = CONFIG.replace('label = "tree"\n', "").replace('label = "factorized"\n', "")
@@ -374,6 +382,14 @@ def test_the_example_grids_plan_against_their_configs() -> None:
     plan = frontier_plan(load_config(examples / "frontier-synthetic.toml"))
     tune = frontier_tune_plan(plan, load_grid(examples / "frontier-synthetic-grid.toml"))
     assert len(tune.candidates) == 4 * 7 * 4 + 2 * 4 and tune.seed == 1000 and tune.tuning.experiment.runs == 4
+    centred = frontier_tune_plan(
+        frontier_plan(load_config(examples / "frontier-synthetic.toml"), (0.3, 1.0, 3.0)),
+        load_grid(examples / "frontier-synthetic-centred-grid.toml"),
+    )
+    assert len(centred.candidates) == 4 * 3 * 16 + 2 * 8  # the count its header states
+    config = load_config(examples / "centred-rewards.toml")
+    for grid, count in (("centred-rewards-grid.toml", 6 + 24), ("centred-rewards-baseline-grid.toml", 24)):
+        assert len(tune_plan(config, load_grid(examples / grid)).candidates) == count
     config = load_config(examples / "ddp-vs-independent.toml")
     pair = tune_plan(config, load_grid(examples / "ddp-vs-independent-grid.toml"))
     assert len(pair.candidates) == 8 and pair.seed == 1000 and config.experiment.seed == 777

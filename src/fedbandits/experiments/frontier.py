@@ -168,7 +168,9 @@ def frontier_plan(config: Config, epsilons: tuple[float, ...] = DEFAULT_EPSILONS
     if federated is not None:
         reference = {k: v for k, v in _without_stream(federated.to_dict()).items() if k not in _PRIVATE_ONLY + _TUNING}
     entries.append({**reference, "protocol": "none", "label": NON_PRIVATE})
-    entries.append({"name": "linucb-independent", "label": INDEPENDENT})
+    # the reward offset describes the rewards, not a learner: both reference lines centre them alike
+    offset = {"reward_offset": reference["reward_offset"]} if "reward_offset" in reference else {}
+    entries.append({"name": "linucb-independent", "label": INDEPENDENT, **offset})
     data = config.to_dict()
     data["algorithms"] = entries
     data["experiment"] = {**data["experiment"], "name": f"{config.experiment.name}-frontier"}
