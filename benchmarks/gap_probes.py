@@ -8,6 +8,8 @@ choices are made on, never on the report seed.
    epsilon = 1 (B = 25, beta = 3 and B = 100, beta = 1: the rule's choices) beside the *non-private lazy*
    federation with the same B (``protocol = "none"``, ``lazy = true``: the same schedule, no noise) and
    tuned independent agents.  What the private line pays beyond the non-private lazy one is the noise's.
+   Then the same with centred rewards (``reward_offset = 0.5``, ``reward_bound = 0.5``: the rule's choice
+   of ``examples/centred-rewards-grid.toml``).
 2. **A denser-early sync schedule** (a probe, not a library option: ``FedLinUCB.end_round`` is replaced
    in this process only).  K releases at t_k = ceil(T (k / K)^p), k = 1..K: p = 1 is B = T / K; p > 1
    syncs often early and rarely late.  The noise is calibrated for the K releases (``batch = T // K``
@@ -34,6 +36,7 @@ from fedbandits.sim.runner import run_experiment
 
 HORIZON, AGENTS, SEED, RUNS = 10_000, 20, 1000, 4
 PRIVATE = {"name": "fedlinucb", "epsilon": 1.0, "delta": 1e-5, "protocol": "distributed-dp", "mechanism": "factorized"}
+CENTRED = {"reward_offset": 0.5, "reward_bound": 0.5}  # rewards kept in [0, 1], centred
 STRETCHES = (0, 25, 100, 500, 2000, HORIZON)
 SCHEDULES = ((100, 1.0), (50, 2.0), (25, 2.0), (25, 3.0), (12, 3.0))
 
@@ -55,6 +58,10 @@ def decomposition(workers: int) -> None:
         {**PRIVATE, "label": "distributed-dp factorized B=100", "batch": 100, "beta": 1.0},
         {"name": "fedlinucb", "label": "non-private lazy B=100", "batch": 100, "protocol": "none", "lazy": True},
         {"name": "linucb-independent", "label": "independent agents (beta = 1)", "radius": "constant", "beta": 1.0},
+        # the rule's choice with centred rewards (docs/privacy.md, "Closed: centred rewards")
+        {**PRIVATE, "label": "ddp factorized B=25 centred", "batch": 25, "beta": 0.3, **CENTRED},
+        {"name": "fedlinucb", "label": "non-private lazy B=25 centred", "batch": 25, "protocol": "none", "lazy": True}
+        | {"reward_offset": 0.5},
     ]
     results = run_experiment(_config(lines), workers=workers)
     grid = np.concatenate([[0.0], results.grid.astype(float)])
