@@ -61,7 +61,7 @@ def decomposition(workers: int) -> None:
         # the rule's choice with centred rewards (docs/privacy.md, "Closed: centred rewards")
         {**PRIVATE, "label": "ddp factorized B=25 centred", "batch": 25, "beta": 0.3, **CENTRED},
         {"name": "fedlinucb", "label": "non-private lazy B=25 centred", "batch": 25, "protocol": "none", "lazy": True}
-        | {"reward_offset": 0.5},
+        | {"reward_offset": CENTRED["reward_offset"]},
     ]
     results = run_experiment(_config(lines), workers=workers)
     grid = np.concatenate([[0.0], results.grid.astype(float)])
