@@ -103,6 +103,21 @@ def test_claim_compute_seconds_counts_the_claims_panels_and_curves() -> None:
     assert math.isnan(Outcome(_experiment(), untimed, [], Path("."), {"": untimed}).claim_compute_seconds(0))
 
 
+def test_the_page_states_the_commands_wall_time_not_the_sum_of_overlapping_figures() -> None:
+    # two figures of 1 s wall each (_fake): one after another the command took their sum, 2 s; on one
+    # shared pool they overlapped, and the command took 1.5 s
+    figure = Experiment("wall", "t", "p", "Figure 0", "tiny", copy.deepcopy(PRIVATE), ())  # no claims
+    outcomes = [Outcome(figure, r, [], Path("."), {"": r}) for r in (_fake(["a"], 1.0, 1.0),) * 2]
+    summed = page_text(outcomes, "tiny", "cmd", ["x.png"] * 2, "none", "none")
+    assert "Wall time: 2 s (simulation" in summed and "overlap" not in summed
+    sequential = page_text(outcomes, "tiny", "cmd", ["x.png"] * 2, "none", "none", wall_seconds=2.0)
+    assert sequential == summed
+    shared = page_text(outcomes, "tiny", "cmd", ["x.png"] * 2, "none", "none", wall_seconds=1.5)
+    assert "Wall time: 2 s (simulation" in shared  # 1.5 s rounds to 2 s: the sentence tells them apart
+    assert "each figure's wall time below spans the time its tasks shared the workers" in shared
+    assert "Wall time: 90 s" in page_text(outcomes, "tiny", "cmd", ["x.png"] * 2, "none", "none", 90.0)
+
+
 def test_an_unknown_cost_is_not_affordable() -> None:
     result = lower_than({"a": np.array([1.0, 2.0, 3.0]), "b": np.array([1.1, 2.5, 2.9])}, "a", "b")
     assert result.status == INCONCLUSIVE

@@ -32,6 +32,7 @@ import argparse
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypedDict
@@ -227,6 +228,7 @@ def _warn_clipping(results: Results, entries: dict[str, str] | None = None) -> N
 def _reproduce(args: argparse.Namespace) -> int:
     resolve(args.name, args.scale, args.runs)  # unknown name / scale: one-line error before any run
     backend = _backend_kwargs(args)
+    started = time.perf_counter()
     outcomes = reproduce(
         args.name,
         args.scale,
@@ -238,6 +240,7 @@ def _reproduce(args: argparse.Namespace) -> int:
         powered=args.powered,
         **backend,
     )
+    wall = time.perf_counter() - started
     for o in outcomes:
         statuses = ", ".join(
             r.status if (p := o.powered_result(i)) is None else f"{r.status} ({p.runs} fresh runs: {p.result.status})"
@@ -251,7 +254,7 @@ def _reproduce(args: argparse.Namespace) -> int:
         command = " ".join(["fedbandits reproduce", args.name, "--scale", args.scale, "--causes", causes])
         options = (("--powered", powered), ("--runs", args.runs), ("--page", args.page))
         command += "".join(f" {flag} {value}" for flag, value in options if value)
-        print(f"page: {write_page(outcomes, args.scale, command, args.page, causes, powered)}")
+        print(f"page: {write_page(outcomes, args.scale, command, args.page, causes, powered, wall)}")
     return 0
 
 
