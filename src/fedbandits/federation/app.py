@@ -347,15 +347,17 @@ def _masked_round(
             log.warning("round %d: no silo answered the secure-aggregation key set-up; closing without data", k)
             coord.close_without_data(k, rejected)
             return
-        roster = coord.start_epoch(adverts, [got[silo][0] for silo in adverts])
-        roster_meta = {f"roster_{key}": value for key, value in _roster_meta(roster).items()}
+        coord.start_epoch(adverts, [got[silo][0] for silo in adverts])
     coord.open_masked_round(k)
     secagg = coord.state.secagg
     assert secagg is not None and secagg.roster is not None
     epoch, t = secagg.epoch, secagg.roster.threshold
+    if coord.delivered_epoch != epoch:  # the epoch's first request from this process carries the roster
+        roster_meta = {f"roster_{key}": value for key, value in _roster_meta(secagg.roster).items()}
     replies = _exchange(
         grid, coord, registry, "train", {**base, "phase": "sync", "epoch": epoch, **roster_meta}, k, timeout, poll
     )
+    coord.delivered_epoch = epoch
     nodes: dict[int, int] = {}
     for inc in replies:
         res = validate_release(

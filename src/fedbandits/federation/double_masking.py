@@ -91,6 +91,7 @@ from fedbandits.federation.secure_aggregation import (
     prg,
     shamir_join,
     shamir_split,
+    usable_key,
 )
 from fedbandits.federation.signing import Authority, Identity, SigningError
 
@@ -119,7 +120,9 @@ def advert_bytes(context: bytes, epoch: int, silo: int, c_public: bytes, s_publi
 
 
 def survivors_bytes(roster: Roster, round_: int, survivors: list[int]) -> bytes:
-    return roster.info("survivors", round_, ",".join(map(str, survivors)))
+    """What a survivor signs: the list, the round, and the roster it holds (its digest binds every
+    member's keys, so a signature given under one roster of an epoch verifies under no other)."""
+    return roster.info("survivors", round_, ",".join(map(str, survivors)), roster.digest().hex())
 
 
 @dataclass(frozen=True)
@@ -159,6 +162,8 @@ def check_advert(authority: Authority, context: bytes, epoch: int, silo: int, ad
     """Why silo ``silo``'s advert for ``epoch`` is not acceptable, or None."""
     if not all(isinstance(k, bytes) and len(k) == KEY_BYTES for k in (advert.c_public, advert.s_public)):
         return f"silo {silo}: public keys must be two {KEY_BYTES}-byte values"
+    if not all(usable_key(k) for k in (advert.c_public, advert.s_public)):
+        return f"silo {silo}: a public key of low order (no key can be agreed with it)"
     try:
         message = advert_bytes(context, epoch, silo, advert.c_public, advert.s_public)
         authority.verify(advert.cert, silo, message, advert.signature)
@@ -218,23 +223,35 @@ class MaskingSilo:
     roster: SignedRoster | None = None
     offered: int = 0  # the epoch the current keys were advertised for
     joined: int = 0  # the last epoch whose roster this silo accepted
-    c_private: bytes = b""
+    c_private: bytes = b""  # the keys of the epoch joined (in force)
     s_private: bytes = b""
+    c_offer: bytes = b""  # the keys advertised for epoch ``offered``, until its roster is joined
+    s_offer: bytes = b""
+    #: the last release this silo masked, in any epoch, and that epoch: a release is masked at most
+    #: once, so it enters at most one masked sum (never reset by a new epoch)
     last_round: int = 0
+    masked_epoch: int = 0
     rounds: dict[int, _RoundRecord] = field(default_factory=dict)
     signed: dict[int, list[int]] = field(default_factory=dict)
     answered: dict[int, Reveal] = field(default_factory=dict)
 
     def advertise(self, epoch: int) -> Advert:
-        """Step 1: fresh keys for ``epoch`` (the same advert again while that epoch is being set up)."""
+        """Step 1: fresh keys for ``epoch`` (the same advert again while that epoch is being set up).
+
+        The keys are *offered*: the epoch in force keeps its own keys until this silo joins the new
+        roster (a stray keys request costs the current epoch nothing).  One advert per epoch: an
+        epoch older than the one offered last is refused, so no two validly signed adverts of this
+        silo exist for one epoch."""
         if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch <= self.joined:
             raise SecAggError(f"epoch {epoch!r}: keys are advertised for a later epoch than {self.joined} only")
-        if epoch != self.offered or not self.s_private:
+        if epoch < self.offered:
+            raise SecAggError(f"epoch {epoch}: this silo advertised keys for the later epoch {self.offered} already")
+        if epoch != self.offered or not self.s_offer:
             c_private, c_public = keypair()
             s_private, s_public = keypair()
-            self.c_private, self.s_private, self.offered = c_private, s_private, epoch
+            self.c_offer, self.s_offer, self.offered = c_private, s_private, epoch
         else:
-            c_public, s_public = self._public(self.c_private), self._public(self.s_private)
+            c_public, s_public = self._public(self.c_offer), self._public(self.s_offer)
         signature = self.identity.sign(advert_bytes(self.context, epoch, self.silo, c_public, s_public))
         return Advert(c_public, s_public, self.identity.cert, signature)
 
@@ -243,12 +260,15 @@ class MaskingSilo:
         return X25519PrivateKey.from_private_bytes(private).public_key().public_bytes_raw()
 
     def join(self, roster: SignedRoster) -> None:
-        """Step 2: check the roster (module docstring) and take it."""
+        """Step 2: check the roster (module docstring) and take it, with the keys offered for it.
+
+        What was masked in earlier epochs stays recorded (``last_round``, ``masked_epoch``): a
+        release masked once is never masked again, under any epoch (:meth:`mask`)."""
         if roster == self.roster:
             return  # a retried delivery
         if roster.context != self.context:
             raise SecAggError("the roster belongs to another deployment")
-        if roster.epoch != self.offered or roster.epoch <= self.joined:
+        if roster.epoch != self.offered or roster.epoch <= self.joined or not self.s_offer:
             raise SecAggError(
                 f"roster of epoch {roster.epoch}: this silo advertised keys for epoch {self.offered} "
                 f"and joined epoch {self.joined} (a replayed or foreign roster)"
@@ -258,9 +278,9 @@ class MaskingSilo:
             raise SecAggError(
                 f"roster of epoch {roster.epoch}: every member needs two keys, a certificate and a signature"
             )
-        if self.silo not in members or roster.s_public[self.silo] != self._public(self.s_private):
+        if self.silo not in members or roster.s_public[self.silo] != self._public(self.s_offer):
             raise SecAggError(f"the roster of epoch {roster.epoch} lists other keys for silo {self.silo}")
-        if roster.c_public[self.silo] != self._public(self.c_private):
+        if roster.c_public[self.silo] != self._public(self.c_offer):
             raise SecAggError(f"the roster of epoch {roster.epoch} lists other keys for silo {self.silo}")
         n, t = len(members), roster.threshold
         if n < self.min_survivors:
@@ -280,7 +300,8 @@ class MaskingSilo:
             if reason is not None:
                 raise SecAggError(f"roster refused: {reason}")
         self.roster, self.joined = roster, roster.epoch
-        self.last_round, self.rounds, self.signed, self.answered = 0, {}, {}, {}
+        self.c_private, self.s_private, self.c_offer, self.s_offer = self.c_offer, self.s_offer, b"", b""
+        self.rounds, self.signed, self.answered = {}, {}, {}
 
     def _roster(self) -> SignedRoster:
         if self.roster is None:
@@ -308,8 +329,15 @@ class MaskingSilo:
             if kept.digest != digest:
                 raise SecAggError(f"round {round_} was masked already, for other residues")
             return kept.message
-        if round_ <= self.last_round:
-            raise SecAggError(f"round {round_} is not after round {self.last_round}: a replayed round")
+        if round_ == self.last_round:
+            raise SecAggError(
+                f"round {round_} was masked in epoch {self.masked_epoch} already: a release enters one masked sum, ever"
+            )
+        if round_ < self.last_round:
+            raise SecAggError(
+                f"round {round_} is not after round {self.last_round}: a replayed round (a release enters one "
+                "masked sum, ever)"
+            )
         b = secrets.token_bytes(KEY_BYTES)
         shares = shamir_split(b, roster.members, roster.threshold)
         blobs = {}
@@ -325,7 +353,7 @@ class MaskingSilo:
                 out = out + m if self.silo < j else out - m
         message = Masked(out & np.uint64((1 << self.bits) - 1), blobs, _commitment(roster, round_, self.silo, b))
         self.rounds[round_] = _RoundRecord(digest, message, shares[self.silo])
-        self.last_round = round_
+        self.last_round, self.masked_epoch = round_, roster.epoch
         for old in [r for r in self.rounds if r <= round_ - KEPT_ROUNDS]:
             self.rounds.pop(old)
             self.signed.pop(old, None)

@@ -60,8 +60,25 @@ def _kdf(secret: bytes, info: bytes) -> bytes:
 
 
 def _agree(private: bytes, public: bytes, info: bytes) -> bytes:
-    shared = X25519PrivateKey.from_private_bytes(private).exchange(X25519PublicKey.from_public_bytes(public))
+    try:
+        shared = X25519PrivateKey.from_private_bytes(private).exchange(X25519PublicKey.from_public_bytes(public))
+    except ValueError:  # a low-order point (the shared secret would be all zeros) or a malformed key
+        raise SecAggError("a public key of low order or malformed: no key can be agreed with it") from None
     return _kdf(shared, info)
+
+
+#: any fixed scalar tells a low-order point: X25519 clamps scalars to multiples of the cofactor 8,
+#: so the product with a point of order 1, 2, 4 or 8 is the identity whatever the scalar
+_PROBE = X25519PrivateKey.from_private_bytes(hashlib.sha256(b"fedbandits-low-order-probe").digest())
+
+
+def usable_key(public: bytes) -> bool:
+    """Whether a 32-byte X25519 public key agrees a key with anybody (False: low order)."""
+    try:
+        _PROBE.exchange(X25519PublicKey.from_public_bytes(public))
+    except ValueError:
+        return False
+    return True
 
 
 def keypair() -> tuple[bytes, bytes]:
@@ -120,6 +137,15 @@ class Roster:
     @property
     def members(self) -> list[int]:
         return sorted(self.s_public)
+
+    def digest(self) -> bytes:
+        """SHA-256 of everything the roster says: deployment, epoch, threshold, every member's keys."""
+        h = hashlib.sha256(b"fedbandits-roster")
+        for part in (self.context, str(self.epoch).encode(), str(self.threshold).encode()):
+            h.update(len(part).to_bytes(8, "little") + part)
+        for i in self.members:
+            h.update(i.to_bytes(8, "little") + self.c_public[i] + self.s_public[i])
+        return h.digest()
 
     def info(self, *parts: object) -> bytes:
         return b"|".join(

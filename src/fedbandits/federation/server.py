@@ -232,10 +232,18 @@ class Coordinator:
                 self.state.modular = ModularTreeAnalyzer(1, cal.codec(spec.dim()), spec.releases)
         if self.state.secagg is not None and authority is not None:
             self.state.secagg.authority = authority  # the CA as configured now (e.g. renewed)
-        if self.state.secagg is not None and self.state.secagg.round_ is not None:
-            # a round was open when the server stopped: its key set-up may be half done, start a new epoch
-            self.state.secagg.roster = None
-            self.state.secagg.round_ = None
+        if self.state.secagg is not None:
+            # A round in flight when the server stopped is asked again in the epoch in force (its
+            # roster is durable from start_epoch on): each silo resends its stored message of that
+            # round, byte for byte, and repeats its unmask answer for the same list, so the round
+            # closes with data.  If a new epoch is needed instead (a node changed), every silo that
+            # masked the round refuses to mask it again -- a release enters one masked sum, ever --
+            # and the round closes without data.
+            secagg = self.state.secagg
+            secagg.round_, secagg.received, secagg.survivors, secagg.signatures = None, {}, None, {}
+        #: the epoch whose roster this process has delivered with a sync request (none yet after a
+        #: start: a silo that missed the roster before a restart then joins with the next request)
+        self.delivered_epoch = 0
         self.save()
 
     def save(self) -> None:
