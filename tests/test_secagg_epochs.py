@@ -20,11 +20,22 @@ import pytest
 
 from fedbandits.config import loads_config
 from fedbandits.federation.certs import trial_signing
-from fedbandits.federation.double_masking import MaskingServer, MaskingSilo, Reveal, SecAggError, secure_threshold
+from fedbandits.federation.double_masking import (
+    Advert,
+    MaskingServer,
+    MaskingSilo,
+    Reveal,
+    SecAggError,
+    SignedRoster,
+    advert_bytes,
+    check_advert,
+    secure_threshold,
+)
+from fedbandits.federation.secure_aggregation import _agree
 from fedbandits.federation.server import Coordinator
 from fedbandits.federation.silo import Silo, SiloError
 from fedbandits.federation.spec import make_spec
-from maskinghelp import CONTEXT, Federation, credentials
+from maskinghelp import CONTEXT, Federation, credentials, federation
 
 M, VICTIM = 4, 1
 NODES = [1000 + i for i in range(M)]
@@ -241,3 +252,137 @@ def test_no_model_server_gets_a_release_into_two_sums(tmp_path: Path) -> None:
     assert sums >= 120  # the walk opens sums (156 with these seeds), so the two checks below are not vacuous
     assert twice == 0
     assert smallest >= SILOS - 1  # the survivor floor holds across epochs too
+
+
+# -- the three smaller findings --------------------------------------------------------------------
+def test_a_stray_keys_request_leaves_the_epoch_in_force_working(tmp_path: Path) -> None:
+    fed = federation(tmp_path, 4)
+    x = fed.inputs(21)
+    fed.send(1, x, skip={3})  # a round with a dropped silo: every survivor's round seeds are needed
+    e = fed.server.next_epoch
+    stray = fed.silos[0].advertise(e)  # before the fix this replaced the keys round 1 is masked under
+    survivors = fed.server.close_messages()
+    for j in survivors:
+        assert fed.server.accept_signature(j, fed.silos[j].sign_survivors(1, survivors)) is None
+    reveals = {
+        j: fed.silos[j].unmask(1, survivors, [3], dict(fed.server.signatures), fed.server.shares_for(j))
+        for j in survivors
+    }
+    np.testing.assert_array_equal(fed.server.total(reveals), fed.modsum(x[:3]))
+    assert fed.silos[0].advertise(e) == stray  # the epoch then set up takes the offered keys
+    fed.epoch()
+    np.testing.assert_array_equal(fed.round(2, x), fed.modsum(x))
+    fed.silos[1].advertise(4)
+    with pytest.raises(SecAggError, match="advertised keys for the later epoch 4 already"):
+        fed.silos[1].advertise(3)  # one advert per epoch: none for an epoch before the one offered
+
+
+def test_survivor_signatures_bind_the_roster(tmp_path: Path) -> None:
+    """Two validly signed adverts of one epoch (a silo whose state was lost advertises again) give
+    two rosters; a survivor's signature under one verifies under no other."""
+    fed = federation(tmp_path, 3)  # t = 2
+    authority, ids = fed.server.authority, [s.identity for s in fed.silos]
+    e = fed.server.next_epoch
+    adverts = {s.silo: s.advertise(e) for s in fed.silos}
+    fresh = MaskingSilo(2, fed.bits, fed.width, CONTEXT, ids[2], authority)  # silo 2, its state lost
+    roster_a = SignedRoster.of(CONTEXT, e, 2, adverts)
+    roster_b = SignedRoster.of(CONTEXT, e, 2, {**adverts, 2: fresh.advertise(e)})
+    assert roster_a.digest() != roster_b.digest()
+    fed.silos[0].join(roster_a)
+    fed.silos[1].join(roster_b)  # silo 1 is shown the other roster of the same epoch
+    for s in fed.silos[:2]:
+        s.mask(1, fed.inputs(22)[s.silo])
+    signature_a = fed.silos[0].sign_survivors(1, [0, 1])
+    signature_b = fed.silos[1].sign_survivors(1, [0, 1])
+    with pytest.raises(SecAggError, match="silo 0: the signature does not verify"):
+        fed.silos[1].unmask(1, [0, 1], [2], {0: signature_a, 1: signature_b}, {})
+
+
+@pytest.mark.parametrize(
+    "point", ["00" * 32, "01" + "00" * 31, "e0eb7a7c3b41b8ae1656e3faf19fc46ada098deb9c32b1fd866205165f49b800"]
+)
+def test_a_low_order_key_is_refused_with_the_protocols_error(tmp_path: Path, point: str) -> None:
+    """A colluding silo advertises a low-order X25519 point (order 1, 1 or 8), signed with its own
+    certified key: the server's check and every honest silo refuse it as the protocol's error
+    (before the fix an honest silo's mask raised a bare ValueError from the key agreement)."""
+    fed = federation(tmp_path, 3)
+    e = fed.server.next_epoch
+    adverts = {s.silo: s.advertise(e) for s in fed.silos}
+    bad, c = bytes.fromhex(point), adverts[2].c_public
+    colluder = fed.silos[2].identity
+    adverts[2] = Advert(c, bad, colluder.cert, colluder.sign(advert_bytes(CONTEXT, e, 2, c, bad)))
+    assert "low order" in str(check_advert(fed.server.authority, CONTEXT, e, 2, adverts[2]))
+    with pytest.raises(SecAggError, match="silo 2: a public key of low order"):
+        fed.silos[0].join(SignedRoster.of(CONTEXT, e, 2, adverts))
+    with pytest.raises(SecAggError, match="low order or malformed"):  # below the roster check too
+        _agree(fed.silos[0].s_private, bad, b"info")
+
+
+# -- what a server restart in the middle of a round costs -------------------------------------------
+def _deployment(tmp_path: Path) -> tuple[Coordinator, list[Silo], list]:  # type: ignore[type-arg]
+    spec = _spec()
+    signing = trial_signing(tmp_path / "signing", M)
+    coord = Coordinator(spec, tmp_path / "server", signing[0][1])
+    silos = [Silo(spec, i, tmp_path / f"silo-{i}", "derived", signing=signing[i]) for i in range(M)]
+    _epoch(coord, silos, list(range(M)))
+    return coord, silos, signing
+
+
+@pytest.mark.parametrize("stopped", ["after the masked messages", "after the unmask answers"])
+def test_a_server_restarted_mid_round_closes_it_with_data_in_the_epoch_in_force(tmp_path: Path, stopped: str) -> None:
+    coord, silos, signing = _deployment(tmp_path)
+    sent = {}
+    coord.open_masked_round(1)
+    for s in silos:
+        s.release(1, None, 0)
+        sent[s.silo_id] = s.masked(1)
+    if stopped == "after the unmask answers":
+        secagg = coord.state.secagg
+        assert secagg is not None
+        for i, m in sent.items():
+            coord.accept_masked(i, secagg.epoch, 1, m)
+        survivors = coord.close_messages()
+        answered = {j: silos[j].unmask(1, survivors, [], {}, secagg.shares_for(j)) for j in survivors}
+    # the server process dies here; a new one starts from its durable state
+    again = Coordinator(coord.spec, tmp_path / "server", signing[0][1])
+    assert not again.needs_epoch(NODES) and again.delivered_epoch == 0  # same epoch; roster re-delivered
+    secagg = again.state.secagg
+    assert secagg is not None and secagg.round_ is None and secagg.epoch == 1
+    again.open_masked_round(1)
+    for s in silos:
+        resent = s.masked(1)  # the stored message, byte for byte: no second masking
+        assert resent is s.state.secagg.rounds[1].message and np.array_equal(resent.masked, sent[s.silo_id].masked)  # type: ignore[union-attr]
+        assert again.accept_masked(s.silo_id, secagg.epoch, 1, resent) is None
+    survivors = again.close_messages()
+    reveals = {j: silos[j].unmask(1, survivors, [], {}, secagg.shares_for(j)) for j in survivors}
+    if stopped == "after the unmask answers":
+        assert all(reveals[j] is answered[j] for j in survivors)  # the stored answers, nothing new revealed
+    prefix = again.close_masked_round(1, reveals, [])
+    assert again.state.rounds[0].accepted == list(range(M)) and prefix.any()
+
+
+def test_a_server_restarted_mid_round_into_a_new_epoch_closes_it_without_data(tmp_path: Path) -> None:
+    coord, silos, signing = _deployment(tmp_path)
+    coord.open_masked_round(1)
+    for s in silos:
+        s.release(1, None, 0)
+        s.masked(1)
+    again = Coordinator(coord.spec, tmp_path / "server", signing[0][1])
+    assert again.needs_epoch([2000 + i for i in range(M)])  # the silos came back as other nodes
+    _epoch(again, silos, list(range(M)))
+    for s in silos:
+        with pytest.raises(SiloError, match=ONE_SUM):
+            s.masked(1)
+    prefix = again.close_without_data(1, [])
+    assert not prefix.any() and again.state.rounds[0].accepted == []
+    # the next round is whole again
+    again.open_masked_round(2)
+    secagg = again.state.secagg
+    assert secagg is not None
+    for s in silos:
+        s.release(2, prefix, 1)
+        assert again.accept_masked(s.silo_id, secagg.epoch, 2, s.masked(2)) is None
+    survivors = again.close_messages()
+    reveals = {j: silos[j].unmask(2, survivors, [], {}, secagg.shares_for(j)) for j in survivors}
+    again.close_masked_round(2, reveals, [])
+    assert again.state.rounds[1].accepted == list(range(M))
