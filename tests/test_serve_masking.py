@@ -29,8 +29,9 @@ def _setup(clients: dict, secagg_epoch: int, members: list[int], context: bytes)
         adverts[i] = Advert(*(masking.unb64(got[k], k) for k in ("c_public", "s_public", "cert", "signature")))
     roster = SignedRoster.of(context, secagg_epoch, 2, adverts)
     statuses, out = [], {}
+    body = {"roster": masking.roster_to_json(roster)}
     for i in members:
-        r = clients[f"silo{i}"].post("/v1/sync/roster", json={"roster": masking.roster_to_json(roster)}, headers=SYNC_AUTH)
+        r = clients[f"silo{i}"].post("/v1/sync/roster", json=body, headers=SYNC_AUTH)
         statuses.append(r.status_code)
         if r.status_code == 200:
             out[i] = masking.keyed(r.json()["shares"], "shares")
