@@ -28,6 +28,23 @@ from fedbandits.federation.deployment import LocalDeployment
 from fedbandits.federation.silo import load_silo_results
 
 slow = pytest.mark.slow
+CONFIG = """
+[experiment]
+seed = 3
+horizon = 20
+[environment]
+name = "gaussian-sphere"
+agents = 3
+arms = 10
+dim = 4
+[[algorithms]]
+name = "fedlinucb"
+batch = 10
+protocol = "distributed-dp"
+epsilon = 5.0
+delta = 0.01
+dropouts = 1
+"""
 
 CHEAT = '''
 """A ServerApp that cheats in round 2 (tests/test_deploy_cheating.py); the ClientApp is the honest one."""
@@ -111,38 +128,19 @@ def main(grid, context):
 
 @dataclass
 class CheatingDeployment(LocalDeployment):
-    """A local deployment whose Flower app runs :data:`CHEAT` as its ServerApp."""
+    """A local deployment whose Flower app runs ``server_code`` (:data:`CHEAT` by default) as its ServerApp."""
 
     app_module = "fedbandits_flower.cheat"
+    server_code: str = CHEAT
 
     def prepare(self) -> None:
         super().prepare()
-        (self.workdir / "app" / "fedbandits_flower" / "cheat.py").write_text(CHEAT)
+        (self.workdir / "app" / "fedbandits_flower" / "cheat.py").write_text(self.server_code)
 
 
 @slow
 def test_a_false_drop_and_a_second_survivor_list_are_refused_over_flower(tmp_path: Path) -> None:
-    spec = make_spec(
-        loads_config(
-            """
-[experiment]
-seed = 3
-horizon = 20
-[environment]
-name = "gaussian-sphere"
-agents = 3
-arms = 10
-dim = 4
-[[algorithms]]
-name = "fedlinucb"
-batch = 10
-protocol = "distributed-dp"
-epsilon = 5.0
-delta = 0.01
-dropouts = 1
-"""
-        )
-    )
+    spec = make_spec(loads_config(CONFIG))
     with CheatingDeployment(tmp_path, spec, round_timeout=20, join_timeout=60) as dep:
         dep.start()
         wait_for(lambda: (dep.state / "server" / "cheat.json").exists(), 240, "the cheating round")
@@ -163,3 +161,88 @@ dropouts = 1
     residues = load_silo_results(dep.state / "silo-1", 1).messages[2]
     guess = np.array(cheat["guess"], dtype=np.uint64)
     assert guess.shape == residues.shape and not np.any(guess == residues)
+
+
+CROSS_EPOCH = '''
+"""A ServerApp that asks for round 1 again in a new epoch (tests/test_deploy_cheating.py).
+
+The ClientApp is the honest one."""
+import json
+from pathlib import Path
+
+from flwr.serverapp import ServerApp
+
+from fedbandits.federation import app as honest
+from fedbandits.federation.app import client_app
+from fedbandits.federation.server import Coordinator
+
+server_app = ServerApp()
+VICTIM = 1
+honest_round = honest._masked_round
+
+
+@server_app.main()
+def main(grid, context):
+    state_dir = Path(str(context.run_config["state-dir"]))
+    seen = {"phase": "A", "errors": []}
+    close_messages, close_round, close_empty = (
+        Coordinator.close_messages, Coordinator.close_masked_round, Coordinator.close_without_data
+    )
+
+    def hide_victim(self):  # epoch A, round 1: the victim "dropped", its message kept aside
+        if seen["phase"] == "A" and self.next_round == 1:
+            self.state.secagg.received.pop(VICTIM, None)
+        return close_messages(self)
+
+    def keep_sum(self, k, reveals, rejected):
+        secagg = self.state.secagg
+        if k == 1:
+            seen[seen["phase"]] = [int(v) for v in secagg.total(reveals)]  # the raw modular sum
+            secagg.round_ = k
+        if seen["phase"] == "B":  # the replay closes nothing
+            secagg.round_ = None
+            return None
+        return close_round(self, k, reveals, rejected)
+
+    def no_data(self, k, rejected):
+        if seen["phase"] != "B":
+            return close_empty(self, k, rejected)
+        seen["errors"].extend(reason for _, reason in rejected)
+        self.state.secagg.round_, self.state.secagg.survivors = None, None
+        return None
+
+    def cheating_round(grid, coord, registry, spec_json, k, timeout, poll):
+        if k == 2 and "A" in seen:
+            seen["phase"] = "B"
+            coord.state.secagg.roster = None  # a new epoch, every silo in it, and round 1 asked again
+            honest_round(grid, coord, registry, spec_json, 1, timeout, poll)
+            seen["phase"] = "after"
+            (state_dir / "cheat.json").write_text(json.dumps(seen))
+        return honest_round(grid, coord, registry, spec_json, k, timeout, poll)
+
+    Coordinator.close_messages, Coordinator.close_masked_round = hide_victim, keep_sum
+    Coordinator.close_without_data = no_data
+    honest._masked_round = cheating_round
+    honest.server_main(grid, context)
+'''
+
+
+@slow
+def test_a_release_asked_for_again_in_a_new_epoch_is_refused_over_flower(tmp_path: Path) -> None:
+    """Issue #44 over real Flower processes: round 1 summed without silo 1 (a false drop) in epoch
+    A, then a new epoch and round 1 asked again.  On the code before the fix every silo masked its
+    stored release afresh, and the sum of epoch B minus that of epoch A was silo 1's residues
+    exactly; now every silo refuses, the replay sums nothing, and the run goes on in epoch B."""
+    spec = make_spec(loads_config(CONFIG))
+    with CheatingDeployment(tmp_path, spec, round_timeout=20, join_timeout=60, server_code=CROSS_EPOCH) as dep:
+        dep.start()
+        wait_for(lambda: (dep.state / "server" / "cheat.json").exists(), 240, "the replayed round")
+        summary = dep.wait_done(300)
+    assert dep.leftovers() == []
+    assert summary["completed"] == 2 and summary["missing"] == {"1": [1]}  # round 2: all three, in epoch B
+    cheat = json.loads((dep.state / "server" / "cheat.json").read_text())
+    assert "A" in cheat and "B" not in cheat  # epoch A's sum of silos 0 and 2; no second sum of release 1
+    assert len(cheat["errors"]) == 3 and all(e.startswith("error reply from node") for e in cheat["errors"])
+    logs = {i: (dep.state / f"silo-{i}" / "silo.log").read_text() for i in range(3)}  # each silo's refusal
+    refusal = "round 1 was masked in epoch 1 already: a release enters one masked sum, ever"
+    assert all(logs[i].count(refusal) == 1 for i in range(3))

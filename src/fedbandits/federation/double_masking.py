@@ -9,11 +9,14 @@ Per *epoch* (a set of members and their keys, kept across rounds and dropouts):
 1. *Advertise*: silo i draws X25519 key pairs c_i (to encrypt shares) and s_i (to agree mask
    seeds) and signs (deployment, epoch, i, c_i, s_i) with its long-term Ed25519 key, whose
    certificate for ``silo-<i>`` the pinned signing CA issued (:mod:`fedbandits.federation.signing`).
+   The keys are an *offer*: the epoch in force keeps its own keys until the silo joins the new
+   roster, and a silo advertises once per epoch (none for an epoch before the one it offered last).
 2. *Roster*: the server publishes every member's advert.  A silo takes part only if every entry's
    certificate and signature verify for that member and this epoch, its own entry is its own keys,
    the epoch is the one it advertised for and later than any it joined before (an old roster is
-   refused), and the threshold t satisfies 2t > n + colluders (so that no two survivor lists can
-   both gather t signatures, below).
+   refused), no key is of low order (a point that agrees the all-zero key with anybody), and the
+   threshold t satisfies 2t > n + colluders (so that no two survivor lists can both gather t
+   signatures, below).
 
 Per *round* r of the epoch:
 
@@ -23,9 +26,14 @@ Per *round* r of the epoch:
    y_i = x_i + PRG(b_i^r) + sum_j sign(i, j) PRG(k_ij^r)  (mod 2^bits)
    with the encrypted shares and a commitment SHA-256(b_i^r).  The pairwise *round seed*
    k_ij^r = SHAKE-256(s_ij || r) is one-way in the epoch's pair seed s_ij = X25519(s_i, s_j).
-   A round is masked once: a retry gets the stored bytes, an older round number is refused.
+   A release is masked once, ever (issue #44): a retry in the same epoch gets the stored bytes;
+   the same or an older round asked for in any later epoch is refused, so a release enters at most
+   one masked sum across epochs, restarts and retries.  (A server that could have a silo mask its
+   stored release k afresh in a new epoch would subtract a sum without the silo from a sum with
+   it, and hold the silo's release under its own noise share.)
 4. *Consistency check* (only if somebody dropped): the server names the survivors U (the silos
-   whose message it holds); each survivor signs (deployment, epoch, r, U), one list per round.
+   whose message it holds); each survivor signs (deployment, epoch, r, U, the digest of the roster
+   it holds), one list per round.
 5. *Unmask*: the server sends each survivor U, the dropped D = members - U, the survivors'
    signatures and the encrypted self-mask shares addressed to it.  If D is not empty the silo
    answers only if U is the list it signed and at least t members of U signed it; it reveals its

@@ -19,6 +19,11 @@ single silo's residues.  Every step is idempotent: a retried request gets the st
 
 Dropouts: a round closes only when every silo has released (the coordinator waits), so masks never
 need to be removed and no key is ever revealed; the recovery step of the protocol is not used.
+
+A release enters one masked sum, ever (issue #44): a silo masks release ``(epoch, round)`` once,
+when it makes it, and stores the masked bytes; asked again -- after a new key set-up too -- it
+answers those bytes, never a fresh masking under other keys.  And every roster lists every silo,
+so the one sum a release can enter is the sum over all M (tests/test_serve_masking.py).
 Trust model: nothing is ever revealed (no recovery step), so a coordinator that deviates can learn
 a silo's residues only by sharing its pairwise seeds, i.e. by putting keys of its own in the roster:
 the signatures stop that (a key not signed under a certificate the signing CA issued to that member
