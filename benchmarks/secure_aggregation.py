@@ -5,7 +5,7 @@ the CPU seconds and the bytes of
 
 * *pairwise*: the all-present pairwise masking the serving silos use, which is what a round of the
   previous deployment protocol cost when nobody dropped (mask; the server adds);
-* *double masking*: :mod:`fedbandits.federation.double_masking` (mask with a fresh self-mask and
+* *double masking*: :mod:`fedbandits.crypto.double_masking` (mask with a fresh self-mask and
   its encrypted Shamir shares; sign the survivor list; check t signatures, decrypt M - 1 shares and
   answer the unmask step), and the server's part (check M signatures, rebuild M self-masks, sum);
 
@@ -55,9 +55,9 @@ def _best(fn, repeat: int) -> float:  # type: ignore[no-untyped-def]
 
 def micro(folder: Path, m: int, repeat: int) -> dict[str, float]:
     # imported here: --deployed also runs against checkouts older than these modules
+    from fedbandits.crypto.double_masking import MaskingServer, MaskingSilo, secure_threshold
+    from fedbandits.crypto.secure_aggregation import SecAggClient, SecAggServer
     from fedbandits.federation.certs import trial_signing
-    from fedbandits.federation.double_masking import MaskingServer, MaskingSilo, secure_threshold
-    from fedbandits.federation.secure_aggregation import SecAggClient, SecAggServer
 
     signing = trial_signing(folder, m)
     authority, ids = signing[0][1], [identity for identity, _ in signing]

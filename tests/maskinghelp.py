@@ -1,4 +1,4 @@
-"""A harness for :mod:`fedbandits.federation.double_masking`: silos with signing identities, and the
+"""A harness for :mod:`fedbandits.crypto.double_masking`: silos with signing identities, and the
 honest server's steps, so that a test can replace any step with a cheating one.
 
 Not a test module; the tests import it by name (pytest puts ``tests/`` on ``sys.path``).
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
+from fedbandits.crypto.double_masking import MaskingServer, MaskingSilo, Reveal, secure_threshold
+from fedbandits.crypto.signing import Authority, Identity
 from fedbandits.federation.certs import trial_signing
-from fedbandits.federation.double_masking import MaskingServer, MaskingSilo, Reveal, secure_threshold
-from fedbandits.federation.signing import Authority, Identity
 
 CONTEXT = b"deployment-digest"
 CHI2_15_999 = 37.7  # 99.9% quantile of chi-square with 15 degrees of freedom

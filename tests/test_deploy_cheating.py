@@ -56,7 +56,7 @@ from flwr.serverapp import ServerApp
 
 from fedbandits.federation import app as honest
 from fedbandits.federation.app import client_app
-from fedbandits.federation.secure_aggregation import prg, shamir_join
+from fedbandits.crypto.secure_aggregation import prg, shamir_join
 from fedbandits.federation.server import Coordinator
 
 server_app = ServerApp()

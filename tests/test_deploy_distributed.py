@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from fedbandits.config import loads_config
+from fedbandits.crypto.double_masking import Masked
 from fedbandits.federation.certs import trial_signing
 from fedbandits.federation.deployment_results import deployment_results
-from fedbandits.federation.double_masking import Masked
 from fedbandits.federation.parity import compare, reference_run, run_loopback
 from fedbandits.federation.server import Coordinator, Incoming, validate_release
 from fedbandits.federation.silo import Silo, SiloError

@@ -1,5 +1,5 @@
 """Secure aggregation with signed keys, self-masks and a consistency check
-(fedbandits.federation.double_masking), honest runs and bad input, in process."""
+(fedbandits.crypto.double_masking), honest runs and bad input, in process."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedbandits.federation.double_masking import Masked, SecAggError, SignedRoster, check_advert, secure_threshold
+from fedbandits.crypto.double_masking import Masked, SecAggError, SignedRoster, check_advert, secure_threshold
 from maskinghelp import CHI2_15_999, CONTEXT, chi2_top_bits, federation
 
 
@@ -233,3 +233,23 @@ def test_any_sign_or_unmask_request_is_answered_or_refused_without_a_trace(
         assert (dict(silo.signed), dict(silo.answered), silo.last_round) == before
     else:  # only the honest request can pass: the list silo 0 signed, with t valid signatures
         assert survivors == [0, 1, 2] and dropped == [3]
+
+
+def test_a_durable_state_written_before_the_move_to_the_crypto_room_loads(tmp_path) -> None:
+    """A silo's or server's state pickled when the cryptography lived in ``fedbandits.federation``
+    (before issue #45) names those modules; it loads, as the classes of ``fedbandits.crypto``."""
+    import pickle
+
+    from fedbandits.federation.spec import load_pickle
+
+    fed = federation(tmp_path, 3)
+    fed.send(1, fed.inputs(5))
+    old = pickle.dumps(fed.silos[0], protocol=0).replace(b"fedbandits.crypto.", b"fedbandits.federation.")
+    assert b"fedbandits.federation.double_masking" in old and b"fedbandits.crypto" not in old
+    (tmp_path / "silo.pkl").write_bytes(old)
+    loaded = load_pickle(tmp_path / "silo.pkl")
+    assert (
+        type(loaded) is type(fed.silos[0])
+        and loaded.rounds[1].message.commitment == fed.silos[0].rounds[1].message.commitment
+    )
+    assert loaded.identity == fed.silos[0].identity and loaded.authority.ca == fed.silos[0].authority.ca

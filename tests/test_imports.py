@@ -192,8 +192,9 @@ DEPLOY_STARTUP = (
 )
 LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("fedbandits.federation.cli", f"fedbandits.federation.{module}"): DEPLOY_STARTUP
-    for module in ("certs", "deployment", "flower_setup", "parity", "processes", "server", "shuffler", "signing")
+    for module in ("certs", "deployment", "flower_setup", "parity", "processes", "server", "shuffler")
 }
+LAZY_IMPORTS[("fedbandits.federation.cli", "fedbandits.crypto.signing")] = DEPLOY_STARTUP
 SERVE_EXTRA = (
     "the serve extra (starlette, uvicorn, httpx) may be absent: every `fedbandits` command builds the "
     "`serve` parser, and only `fedbandits serve` imports the modules that need the extra"
@@ -224,6 +225,7 @@ ROOMS: dict[str, float] = {
     "plugins": 0,  # the entry types and the entry-point loader every table is read through (stdlib only)
     "envs": 1,  # bandit instances, built on core only
     "privacy": 1,  # mechanisms, calibration and accounting, built on core only
+    "crypto": 1,  # secure aggregation, double masking, signing: below both transports, imports no other room
     "protocols": 2,  # P = (R, S, A): privacy mechanisms wired into a synchronisation
     "algorithms": 3,  # policies, which play an environment and sync through a protocol
     "registry": 4,  # every name usable in a config, with its parameters and factory

@@ -14,9 +14,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedbandits.federation.double_masking import Advert, Reveal, SecAggError, SignedRoster, advert_bytes
-from fedbandits.federation.secure_aggregation import keypair, prg, shamir_join
-from fedbandits.federation.signing import Identity
+from fedbandits.crypto.double_masking import Advert, Reveal, SecAggError, SignedRoster, advert_bytes
+from fedbandits.crypto.secure_aggregation import keypair, prg, shamir_join
+from fedbandits.crypto.signing import Identity
 from maskinghelp import CHI2_15_999, CONTEXT, Federation, chi2_top_bits, credentials, federation
 
 

@@ -19,8 +19,7 @@ import numpy as np
 import pytest
 
 from fedbandits.config import loads_config
-from fedbandits.federation.certs import trial_signing
-from fedbandits.federation.double_masking import (
+from fedbandits.crypto.double_masking import (
     Advert,
     MaskingServer,
     MaskingSilo,
@@ -31,7 +30,8 @@ from fedbandits.federation.double_masking import (
     check_advert,
     secure_threshold,
 )
-from fedbandits.federation.secure_aggregation import _agree
+from fedbandits.crypto.secure_aggregation import _agree
+from fedbandits.federation.certs import trial_signing
 from fedbandits.federation.server import Coordinator
 from fedbandits.federation.silo import Silo, SiloError
 from fedbandits.federation.spec import make_spec

@@ -1,4 +1,4 @@
-"""All-present pairwise masking and the shared primitives (fedbandits.federation.secure_aggregation), in process."""
+"""All-present pairwise masking and the shared primitives (fedbandits.crypto.secure_aggregation), in process."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pickle
 import numpy as np
 import pytest
 
-from fedbandits.federation.secure_aggregation import (
+from fedbandits.crypto.secure_aggregation import (
     SecAggClient,
     SecAggError,
     SecAggServer,

@@ -21,9 +21,9 @@ with warnings.catch_warnings():  # starlette 1.x notes that its test client may 
     from starlette.testclient import TestClient
 
 from fedbandits.config import ConfigError  # noqa: E402
+from fedbandits.crypto.double_masking import Advert, SignedRoster, advert_bytes  # noqa: E402
+from fedbandits.crypto.secure_aggregation import keypair  # noqa: E402
 from fedbandits.federation.certs import trial_signing  # noqa: E402
-from fedbandits.federation.double_masking import Advert, SignedRoster, advert_bytes  # noqa: E402
-from fedbandits.federation.secure_aggregation import keypair  # noqa: E402
 from fedbandits.online import Aggregator  # noqa: E402
 from fedbandits.serve import masking  # noqa: E402
 from fedbandits.serve.coordinator import Coordinator  # noqa: E402

@@ -15,8 +15,8 @@ import pytest
 pytest.importorskip("starlette")
 pytest.importorskip("httpx")
 
-from fedbandits.federation.double_masking import Advert, SignedRoster
-from fedbandits.federation.secure_aggregation import SecAggServer
+from fedbandits.crypto.double_masking import Advert, SignedRoster
+from fedbandits.crypto.secure_aggregation import SecAggServer
 from fedbandits.serve import masking
 from test_serve import LDP, SYNC_AUTH, config, federation, traffic
 

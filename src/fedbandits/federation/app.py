@@ -19,7 +19,7 @@ Messages (Flower Message API, one per silo per synchronisation):
   trial report (regret curve on the time grid and counts).
 
 ``distributed-dp`` adds secure aggregation against a server that cheats
-(:mod:`fedbandits.federation.double_masking`): before the first round of an epoch, ``query`` phase
+(:mod:`fedbandits.crypto.double_masking`): before the first round of an epoch, ``query`` phase
 "keys" (with the new epoch; each silo replies with two public keys, its signing certificate and its
 signature of them); the first ``train`` request of the epoch carries the signed roster
 (``roster_*`` fields), which each silo checks before it masks.  A silo's sync reply carries
@@ -54,13 +54,13 @@ from flwr.clientapp import ClientApp
 from flwr.common.constant import SUPERLINK_NODE_ID, ErrorCode
 from flwr.serverapp import Grid, ServerApp
 
+from fedbandits.crypto.double_masking import Advert, Masked, Reveal, SignedRoster
+from fedbandits.crypto.secure_aggregation import KEY_BYTES, SHARE_BYTES
+from fedbandits.crypto.signing import SIGNATURE_BYTES, Authority, Identity, load_signing
 from fedbandits.federation.deployment_results import deployment_results
-from fedbandits.federation.double_masking import Advert, Masked, Reveal, SignedRoster
 from fedbandits.federation.processes import serving_lock
-from fedbandits.federation.secure_aggregation import KEY_BYTES, SHARE_BYTES
 from fedbandits.federation.server import WITHHELD, Coordinator, Incoming, validate_release
 from fedbandits.federation.shuffler import ShufflerClient
-from fedbandits.federation.signing import SIGNATURE_BYTES, Authority, Identity, load_signing
 from fedbandits.federation.silo import Silo, SiloError, check_pinned_spec
 from fedbandits.federation.spec import atomic_write_bytes, cached_spec_from_json, spec_from_json
 from fedbandits.sim.task import time_grid
@@ -752,7 +752,7 @@ def _keyed(meta: dict[str, Any], keys: str, values: str, size: int | None = None
 @_one_at_a_time
 def silo_secure_aggregation(msg: Message, context: Context) -> Message:
     """Key set-up ("keys"), consistency check ("survivors") and unmask step ("unmask") of secure
-    aggregation (distributed-dp; :mod:`fedbandits.federation.double_masking`)."""
+    aggregation (distributed-dp; :mod:`fedbandits.crypto.double_masking`)."""
     meta: dict[str, Any] = dict(msg.content["meta"])
     silo = _silo(context, meta)
     phase = meta.get("phase")

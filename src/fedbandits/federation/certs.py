@@ -17,7 +17,7 @@ mutual TLS under a CA of its own operator, ``shuffler-ca.pem`` / ``.key``: ``shu
 (``server``, ``silo-<i>``) is the identity the shuffler checks.
 
 For ``distributed-dp`` each silo also signs its secure-aggregation messages (issue #32;
-:mod:`fedbandits.federation.signing`) under a third CA, ``signing-ca.pem`` / ``.key``, which the
+:mod:`fedbandits.crypto.signing`) under a third CA, ``signing-ca.pem`` / ``.key``, which the
 silos' consortium keeps (never the server's operator: whoever holds it can speak for any silo):
 ``silo-<i>-signing.pem`` (an Ed25519 key certified for common name ``silo-<i>``) and
 ``silo-<i>-signing.key``.
@@ -36,7 +36,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from fedbandits.federation.signing import Authority, Identity, load_signing
+from fedbandits.crypto.signing import Authority, Identity, load_signing
 
 #: file stem of the shuffler hop's own CA (``shuffler-ca.pem`` / ``shuffler-ca.key``)
 SHUFFLER_CA = "shuffler-ca"

@@ -434,7 +434,7 @@ def _check_files(args: argparse.Namespace, names: tuple[str, ...], needed: bool,
 
 def _check_signing(silo: int, key: Path, cert: Path, ca: Path) -> None:
     """The signing files load, the certificate certifies the key, and the CA issued it to ``silo-<i>``."""
-    from fedbandits.federation.signing import load_signing
+    from fedbandits.crypto.signing import load_signing
 
     try:
         load_signing(silo, key, cert, ca)

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from fedbandits.federation.double_masking import (
+from fedbandits.crypto.double_masking import (
     Advert,
     Masked,
     MaskingServer,
@@ -31,7 +31,7 @@ from fedbandits.federation.double_masking import (
     check_advert,
     secure_threshold,
 )
-from fedbandits.federation.signing import Authority
+from fedbandits.crypto.signing import Authority
 from fedbandits.federation.spec import DeploySpec, load_pickle, save_pickle, shown
 from fedbandits.privacy.mechanisms import TreeAnalyzer
 from fedbandits.protocols.distributed_dp import ModularTreeAnalyzer
@@ -302,7 +302,7 @@ class Coordinator:
 
     def start_epoch(self, adverts: dict[int, Advert], nodes: list[int]) -> SignedRoster:
         """Publish the roster of the silos whose checked ``adverts`` came from ``nodes`` (threshold:
-        :func:`~fedbandits.federation.double_masking.secure_threshold`)."""
+        :func:`~fedbandits.crypto.double_masking.secure_threshold`)."""
         t = secure_threshold(len(adverts), self.spec.params.colluders)
         roster = self._secagg().publish(adverts, t)
         self.state.epochs += 1

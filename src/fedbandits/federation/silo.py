@@ -35,11 +35,11 @@ from typing import Any, TypeVar
 import numpy as np
 
 from fedbandits.algorithms.fedlinucb import FedLinUCB
+from fedbandits.crypto.double_masking import Advert, Masked, MaskingSilo, Reveal, SignedRoster
+from fedbandits.crypto.secure_aggregation import SecAggError
+from fedbandits.crypto.signing import Authority, Identity
 from fedbandits.envs.base import Round
 from fedbandits.envs.files import DataFiles
-from fedbandits.federation.double_masking import Advert, Masked, MaskingSilo, Reveal, SignedRoster
-from fedbandits.federation.secure_aggregation import SecAggError
-from fedbandits.federation.signing import Authority, Identity
 from fedbandits.federation.spec import DeploySpec, load_pickle, save_pickle
 from fedbandits.privacy.discrete_gaussian import SecretTreeRandomizer
 from fedbandits.privacy.mechanisms import TreeRandomizer, pack, protocol_streams, silo_noise_rng, unpack
@@ -176,7 +176,7 @@ class Silo:
         signing: tuple[Identity, Authority] | None = None,
     ) -> None:
         """``signing``: this silo's signing identity and the pinned signing CA (``distributed-dp``
-        needs them: :mod:`fedbandits.federation.double_masking`)."""
+        needs them: :mod:`fedbandits.crypto.double_masking`)."""
         if isinstance(silo_id, bool) or not isinstance(silo_id, int) or not 0 <= silo_id < spec.silos:
             raise SiloError(f"silo id must be an integer in [0, {spec.silos}), got {silo_id!r}")
         if noise_source not in NOISE_SOURCES:

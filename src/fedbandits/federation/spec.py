@@ -3,7 +3,7 @@
 A deployment runs *one* run (index ``run``) of *one* ``fedlinucb`` entry of an ordinary
 fedbandits config, with the ``none`` (non-private), ``ldp`` (silo-level LDP, Algorithm 2),
 ``sdp-amplification`` (Algorithm 2 with a shuffler party) or ``distributed-dp`` (noise shares
-under secure aggregation, :mod:`fedbandits.federation.secure_aggregation`) protocol.  Every party derives
+under secure aggregation, :mod:`fedbandits.crypto.secure_aggregation`) protocol.  Every party derives
 everything else -- the number of silos M, the number of synchronisations K = T // B, the packed
 message width P, the calibrated noise, the ridge regulariser -- from the config with exactly the
 code the simulator uses, and pins the config by a hash that every message carries.
@@ -273,9 +273,23 @@ def save_pickle(path: Path, obj: object) -> None:
     atomic_write_bytes(path, pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
 
 
+#: modules whose classes a durable state file written by an earlier version may name (old -> new):
+#: the cryptography moved below both transports (issue #45)
+MOVED_MODULES = {
+    f"fedbandits.federation.{name}": f"fedbandits.crypto.{name}"
+    for name in ("secure_aggregation", "double_masking", "signing")
+}
+
+
+class _Unpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        return super().find_class(MOVED_MODULES.get(module, module), name)
+
+
 def load_pickle(path: Path) -> Any:
+    """A durable state file (classes that moved since it was written are found at their new place)."""
     with open(path, "rb") as f:
-        return pickle.load(f)
+        return _Unpickler(f).load()
 
 
 def finite_float(x: float) -> bool:

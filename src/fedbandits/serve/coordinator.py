@@ -39,8 +39,8 @@ from typing import Any
 import numpy as np
 
 from fedbandits.config import Config
-from fedbandits.federation.double_masking import SignedRoster
-from fedbandits.federation.secure_aggregation import SecAggServer, default_threshold
+from fedbandits.crypto.double_masking import SignedRoster
+from fedbandits.crypto.secure_aggregation import SecAggServer, default_threshold
 from fedbandits.online import AgentSetup, Aggregator
 from fedbandits.privacy.distributed_noise import DistributedCalibration
 from fedbandits.serve import masking

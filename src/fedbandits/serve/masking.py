@@ -1,12 +1,12 @@
 """Secure aggregation for serving silos (``distributed-dp``): the deployment's pairwise masking
-(:mod:`fedbandits.federation.secure_aggregation`, Bonawitz et al. 2017) carried over the sync API.
+(:mod:`fedbandits.crypto.secure_aggregation`, Bonawitz et al. 2017) carried over the sync API.
 
 Set-up, driven by the coordinator before the first round (and again only if its state is lost):
 
 1. ``POST /v1/sync/keys {"secagg_epoch": e}``: each silo draws its two X25519 key pairs (kept in
    its event log, the private halves never sent) and answers with the public halves, signed with
    its long-term Ed25519 key for set-up e (``cert``, ``signature``; the deployment's signing CA,
-   :mod:`fedbandits.federation.signing`);
+   :mod:`fedbandits.crypto.signing`);
 2. the coordinator publishes the roster (every member's public keys, certificate and signature, the
    threshold t); each silo checks every entry against its pinned signing CA before it answers;
    ``POST /v1/sync/roster``: each silo answers with its Shamir shares of its mask key, each encrypted
@@ -39,8 +39,8 @@ import hashlib
 import json
 from typing import Any
 
-from fedbandits.federation.double_masking import SignedRoster
-from fedbandits.federation.secure_aggregation import SecAggClient
+from fedbandits.crypto.double_masking import SignedRoster
+from fedbandits.crypto.secure_aggregation import SecAggClient
 from fedbandits.online import AgentSetup
 
 #: the round number the masks of (budget epoch e, round r) are drawn for: unique per release

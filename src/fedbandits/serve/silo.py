@@ -35,9 +35,9 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from fedbandits.config import Config
-from fedbandits.federation.double_masking import Advert, SignedRoster, advert_bytes, check_advert
-from fedbandits.federation.secure_aggregation import SecAggClient, SecAggError
-from fedbandits.federation.signing import Authority, Identity
+from fedbandits.crypto.double_masking import Advert, SignedRoster, advert_bytes, check_advert
+from fedbandits.crypto.secure_aggregation import SecAggClient, SecAggError
+from fedbandits.crypto.signing import Authority, Identity
 from fedbandits.online import AGENT_PROTOCOLS, Agent, AgentError, AgentSetup
 from fedbandits.online.inputs import AlreadyRewarded, ExpiredDecision
 from fedbandits.online.setup import SHUFFLED_PROTOCOLS

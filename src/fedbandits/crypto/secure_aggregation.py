@@ -2,7 +2,7 @@
 secure aggregations share; transport-agnostic.
 
 Two protocols use these pieces.  The Flower deployment's ``distributed-dp`` runs
-:mod:`fedbandits.federation.double_masking`, which holds against a server that cheats (signed
+:mod:`fedbandits.crypto.double_masking`, which holds against a server that cheats (signed
 keys, self-masks, a consistency check).  The serving silos (:mod:`fedbandits.serve.masking`) run
 the all-present variant here, :class:`SecAggClient` / :class:`SecAggServer`: a serving round closes
 only when every silo has released, so masks never need removing and nothing is ever revealed; the

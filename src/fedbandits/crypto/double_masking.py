@@ -8,7 +8,7 @@ Per *epoch* (a set of members and their keys, kept across rounds and dropouts):
 
 1. *Advertise*: silo i draws X25519 key pairs c_i (to encrypt shares) and s_i (to agree mask
    seeds) and signs (deployment, epoch, i, c_i, s_i) with its long-term Ed25519 key, whose
-   certificate for ``silo-<i>`` the pinned signing CA issued (:mod:`fedbandits.federation.signing`).
+   certificate for ``silo-<i>`` the pinned signing CA issued (:mod:`fedbandits.crypto.signing`).
    The keys are an *offer*: the epoch in force keeps its own keys until the silo joins the new
    roster, and a silo advertises once per epoch (none for an epoch before the one it offered last).
 2. *Roster*: the server publishes every member's advert.  A silo takes part only if every entry's
@@ -87,7 +87,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from fedbandits.federation.secure_aggregation import (
+from fedbandits.crypto.secure_aggregation import (
     KEY_BYTES,
     NONCE_BYTES,
     SHARE_BYTES,
@@ -101,7 +101,7 @@ from fedbandits.federation.secure_aggregation import (
     shamir_split,
     usable_key,
 )
-from fedbandits.federation.signing import Authority, Identity, SigningError
+from fedbandits.crypto.signing import Authority, Identity, SigningError
 
 #: an encrypted share: nonce, the 66-byte share, the GCM tag
 BLOB_BYTES = NONCE_BYTES + SHARE_BYTES + 16
