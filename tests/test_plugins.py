@@ -353,6 +353,47 @@ def test_private_protocol_entries_need_a_calibration_and_an_audit_view() -> None
         plugins.ProtocolEntry("p", "", plugins.NoParams, build, private=True, calibrate=build, audit_view="all")
     with pytest.raises(ValueError, match="takes no calibrate or audit_view"):
         plugins.ProtocolEntry("p", "", plugins.NoParams, build, audit_view="messages")
+    with pytest.raises(ValueError, match="carried of 'p' must be one of 'direct', 'masked', 'shuffled' or None"):
+        plugins.ProtocolEntry("p", "", plugins.NoParams, build, carried="mail")
+
+
+RELAY_PROTOCOL = """
+from fedbandits import plugins
+from fedbandits.protocols.passthrough import NonPrivate
+
+RELAY = plugins.ProtocolEntry(
+    "relay", "exact statistics, carried straight to the server", plugins.NoParams,
+    lambda cal, ctx: NonPrivate(ctx.n_runs, ctx.n_agents, ctx.dim), carried="direct",
+)
+LOCAL = plugins.ProtocolEntry(
+    "local", "exact statistics, the simulator only", plugins.NoParams,
+    lambda cal, ctx: NonPrivate(ctx.n_runs, ctx.n_agents, ctx.dim),
+)
+"""
+
+
+def test_a_protocols_abilities_are_its_catalog_entry(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A new protocol is its module plus its entry (issue #45): a plugin entry ``carried = "direct"``
+    deploys and serves like ``none``; one that names no carrier is refused by both, in one line."""
+    from fedbandits.federation.spec import make_spec
+    from fedbandits.online import AgentSetup
+
+    (tmp_path / "fedbandits_relay.py").write_text(RELAY_PROTOCOL, encoding="utf-8")
+    points = "[fedbandits.protocols]\nrelay = fedbandits_relay:RELAY\nlocal = fedbandits_relay:LOCAL\n"
+    _distribution(tmp_path, "fedbandits-relay", points)
+    _on_path(monkeypatch, tmp_path)
+    try:
+        relay = config_from_dict(_config({"name": "fedlinucb", "protocol": "relay"}))
+        spec = make_spec(relay)
+        assert not spec.masked and not spec.shuffled and spec.params.protocol == "relay"
+        assert AgentSetup.from_config(relay).federated
+        local = config_from_dict(_config({"name": "fedlinucb", "protocol": "local"}))
+        with pytest.raises(ConfigError, match="protocol 'local' does not deploy; deployable protocols: none, ldp, "):
+            make_spec(local)
+        with pytest.raises(ConfigError, match="an agent synchronises through 'none', 'ldp', 'distributed-dp', 'relay'"):
+            AgentSetup.from_config(local)
+    finally:
+        plugins.reload()
 
 
 @pytest.mark.ray

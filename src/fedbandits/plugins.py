@@ -44,6 +44,9 @@ GROUPS = {
 #: what the privacy auditor may observe of a private protocol's ``transcript`` (``audit privacy``):
 #: every silo's released ``messages``; the shuffled batch (``server_view``); the decoded ``sum``
 AUDIT_VIEWS = ("messages", "shuffled", "aggregate")
+#: how a real federation (``fedbandits deploy``, ``fedbandits serve``) carries a silo's release to the
+#: analyzer: straight to the server, masked by secure aggregation, or through a shuffler party
+CARRIERS = ("direct", "masked", "shuffled")
 
 
 def _one_line(text: object, limit: int = 400) -> str:
@@ -108,16 +111,30 @@ class ProtocolEntry(Entry):
     algorithm's parameters (``params.privacy_spec()``, ``params.batch``, ...) into the calibration its
     factory gets, raising ValueError when the request cannot be met; and ``audit_view``, what of its
     ``transcript`` the privacy auditor observes (one of :data:`AUDIT_VIEWS`).
+
+    Its abilities, read wherever a protocol is chosen (so a new protocol is its module plus its
+    entry): ``carried``, how a real federation carries a silo's release (one of :data:`CARRIERS`;
+    None: the simulator only), and ``asynchronous``, whether asynchronous FedLinUCB (each silo
+    syncing alone, on its own schedule) can sync through it.
     """
 
     private: bool = False
     calibrate: Callable[..., Any] | None = None
     audit_view: str | None = None
+    carried: str | None = None
+    asynchronous: bool = False
 
     def check(self) -> None:
         super().check()
         if not isinstance(self.private, bool):
             raise ValueError(f"private of {self.name!r} must be true or false, got {self.private!r}")
+        if self.carried is not None and self.carried not in CARRIERS:
+            raise ValueError(
+                f"carried of {self.name!r} must be one of {', '.join(map(repr, CARRIERS))} or None, "
+                f"got {self.carried!r}"
+            )
+        if not isinstance(self.asynchronous, bool):
+            raise ValueError(f"asynchronous of {self.name!r} must be true or false, got {self.asynchronous!r}")
         if self.private:
             if not callable(self.calibrate):
                 raise ValueError(f"private protocol {self.name!r} needs a callable calibrate, got {self.calibrate!r}")

@@ -79,6 +79,7 @@ __all__ = [
     "Table",
     "calibrate_protocol",
     "calibrated",
+    "carried_protocols",
     "fedlinucb_protocol",
     "prefix_noise_std",
     "private_regularizer",
@@ -300,6 +301,12 @@ _ALGORITHMS[HetoFedBandit.name] = Entry(
     HetoFedBandit,
 )
 # --- end clustering of bandits ---
+
+
+def carried_protocols(*ways: str) -> tuple[str, ...]:
+    """The protocols a real federation carries in one of ``ways`` (:data:`fedbandits.plugins.CARRIERS`:
+    "direct", "masked", "shuffled"), in the table's order: read from each entry's ``carried``."""
+    return tuple(name for name in PROTOCOLS if PROTOCOLS[name].carried in ways)
 
 
 def _namespace(entries: dict[str, Entry]) -> SimpleNamespace:

@@ -26,23 +26,14 @@ from fedbandits.algorithms.fedlinucb import FedLinUCBParams, calibrate_protocol
 from fedbandits.config import Config, ConfigError, config_from_dict
 from fedbandits.core.files import atomic_write_bytes
 from fedbandits.envs.files import read_data_file
+from fedbandits.plugins import CARRIERS
 from fedbandits.privacy.calibration import NoiseCalibration
 from fedbandits.privacy.discrete_gaussian import SECRET_SHARES_SAMPLER, SecretNoise, secret_noise_for
 from fedbandits.privacy.distributed_noise import DistributedCalibration
 from fedbandits.privacy.guarantee import not_covering_adaptivity
 from fedbandits.privacy.mechanisms import packed_width
-from fedbandits.registry import ENVIRONMENTS, private_regularizer
+from fedbandits.registry import ENVIRONMENTS, PROTOCOLS, carried_protocols, private_regularizer
 from fedbandits.sim.seeding import env_rngs
-
-#: protocols a deployment runs: the non-private baseline, silo-level LDP (Algorithm 2) and shuffle
-#: DP by amplification (Algorithm 2 with a shuffler party, :mod:`fedbandits.federation.shuffler`)
-DEPLOY_PROTOCOLS = ("none", "ldp", "sdp-amplification", "distributed-dp")
-
-#: protocols whose messages are masked and summed by secure aggregation
-MASKED_PROTOCOLS = ("distributed-dp",)
-
-#: protocols whose messages go through the shuffler instead of straight to the server
-SHUFFLED_PROTOCOLS = ("sdp-amplification",)
 
 
 def shown(value: object) -> str:
@@ -96,12 +87,12 @@ class DeploySpec:
     @property
     def shuffled(self) -> bool:
         """Whether the silos' messages reach the server only through the shuffler."""
-        return self.params.protocol in SHUFFLED_PROTOCOLS
+        return PROTOCOLS[self.params.protocol].carried == "shuffled"
 
     @property
     def masked(self) -> bool:
         """Whether the silos' messages are masked residues summed by secure aggregation."""
-        return self.params.protocol in MASKED_PROTOCOLS
+        return PROTOCOLS[self.params.protocol].carried == "masked"
 
     @property
     def noise_seed(self) -> int:
@@ -210,9 +201,13 @@ def make_spec(config: Config, label: str | None = None, run: int = 0) -> DeployS
         labels = [config.algorithms[i].label for i in candidates]
         raise ConfigError(f"the config has several fedlinucb entries {labels}; choose one with --algorithm LABEL")
     params = config.algorithms[index].params
-    if params.protocol not in DEPLOY_PROTOCOLS:
+    # the protocols a deployment runs, by their catalog entries' ``carried``: straight to the server
+    # (none, silo-level LDP: Algorithm 2), masked by secure aggregation (distributed DP), through a
+    # shuffler party (shuffle DP by amplification, :mod:`fedbandits.federation.shuffler`)
+    if PROTOCOLS[params.protocol].carried is None:
         raise ConfigError(
-            f"protocol {params.protocol!r} does not deploy; deployable protocols: {', '.join(DEPLOY_PROTOCOLS)} "
+            f"protocol {params.protocol!r} does not deploy; deployable protocols: "
+            f"{', '.join(carried_protocols(*CARRIERS))} "
             "(sdp-vector-sum's shuffled integer messages are not deployed: see docs/deployment.md)"
         )
     if params.mechanism != "tree":

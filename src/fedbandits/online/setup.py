@@ -27,17 +27,16 @@ from fedbandits.privacy.discrete_gaussian import SecretNoise, SecretTreeRandomiz
 from fedbandits.privacy.distributed_noise import DistributedCalibration
 from fedbandits.privacy.mechanisms import TreeRandomizer, packed_width, protocol_streams, silo_noise_rng
 from fedbandits.protocols.distributed_dp import DistributedRandomizer, SecretDistributedRandomizer
-from fedbandits.registry import calibrated
+from fedbandits.registry import PROTOCOLS, calibrated, carried_protocols
 
 #: the algorithms an agent runs: a standalone LinUCB silo, or one silo of a FedLinUCB federation
 AGENT_ALGORITHMS = ("linucb-independent", "fedlinucb")
-#: the protocols a FedLinUCB agent synchronises through (tree mechanism): the same silo-side
-#: pieces as the deployment (:mod:`fedbandits.federation.silo`)
-AGENT_PROTOCOLS = ("none", "ldp", "distributed-dp")
-#: protocols whose releases must reach the analyzer only through a shuffler party (Zhou & Chowdhury
-#: 2023, Algorithm 2 with S = shuffle): an agent releases for them only when its transport has one
-#: (``fedbandits serve silo --shuffler``); in process, nothing would shuffle
-SHUFFLED_PROTOCOLS = ("sdp-amplification",)
+#: the built-in protocols a FedLinUCB agent synchronises through (tree mechanism): those whose catalog
+#: entry is ``carried`` "direct" or "masked" (a plugin's entry counts when :class:`AgentSetup` checks a
+#: config).  A "shuffled" protocol's releases must reach the analyzer only through a shuffler party
+#: (Zhou & Chowdhury 2023, Algorithm 2 with S = shuffle): an agent releases for it only when its
+#: transport has one (``fedbandits serve silo --shuffler``); in process, nothing would shuffle
+AGENT_PROTOCOLS = carried_protocols("direct", "masked")
 
 
 @dataclass(frozen=True)
@@ -76,14 +75,16 @@ class AgentSetup:
         reg = float(params.reg)
         calibration = None
         if isinstance(params, FedLinUCBParams):
-            if params.protocol in SHUFFLED_PROTOCOLS and not shuffler:
+            carried = PROTOCOLS[params.protocol].carried  # the catalog entry's ability
+            if carried == "shuffled" and not shuffler:
                 raise ConfigError(
                     f"{where}.protocol: {params.protocol!r} needs a shuffler between the silos and the server: "
                     "an agent releases for it only behind `fedbandits serve silo --shuffler` (docs/serving.md)"
                 )
-            if params.protocol not in AGENT_PROTOCOLS + SHUFFLED_PROTOCOLS:
+            if carried is None:
+                agent_protocols = carried_protocols("direct", "masked")
                 raise ConfigError(
-                    f"{where}.protocol: an agent synchronises through {', '.join(map(repr, AGENT_PROTOCOLS))}, "
+                    f"{where}.protocol: an agent synchronises through {', '.join(map(repr, agent_protocols))}, "
                     f"got {params.protocol!r}"
                 )
             if params.mechanism != "tree":
@@ -159,7 +160,7 @@ class AgentSetup:
     @property
     def shuffled(self) -> bool:
         """Whether the releases reach the analyzer only as a shuffled batch (``sdp-amplification``)."""
-        return self.federated and self.fed_params.protocol in SHUFFLED_PROTOCOLS
+        return self.federated and PROTOCOLS[self.fed_params.protocol].carried == "shuffled"
 
     @property
     def horizon(self) -> int:

@@ -51,7 +51,7 @@ def calibrate_shares(params: Any, *, horizon: int, agents: int, dim: int) -> Dis
     )
 
 
-def _private_entry(cls: type[Any], calibrate_fn: Any, view: str) -> ProtocolEntry:
+def _private_entry(cls: type[Any], calibrate_fn: Any, view: str, **abilities: Any) -> ProtocolEntry:
     """A built-in private protocol: ``cls(n_runs, n_agents, dim, calibration, rngs, record=...)``."""
     return ProtocolEntry(
         cls.name,
@@ -61,19 +61,29 @@ def _private_entry(cls: type[Any], calibrate_fn: Any, view: str) -> ProtocolEntr
         private=True,
         calibrate=calibrate_fn,
         audit_view=view,
+        **abilities,
     )
 
 
 NONE = ProtocolEntry(
-    NonPrivate.name, NonPrivate.description, NoParams, lambda cal, ctx: NonPrivate(ctx.n_runs, ctx.n_agents, ctx.dim)
+    NonPrivate.name,
+    NonPrivate.description,
+    NoParams,
+    lambda cal, ctx: NonPrivate(ctx.n_runs, ctx.n_agents, ctx.dim),
+    carried="direct",
+    asynchronous=True,
 )
-LDP = _private_entry(GaussianTreeProtocol, calibrate_gaussian, "messages")
-LDP_PREFIX = _private_entry(GaussianPrefixProtocol, calibrate_gaussian, "messages")
-SDP_AMPLIFICATION = _private_entry(ShuffledGaussianTreeProtocol, calibrate_gaussian, "shuffled")
-# the vector-sum transcript holds the server's decoded p-sums
+# silo-level LDP: each silo's noisy p-sums go to the server (deployment, service, online agent)
+LDP = _private_entry(GaussianTreeProtocol, calibrate_gaussian, "messages", carried="direct")
+# each silo's own tree over its own uploads: what asynchronous FedLinUCB's silos release
+LDP_PREFIX = _private_entry(GaussianPrefixProtocol, calibrate_gaussian, "messages", asynchronous=True)
+SDP_AMPLIFICATION = _private_entry(ShuffledGaussianTreeProtocol, calibrate_gaussian, "shuffled", carried="shuffled")
+# the vector-sum transcript holds the server's decoded p-sums (the simulator only)
 SDP_VECTOR_SUM = _private_entry(VectorSumTreeProtocol, calibrate_sum, "messages")
-DISTRIBUTED_DP = _private_entry(DistributedDPProtocol, calibrate_shares, "aggregate")
+DISTRIBUTED_DP = _private_entry(DistributedDPProtocol, calibrate_shares, "aggregate", carried="masked")
 
 BUILTIN_PROTOCOLS = (NONE, LDP, LDP_PREFIX, SDP_AMPLIFICATION, SDP_VECTOR_SUM, DISTRIBUTED_DP)
 #: the built-in names, in declaration order (the entry points of pyproject.toml list them so)
 PROTOCOL_NAMES = tuple(entry.name for entry in BUILTIN_PROTOCOLS)
+#: the built-in protocols asynchronous FedLinUCB syncs through (its parameters validate against them)
+ASYNC_PROTOCOL_NAMES = tuple(entry.name for entry in BUILTIN_PROTOCOLS if entry.asynchronous)

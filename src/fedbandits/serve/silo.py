@@ -38,18 +38,13 @@ from fedbandits.config import Config
 from fedbandits.crypto.double_masking import Advert, SignedRoster, advert_bytes, check_advert
 from fedbandits.crypto.secure_aggregation import SecAggClient, SecAggError
 from fedbandits.crypto.signing import Authority, Identity
-from fedbandits.online import AGENT_PROTOCOLS, Agent, AgentError, AgentSetup
+from fedbandits.online import Agent, AgentError, AgentSetup
 from fedbandits.online.inputs import AlreadyRewarded, ExpiredDecision
-from fedbandits.online.setup import SHUFFLED_PROTOCOLS
 from fedbandits.privacy.discrete_gaussian import SecretTreeRandomizer
 from fedbandits.privacy.distributed_noise import DistributedCalibration
 from fedbandits.serve.masking import client_from_text, client_to_text, federation_context, keyed, mask_round, unkeyed
 from fedbandits.serve.options import POLICIES
 from fedbandits.serve.store import Store, StoreError
-
-#: protocols a serving silo syncs with: the online agent's (distributed-dp through pairwise masking,
-#: fedbandits.serve.masking) and sdp-amplification through the deployment's shuffler (fedbandits.serve.shuffling)
-SERVE_PROTOCOLS = (*AGENT_PROTOCOLS, *SHUFFLED_PROTOCOLS)
 
 
 class ServeError(ValueError):
