@@ -497,7 +497,7 @@ def test_deployed_silo_noise_has_the_calibrated_scale(
     spec = _spec(protocol, extra=extra)
     secret = spec.secret_noise()
     assert secret is not None and secret.scale > 1.0 and secret.epsilon_spent <= spec.params.epsilon
-    sigma = spec.packed(secret.sigma_cov, secret.sigma_bias)
+    sigma = spec.setup.packed(secret.sigma_cov, secret.sigma_bias)
     silos = [Silo(spec, 1, tmp_path / f"s{j}", noise_source="os") for j in range(40)]
     randomizer = type(silos[0].state.randomizer)
     release, seen = randomizer.release, []

@@ -41,14 +41,13 @@ from fedbandits.crypto.signing import Authority, Identity
 from fedbandits.envs.base import Round
 from fedbandits.envs.files import DataFiles
 from fedbandits.federation.spec import DeploySpec, load_pickle, save_pickle
-from fedbandits.privacy.discrete_gaussian import SecretTreeRandomizer
 from fedbandits.privacy.mechanisms import TreeRandomizer, pack, protocol_streams, silo_noise_rng, unpack
 from fedbandits.privacy.tree import lowest_set_bit
 from fedbandits.protocols.base import Protocol
 
 # SecretDistributedRandomizer lives in protocols (the online agent uses it too); importing it here
 # also keeps silo state files pickled before the move loadable (pickle finds it under this module)
-from fedbandits.protocols.distributed_dp import DistributedRandomizer, SecretDistributedRandomizer
+from fedbandits.protocols.distributed_dp import DistributedRandomizer
 from fedbandits.sim.seeding import env_rngs, noise_rngs
 from fedbandits.sim.task import time_grid
 
@@ -230,39 +229,24 @@ class Silo:
                 "a user_id column in a .csv, or returning_users in a synthetic environment"
             )
         policy = SiloFedLinUCB(spec, dim, env.n_arms, spec.regularizer(), n_users=env.n_users)
-        randomizer: TreeRandomizer | DistributedRandomizer | None = None
-        sigma = spec.sigma()
-        secret = spec.secret_noise()
+        # the silo's randomizer R, as the online agent's set-up builds it: the secret samplers from the
+        # OS CSPRNG by default, the simulator's stream of silo i with noise source ``derived`` (parity)
+        randomizer = spec.setup.randomizer(None if self.noise_source == "os" else self._noise_stream())
         secagg = None
         if spec.masked:
             cal = spec.distributed()
-            codec = cal.codec(dim)
-            dummy = [np.random.Generator(np.random.SFC64(0))]
-            if self.noise_source == "os":
-                randomizer = SecretDistributedRandomizer(1, 1, codec, cal.share_sigma, dummy, spec.releases)
-                randomizer.silo_rngs = []
-            else:
-                randomizer = DistributedRandomizer(1, 1, codec, cal.share_sigma, dummy, spec.releases)
-                randomizer.silo_rngs = [[self._noise_stream()]]  # the simulator's stream of silo i (parity)
             assert self.signing is not None
             identity, authority = self.signing
             secagg = MaskingSilo(
                 self.silo_id,
                 cal.bits,
-                codec.steps.size,
+                cal.codec(dim).steps.size,
                 spec.digest.encode(),
                 identity,
                 authority,
                 colluders=spec.params.colluders,
                 min_survivors=spec.silos - spec.params.dropouts,
             )
-        elif secret is not None and self.noise_source == "os":
-            randomizer = SecretTreeRandomizer(
-                spec.packed(secret.sigma_cov, secret.sigma_bias), secret.grid, spec.releases
-            )
-        elif sigma is not None:
-            randomizer = TreeRandomizer(1, 1, sigma, [np.random.Generator(np.random.SFC64(0))], spec.releases)
-            randomizer.silo_rngs = [[self._noise_stream()]]  # the simulator's stream of silo i (parity)
         horizon = spec.horizon
         state = SiloState(
             digest=spec.digest,

@@ -17,22 +17,22 @@ import json
 import math
 import pickle
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from fedbandits.algorithms.fedlinucb import FedLinUCBParams, calibrate_protocol
+from fedbandits.algorithms.fedlinucb import FedLinUCBParams
 from fedbandits.config import Config, ConfigError, config_from_dict
 from fedbandits.core.files import atomic_write_bytes
 from fedbandits.envs.files import read_data_file
+from fedbandits.online.setup import AgentSetup
 from fedbandits.plugins import CARRIERS
 from fedbandits.privacy.calibration import NoiseCalibration
-from fedbandits.privacy.discrete_gaussian import SECRET_SHARES_SAMPLER, SecretNoise, secret_noise_for
+from fedbandits.privacy.discrete_gaussian import SECRET_SHARES_SAMPLER, SecretNoise
 from fedbandits.privacy.distributed_noise import DistributedCalibration
 from fedbandits.privacy.guarantee import not_covering_adaptivity
 from fedbandits.privacy.mechanisms import packed_width
-from fedbandits.registry import ENVIRONMENTS, PROTOCOLS, carried_protocols, private_regularizer
+from fedbandits.registry import ENVIRONMENTS, PROTOCOLS, carried_protocols
 from fedbandits.sim.seeding import env_rngs
 
 
@@ -108,12 +108,14 @@ class DeploySpec:
     def width(self) -> int:
         return packed_width(self.dim())
 
+    @cached_property
+    def setup(self) -> AgentSetup:
+        """The deployed entry's set-up, the one the online agent and ``serve`` use: calibration,
+        lambda, noise scales and the silo's randomizer come from it, never derived again here."""
+        return AgentSetup.for_entry(self.config, self.algorithm_index, self.dim(), shuffler=True)
+
     def calibration(self) -> NoiseCalibration | DistributedCalibration | None:
-        if not self.private:
-            return None
-        cal = calibrate_protocol(self.params, horizon=self.horizon, agents=self.silos, dim=self.dim())
-        assert isinstance(cal, NoiseCalibration | DistributedCalibration)
-        return cal
+        return self.setup.calibration
 
     def distributed(self) -> DistributedCalibration:
         """The calibration of a ``distributed-dp`` deployment."""
@@ -121,33 +123,16 @@ class DeploySpec:
         assert isinstance(cal, DistributedCalibration)
         return cal
 
-    def sigma(self) -> np.ndarray | None:
-        """Noise std of every packed entry (as :class:`GaussianTreeProtocol` sets it), or None."""
-        cal = self.calibration()
-        if cal is None:
-            return None
-        return self.packed(cal.sigma_cov, cal.sigma_bias)
-
-    def packed(self, cov: float, bias: float) -> np.ndarray:
-        """One value per packed entry: ``cov`` for the d(d+1)/2 covariance entries, ``bias`` for the d bias ones."""
-        d = self.dim()
-        return np.concatenate([np.full(d * (d + 1) // 2, cov), np.full(d, bias)])
-
     def regularizer(self) -> float:
-        """lambda, exactly as the simulator's fedlinucb factory chooses it."""
-        cal = self.calibration()
-        if cal is None or self.params.regularizer == "fixed":
-            return float(self.params.reg)
-        return private_regularizer(self.params, cal, self.silos, self.dim(), self.horizon)
+        """lambda, exactly as the simulator's fedlinucb factory chooses it (:func:`fedbandits.registry.calibrated`)."""
+        return self.setup.reg
 
     def secret_noise(self) -> SecretNoise | None:
         """The secret (``os``) noise of a deployed silo: an exact discrete Gaussian on a grid,
         calibrated on its own to meet (epsilon, delta) by zCDP accounting of what is sampled
-        (:mod:`fedbandits.privacy.discrete_gaussian`); None without privacy."""
-        cal = self.calibration()
-        if not isinstance(cal, NoiseCalibration):
-            return None  # none, or distributed-dp: its shares are exact discrete Gaussians by design
-        return secret_noise_for(cal, self.params.privacy_spec().sensitivity(), self.dim(), self.params.contributions)
+        (:mod:`fedbandits.privacy.discrete_gaussian`); None without privacy, and for distributed-dp
+        (its shares are exact discrete Gaussians by design)."""
+        return self.setup.secret_noise()
 
     def privacy_report(self) -> dict[str, object]:
         """The calibration (what ``derived`` trial noise spends, as in the simulator) and the secret

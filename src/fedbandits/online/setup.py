@@ -58,19 +58,25 @@ class AgentSetup:
         is accepted too)."""
         config = as_config(source)
         index = _entry_index(config, entry)
+        dim = getattr(config.environment.params, "dim", 0) or 0
+        if not isinstance(dim, int) or dim < 1:
+            raise ConfigError(
+                f"environment.dim: an agent needs the feature dimension stated as an integer >= 1, got {dim!r}"
+            )
+        return cls.for_entry(config, index, dim, shuffler=shuffler)
+
+    @classmethod
+    def for_entry(cls, config: Config, index: int, dim: int, *, shuffler: bool = False) -> AgentSetup:
+        """The set-up of entry ``index`` with feature dimension ``dim`` (a deployment learns it from a
+        silo's data file): every runtime's one set-up object, calibrated through
+        :func:`fedbandits.registry.calibrated` only (issue #45)."""
         alg = config.algorithms[index]
         where = f"algorithms[{index + 1}]"
         if alg.name not in AGENT_ALGORITHMS:
             raise ConfigError(
                 f"{where}.name: an agent runs {' or '.join(map(repr, AGENT_ALGORITHMS))}, got {alg.name!r}"
             )
-        env = config.environment
-        dim = getattr(env.params, "dim", 0) or 0
-        if not isinstance(dim, int) or dim < 1:
-            raise ConfigError(
-                f"environment.dim: an agent needs the feature dimension stated as an integer >= 1, got {dim!r}"
-            )
-        silos = int(getattr(env.params, "agents", 1))
+        silos = int(getattr(config.environment.params, "agents", 1))
         params = alg.params
         reg = float(params.reg)
         calibration = None
