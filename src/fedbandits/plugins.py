@@ -112,17 +112,15 @@ class ProtocolEntry(Entry):
     factory gets, raising ValueError when the request cannot be met; and ``audit_view``, what of its
     ``transcript`` the privacy auditor observes (one of :data:`AUDIT_VIEWS`).
 
-    Its abilities, read wherever a protocol is chosen (so a new protocol is its module plus its
-    entry): ``carried``, how a real federation carries a silo's release (one of :data:`CARRIERS`;
-    None: the simulator only), and ``asynchronous``, whether asynchronous FedLinUCB (each silo
-    syncing alone, on its own schedule) can sync through it.
+    Its ability, read wherever a real federation chooses a protocol (so a new protocol is its module
+    plus its entry): ``carried``, how a real federation carries a silo's release (one of
+    :data:`CARRIERS`; None: the simulator only).
     """
 
     private: bool = False
     calibrate: Callable[..., Any] | None = None
     audit_view: str | None = None
     carried: str | None = None
-    asynchronous: bool = False
 
     def check(self) -> None:
         super().check()
@@ -133,8 +131,6 @@ class ProtocolEntry(Entry):
                 f"carried of {self.name!r} must be one of {', '.join(map(repr, CARRIERS))} or None, "
                 f"got {self.carried!r}"
             )
-        if not isinstance(self.asynchronous, bool):
-            raise ValueError(f"asynchronous of {self.name!r} must be true or false, got {self.asynchronous!r}")
         if self.private:
             if not callable(self.calibrate):
                 raise ValueError(f"private protocol {self.name!r} needs a callable calibrate, got {self.calibrate!r}")

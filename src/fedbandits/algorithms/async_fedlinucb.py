@@ -67,10 +67,11 @@ from fedbandits.privacy.guarantee import not_covering_adaptivity
 from fedbandits.privacy.mechanisms import packed_width, protocol_streams, unpack
 from fedbandits.privacy.tree import max_nodes_per_datum
 from fedbandits.protocols.base import FLOAT_BYTES
-from fedbandits.protocols.catalog import ASYNC_PROTOCOL_NAMES
 
 TRIGGERS = ("determinant", "period")
-ASYNC_PROTOCOLS = ASYNC_PROTOCOL_NAMES  # the catalog entries' ability (asynchronous = true)
+#: the privacy this algorithm implements itself (each silo's own Gaussian tree over its uploads,
+#: calibrated as ``ldp-prefix``): a parameter of the algorithm, not a protocol object it syncs through
+ASYNC_PROTOCOLS = ("none", "ldp-prefix")
 
 #: why a private run with the determinant trigger has no formal guarantee
 SCHEDULE_LEAK = (

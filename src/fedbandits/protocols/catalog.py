@@ -71,12 +71,10 @@ NONE = ProtocolEntry(
     NoParams,
     lambda cal, ctx: NonPrivate(ctx.n_runs, ctx.n_agents, ctx.dim),
     carried="direct",
-    asynchronous=True,
 )
 # silo-level LDP: each silo's noisy p-sums go to the server (deployment, service, online agent)
 LDP = _private_entry(GaussianTreeProtocol, calibrate_gaussian, "messages", carried="direct")
-# each silo's own tree over its own uploads: what asynchronous FedLinUCB's silos release
-LDP_PREFIX = _private_entry(GaussianPrefixProtocol, calibrate_gaussian, "messages", asynchronous=True)
+LDP_PREFIX = _private_entry(GaussianPrefixProtocol, calibrate_gaussian, "messages")
 SDP_AMPLIFICATION = _private_entry(ShuffledGaussianTreeProtocol, calibrate_gaussian, "shuffled", carried="shuffled")
 # the vector-sum transcript holds the server's decoded p-sums (the simulator only)
 SDP_VECTOR_SUM = _private_entry(VectorSumTreeProtocol, calibrate_sum, "messages")
@@ -85,5 +83,3 @@ DISTRIBUTED_DP = _private_entry(DistributedDPProtocol, calibrate_shares, "aggreg
 BUILTIN_PROTOCOLS = (NONE, LDP, LDP_PREFIX, SDP_AMPLIFICATION, SDP_VECTOR_SUM, DISTRIBUTED_DP)
 #: the built-in names, in declaration order (the entry points of pyproject.toml list them so)
 PROTOCOL_NAMES = tuple(entry.name for entry in BUILTIN_PROTOCOLS)
-#: the built-in protocols asynchronous FedLinUCB syncs through (its parameters validate against them)
-ASYNC_PROTOCOL_NAMES = tuple(entry.name for entry in BUILTIN_PROTOCOLS if entry.asynchronous)
