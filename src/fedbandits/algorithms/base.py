@@ -9,7 +9,7 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
-from fedbandits.core.clipping import clip_norm, clip_rewards
+from fedbandits.core.clipping import centred, clip_norm, clip_rewards
 from fedbandits.core.ridge import raise_eigenvalues
 from fedbandits.core.ucb import ConfidenceRadius
 from fedbandits.core.validation import check_array, check_float
@@ -194,7 +194,7 @@ class Policy(ABC):
 
     def centred(self, y: np.ndarray) -> np.ndarray:
         """Rewards as the learner sees them: y - :attr:`reward_offset` (y itself when the offset is 0)."""
-        return y - self.reward_offset if self.reward_offset else y
+        return centred(y, self.reward_offset)
 
     @abstractmethod
     def _select(self, features: np.ndarray) -> np.ndarray:

@@ -7,6 +7,8 @@ were binding.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 #: a vector whose norm exceeds the bound by at most this relative amount is scaled like any other (the
@@ -14,6 +16,13 @@ import numpy as np
 #: instances', exceed 1 by up to 1e-7 in float64, a change below their own resolution, not a bound set
 #: too low (22-23% of gaussian-sphere's features would otherwise read as clipped)
 ROUNDING = 1e-6
+
+
+def centred(y: Any, offset: float) -> Any:
+    """Rewards as a learner fits them: y - c for the config's public ``reward_offset`` c, before any
+    clipping (y itself when c = 0).  The one place the offset is applied: the simulator's policies
+    (:meth:`fedbandits.algorithms.base.Policy.centred`) and the online agent call it."""
+    return y - offset if offset else y
 
 
 def clip_norm(x: np.ndarray, bound: float) -> tuple[np.ndarray, int]:

@@ -50,11 +50,11 @@ from typing import Any
 
 import numpy as np
 
+import fedbandits.online.state as statefile
 from fedbandits.config import Config
-from fedbandits.core.clipping import ROUNDING
+from fedbandits.core.clipping import ROUNDING, centred
 from fedbandits.core.ridge import RidgeState, raise_eigenvalues, rank_one_update
 from fedbandits.core.ucb import projection, score_one
-from fedbandits.online import state as statefile
 from fedbandits.online.inputs import (
     AgentError,
     AlreadyRewarded,
@@ -531,7 +531,7 @@ class Agent:
     def _learn(self, number: int, x: np.ndarray, value: float) -> None:
         """One completed decision: centre (y - c), clip (private), then the batch statistics and (non-lazy)
         the state."""
-        value -= self.reward_offset
+        value = centred(value, self.reward_offset)
         if self.private:
             # core.clipping's clip_norm and clip_rewards on one observation, the norm computed once
             assert self.feature_bound is not None and self.reward_bound is not None
