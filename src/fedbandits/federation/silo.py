@@ -47,7 +47,7 @@ from fedbandits.protocols.base import Protocol
 
 # SecretDistributedRandomizer lives in protocols (the online agent uses it too); importing it here
 # also keeps silo state files pickled before the move loadable (pickle finds it under this module)
-from fedbandits.protocols.distributed_dp import DistributedRandomizer
+from fedbandits.protocols.distributed_dp import DistributedRandomizer, SecretDistributedRandomizer  # noqa: F401
 from fedbandits.sim.seeding import env_rngs, noise_rngs
 from fedbandits.sim.task import time_grid
 
