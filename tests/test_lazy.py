@@ -40,3 +40,21 @@ def test_the_silo_app_imports_no_scipy_solver() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_importing_the_silo_side_scans_no_plugin_entry_points() -> None:
+    """The protocol table loads the entry points on first use; importing the deployment's spec and the
+    online agent (every ClientApp process does) must not use it, so plugins may import fedbandits and
+    no message pays for the scan (a module-level AGENT_PROTOCOLS once did, issue #45's set-up step)."""
+    code = (
+        "import fedbandits.plugins as p\n"
+        "calls = []\n"
+        "load = p.load\n"
+        "p.load = lambda kind: calls.append(kind) or load(kind)\n"
+        "import fedbandits.federation.spec, fedbandits.online\n"
+        "print(calls)\n"
+        "import fedbandits.online as online\n"
+        "print(online.AGENT_PROTOCOLS)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out == ["[]", "('none', 'ldp', 'distributed-dp')"]

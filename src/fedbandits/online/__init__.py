@@ -10,10 +10,11 @@ See docs/online.md.  The package sits above config (it is built from a validated
 registry) and below sim (the simulator never needs it).
 """
 
+from fedbandits.online import setup as _setup
 from fedbandits.online.agent import Agent, Decision
 from fedbandits.online.aggregator import Aggregator
 from fedbandits.online.inputs import AgentError
-from fedbandits.online.setup import AGENT_ALGORITHMS, AGENT_PROTOCOLS, AgentSetup
+from fedbandits.online.setup import AGENT_ALGORITHMS, AgentSetup
 from fedbandits.online.state import FORMAT, StateFileError
 
 __all__ = [
@@ -27,3 +28,10 @@ __all__ = [
     "Decision",
     "StateFileError",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``AGENT_PROTOCOLS``, read from the protocol catalog on use (:func:`~fedbandits.online.setup.agent_protocols`)."""
+    if name == "AGENT_PROTOCOLS":
+        return _setup.agent_protocols()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -31,12 +31,23 @@ from fedbandits.registry import PROTOCOLS, calibrated, carried_protocols
 
 #: the algorithms an agent runs: a standalone LinUCB silo, or one silo of a FedLinUCB federation
 AGENT_ALGORITHMS = ("linucb-independent", "fedlinucb")
-#: the built-in protocols a FedLinUCB agent synchronises through (tree mechanism): those whose catalog
-#: entry is ``carried`` "direct" or "masked" (a plugin's entry counts when :class:`AgentSetup` checks a
-#: config).  A "shuffled" protocol's releases must reach the analyzer only through a shuffler party
-#: (Zhou & Chowdhury 2023, Algorithm 2 with S = shuffle): an agent releases for it only when its
-#: transport has one (``fedbandits serve silo --shuffler``); in process, nothing would shuffle
-AGENT_PROTOCOLS = carried_protocols("direct", "masked")
+
+
+def agent_protocols() -> tuple[str, ...]:
+    """The protocols a FedLinUCB agent synchronises through (tree mechanism): those whose catalog
+    entry is ``carried`` "direct" or "masked", plugins' included.  A "shuffled" protocol's releases
+    must reach the analyzer only through a shuffler party (Zhou & Chowdhury 2023, Algorithm 2 with
+    S = shuffle): an agent releases for it only when its transport has one (``fedbandits serve silo
+    --shuffler``); in process, nothing would shuffle."""
+    return carried_protocols("direct", "masked")
+
+
+def __getattr__(name: str) -> tuple[str, ...]:
+    """``AGENT_PROTOCOLS``, read on use: computing it at import would scan the plugins' entry points
+    in every process that imports this module (the deployment's ClientApp, once per message)."""
+    if name == "AGENT_PROTOCOLS":
+        return agent_protocols()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -88,9 +99,8 @@ class AgentSetup:
                     "an agent releases for it only behind `fedbandits serve silo --shuffler` (docs/serving.md)"
                 )
             if carried is None:
-                agent_protocols = carried_protocols("direct", "masked")
                 raise ConfigError(
-                    f"{where}.protocol: an agent synchronises through {', '.join(map(repr, agent_protocols))}, "
+                    f"{where}.protocol: an agent synchronises through {', '.join(map(repr, agent_protocols()))}, "
                     f"got {params.protocol!r}"
                 )
             if params.mechanism != "tree":
