@@ -207,7 +207,7 @@ def test_a_silo_draws_secret_exact_shares_by_default(tmp_path: Path) -> None:
     for i in range(40):
         silo = Silo(spec, i, tmp_path / f"s{i}", signing=signing[i])
         residues = silo.release(1, None, 0)
-        gamma = silo.state.randomizer.exact[0, 0, 0]  # type: ignore[union-attr]
+        gamma = silo.state.agent.randomizer.exact[0, 0, 0]  # type: ignore[union-attr]
         shares.append(codec.centred(residues) - codec.encode(gamma))
     values = np.concatenate(shares).astype(np.float64)
     assert np.var(values) / cal.share_sigma**2 == pytest.approx(1.0, abs=5 * math.sqrt(2 / values.size))

@@ -95,7 +95,7 @@ def test_user_level_deployment_drops_what_the_simulator_drops(tmp_path: Path, pr
     dirs = {i: tmp_path / f"silo-{i}" for i in range(3)}
     assert compare(spec, ref, coord.synced_prefixes(), dirs) == []
     assert np.array_equal(coord.synced_prefixes(), ref.prefixes)
-    dropped = [load_silo_results(dirs[i], i).policy.dropped_contributions for i in range(3)]
+    dropped = [load_silo_results(dirs[i], i).agent.counts["dropped_contributions"] for i in range(3)]
     sim = run_experiment(spec.config.with_experiment(runs=1)).algorithms[spec.label].report
     assert sum(dropped) == sim["dropped_contributions"] == 3 * 48
 
@@ -138,7 +138,7 @@ def test_hand_started_silo_draws_secret_noise_and_withholds_its_report(tmp_path:
     spec = _spec("ldp")
     silo = Silo(spec, 1, tmp_path / "hand")
     assert silo.noise_source == "os" and not silo.share_report
-    assert isinstance(silo.state.randomizer, SecretTreeRandomizer)
+    assert isinstance(silo.state.agent.randomizer, SecretTreeRandomizer)
     derived = Silo(spec, 1, tmp_path / "trial", "derived").release(1, None, 0)
     assert not np.array_equal(silo.release(1, None, 0), derived)
     for k in range(2, spec.releases + 1):
@@ -499,7 +499,7 @@ def test_deployed_silo_noise_has_the_calibrated_scale(
     assert secret is not None and secret.scale > 1.0 and secret.epsilon_spent <= spec.params.epsilon
     sigma = spec.setup.packed(secret.sigma_cov, secret.sigma_bias)
     silos = [Silo(spec, 1, tmp_path / f"s{j}", noise_source="os") for j in range(40)]
-    randomizer = type(silos[0].state.randomizer)
+    randomizer = type(silos[0].state.agent.randomizer)
     release, seen = randomizer.release, []
     monkeypatch.setattr(randomizer, "release", lambda self, gamma: seen.append(gamma.copy()) or release(self, gamma))
     releases = [silo.release(1, None, 0) for silo in silos]
@@ -1344,3 +1344,29 @@ def test_separate_commands_with_a_shuffler_party(tmp_path: Path) -> None:
     assert compare(spec, reference_run(spec), coord.synced_prefixes(), dirs) == []
     shuffler_log = (tmp_path / "shuffler.log").read_text()
     assert "round 3 closed: 3 message(s) shuffled" in shuffler_log and "shuffler stopped" in shuffler_log
+
+
+def test_a_state_file_of_the_retired_silo_learner_is_refused_in_one_line(tmp_path: Path, monkeypatch) -> None:
+    """Silo state files written before the silo's learner became the online agent name a class
+    (``SiloFedLinUCB``) that no longer exists: a restarted silo refuses them in one line naming the
+    file, and the file is left as it was."""
+    import fedbandits.federation.silo as silo_module
+
+    spec = _spec("ldp", horizon=40)
+    silo = Silo(spec, 0, tmp_path)
+
+    class SiloFedLinUCB:  # the retired learner, as an earlier version pickled it
+        pass
+
+    SiloFedLinUCB.__module__ = "fedbandits.federation.silo"
+    SiloFedLinUCB.__qualname__ = "SiloFedLinUCB"
+    monkeypatch.setattr(silo_module, "SiloFedLinUCB", SiloFedLinUCB, raising=False)
+    old = silo.state
+    old.agent = SiloFedLinUCB()  # type: ignore[assignment]
+    silo._save(old)
+    monkeypatch.delattr(silo_module, "SiloFedLinUCB")
+    before = silo.path.read_bytes()
+    with pytest.raises(SiloError, match=r"was written by an earlier fedbandits.*new state directory") as err:
+        Silo(spec, 0, tmp_path)
+    assert "\n" not in str(err.value) and str(silo.path) in str(err.value)
+    assert silo.path.read_bytes() == before

@@ -6,6 +6,7 @@ with one error naming the field while the state stays exactly as it was (compare
 from __future__ import annotations
 
 import json
+import pickle
 import random
 
 import numpy as np
@@ -647,3 +648,46 @@ def test_status_states_the_noise_source_and_the_secret_noise_report():
     eager_report = make_spec(eager_cfg).privacy_report()
     assert eager["guarantee"] == eager_report["guarantee"] == "no formal guarantee"
     assert eager["guarantee_reason"] == eager_report["guarantee_reason"]
+
+
+def test_a_skipped_release_absorbs_like_an_empty_batch_and_draws_no_noise():
+    """A deployed silo that was down for releases 2 and 3 (``skip_release``): its tree holds exactly
+    what a silo that released two empty batches holds (release 4's node is gamma_1 + gamma_4), no noise
+    is drawn for the skipped releases, and their rounds count in the radius's n = M t as the
+    simulator's clock counts them."""
+    rng = np.random.default_rng(5)
+    skipping, releasing = (Agent.from_config(config(LDP), seed=3) for _ in range(2))
+    batches = [[features(rng) for _ in range(10)] for _ in range(2)]
+
+    def play(agent, batch):
+        for x in batch:
+            agent.reward(agent.choose(x).decision_id, 0.5)
+
+    for agent in (skipping, releasing):
+        play(agent, batches[0])
+        agent.sync_payload()
+    stream = pickle.dumps(skipping.randomizer.silo_rngs[0][0])
+    skipping.skip_release(10)
+    skipping.skip_release(10)
+    assert pickle.dumps(skipping.randomizer.silo_rngs[0][0]) == stream  # nothing drawn
+    releasing.sync_payload()
+    releasing.sync_payload()
+    for agent in (skipping, releasing):
+        play(agent, batches[1])
+        agent.sync_payload()
+    np.testing.assert_array_equal(skipping.randomizer.exact, releasing.randomizer.exact)
+    assert skipping.counts["skipped_releases"] == 2 and skipping.counts["syncs"] == 4
+    assert skipping._radius_samples() == 2 * 40  # M = 2 silos, 40 rounds: the skipped 20 counted
+    with pytest.raises(AgentError, match="skip_release: this batch has decisions"):
+        skipping.choose(features(rng))
+        skipping.skip_release(10)
+
+
+def test_a_decision_rewarded_at_once_leaves_no_deadline_behind():
+    """The expiry queue keeps only what can expire: an agent whose rewards come at once (a deployed
+    silo serving T users) holds no queue that grows with T."""
+    agent = Agent.from_config(config(NONE), seed=0)
+    rng = np.random.default_rng(1)
+    for _ in range(50):
+        agent.reward(agent.choose(features(rng)).decision_id, 0.1)
+    assert len(agent._queue) <= 1

@@ -424,7 +424,7 @@ def test_deployed_silos_bound_the_users_their_data_files_name(tmp_path):
     coord = run_loopback(spec, tmp_path / "dep")
     dirs = {i: tmp_path / "dep" / f"silo-{i}" for i in range(2)}
     assert compare(spec, reference_run(spec), coord.synced_prefixes(), dirs) == []
-    assert [load_silo_results(dirs[i], i).policy.dropped_contributions for i in range(2)] == [10, 10]
+    assert [load_silo_results(dirs[i], i).agent.counts["dropped_contributions"] for i in range(2)] == [10, 10]
 
 
 def test_a_deployed_silo_without_user_ids_refuses_the_user_unit_and_a_per_interaction_report_warns(tmp_path):

@@ -1,12 +1,14 @@
 """One silo of a deployment: its own users, its own LinUCB decisions, its own local randomizer.
 
-The silo never sends raw statistics.  At synchronisation k it forms its batch statistics
-gamma_k (the packed sum of x x^T and x y over its users of the batch), hands them to its
-local randomizer R (:class:`~fedbandits.privacy.mechanisms.TreeRandomizer` for one silo) and
-releases only the resulting noisy p-sum (``ldp``) -- or, with the non-private ``none`` protocol,
-the exact batch statistics, as that baseline does.  Its decisions use V = lambda I + W_syn +
-W_i exactly as :class:`~fedbandits.algorithms.fedlinucb.FedLinUCB` (the same class, with one
-agent).
+The silo's learner is the online agent (:class:`~fedbandits.online.agent.Agent`), the one silo
+object every runtime drives: here each of the silo's users is served by ``choose`` and rewarded at
+once, ``sync_payload`` makes release k, ``apply_sync`` adopts the synced prefix.  The silo never
+sends raw statistics: at synchronisation k the agent hands its batch statistics gamma_k (the
+packed sum of x x^T and x y over its users of the batch) to its local randomizer R and releases
+only the resulting noisy p-sum (``ldp``), shares (``distributed-dp``) -- or, with the non-private
+``none`` protocol, the exact batch statistics, as that baseline does.  Its decisions are the
+simulator's :class:`~fedbandits.algorithms.fedlinucb.FedLinUCB` agent's, bit for bit
+(tests/test_online_parity.py, and the deployment's parity tests).
 
 Durability: the whole silo (environment stream, LinUCB state, randomizer tree and noise
 stream, released messages) is pickled atomically to ``state_dir`` *before* a message leaves the
@@ -34,21 +36,18 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from fedbandits.algorithms.fedlinucb import FedLinUCB
 from fedbandits.crypto.double_masking import Advert, Masked, MaskingSilo, Reveal, SignedRoster
 from fedbandits.crypto.secure_aggregation import SecAggError
 from fedbandits.crypto.signing import Authority, Identity
-from fedbandits.envs.base import Round
 from fedbandits.envs.files import DataFiles
 from fedbandits.federation.spec import DeploySpec, load_pickle, save_pickle
-from fedbandits.privacy.mechanisms import TreeRandomizer, pack, protocol_streams, silo_noise_rng, unpack
-from fedbandits.privacy.tree import lowest_set_bit
-from fedbandits.protocols.base import Protocol
+from fedbandits.online.agent import Agent
+from fedbandits.online.inputs import AgentError
 
 # SecretDistributedRandomizer lives in protocols (the online agent uses it too); importing it here
 # also keeps silo state files pickled before the move loadable (pickle finds it under this module)
-from fedbandits.protocols.distributed_dp import DistributedRandomizer, SecretDistributedRandomizer  # noqa: F401
-from fedbandits.sim.seeding import env_rngs, noise_rngs
+from fedbandits.protocols.distributed_dp import SecretDistributedRandomizer  # noqa: F401
+from fedbandits.sim.seeding import env_rngs
 from fedbandits.sim.task import time_grid
 
 log = logging.getLogger("fedbandits.federation.silo")
@@ -64,48 +63,6 @@ class SiloError(RuntimeError):
     """A request the silo cannot serve (wrong config, impossible round); nothing changed."""
 
 
-class _NoProtocol(Protocol):
-    """Placeholder: a deployed silo's synchronisation is split across a network round trip."""
-
-    name = "deployed"
-
-    def sync(self, cov: np.ndarray, bias: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover
-        raise RuntimeError("a deployed silo synchronises through the server, not through a protocol object")
-
-
-class SiloFedLinUCB(FedLinUCB):
-    """FedLinUCB for one silo (one agent) of an M-silo federation.
-
-    ``sync`` (called by ``end_round`` every B rounds) only *prepares* the batch statistics and
-    resets W_i, U_i; ``adopt`` installs the synchronised statistics the server returns (lines
-    10-17 of Algorithm 1 split around the network round trip; no round is played in between).
-    The radius counts n = M t samples like the simulator's M-agent policy.
-    """
-
-    def __init__(self, spec: DeploySpec, dim: int, n_arms: int, reg: float, n_users: int = 0) -> None:
-        super().__init__(1, 1, n_arms, dim, spec.horizon, spec.params, _NoProtocol(1, 1, dim), reg=reg, n_users=n_users)
-        self.federation_size = spec.silos
-        self.pending: np.ndarray | None = None
-
-    def radius_samples(self) -> int:
-        return self.federation_size * (self.last_sync_t if self.lazy else self.t)
-
-    def sync(self) -> None:
-        self.pending = pack(self.local_cov, self.local_bias)[0, 0].copy()  # gamma_k, (P,)
-        self.local_cov[...] = 0.0
-        self.local_bias[...] = 0.0
-        self.last_sync_t = self.t
-        self.sync_rounds += 1
-
-    def adopt(self, prefix: np.ndarray) -> None:
-        cov, bias = unpack(prefix[None], self.dim)
-        gram = self.reg_value * np.eye(self.dim) + cov
-        if self.private:
-            gram = self.repair(gram, 0.1 * self.reg_value)
-        self.state.set(gram[:, None], bias[:, None])
-        self.synced_cov, self.synced_bias = cov, bias
-
-
 @dataclass
 class SiloState:
     """Everything a silo must not lose; pickled atomically after every completed step."""
@@ -114,8 +71,7 @@ class SiloState:
     silo_id: int
     noise_source: str
     env: Any
-    policy: SiloFedLinUCB
-    randomizer: TreeRandomizer | DistributedRandomizer | None
+    agent: Agent  # the silo's learner and local randomizer (its noise stream, its tree)
     t: int = 0  # rounds played (or skipped while down)
     released: int = 0  # releases done (the silo's position in the tree)
     adopted: int = 0  # index of the synced prefix in force (0: none yet)
@@ -128,6 +84,14 @@ class SiloState:
     column: int = 0  # this silo's agent index in the environment's rounds (0 for its own data file)
     data_sha256: str | None = None  # of the silo's data file, if it reads one
     secagg: MaskingSilo | None = None  # distributed-dp: this silo's side of secure aggregation
+    visits: np.ndarray | None = None  # (n_users,): how often each of the silo's users was served
+
+
+#: a state file of a silo whose learner was the retired ``SiloFedLinUCB`` (before the one silo object)
+RETIRED = (
+    "state file {path} was written by an earlier fedbandits (its silo learner is retired): finish that "
+    "deployment with the version that started it, or start afresh with a new state directory"
+)
 
 
 def check_pinned_spec(spec: DeploySpec, pinned: object) -> None:
@@ -206,7 +170,12 @@ class Silo:
     # -- state -------------------------------------------------------------------------------
     def _load_or_create(self) -> SiloState:
         if self.path.exists():
-            state: SiloState = load_pickle(self.path)
+            try:
+                state: SiloState = load_pickle(self.path)
+            except (AttributeError, ImportError):  # a class it names is gone
+                raise SiloError(RETIRED.format(path=self.path)) from None
+            if not isinstance(getattr(state, "agent", None), Agent):
+                raise SiloError(RETIRED.format(path=self.path))
             if state.digest != self.spec.digest or state.silo_id != self.silo_id:
                 raise SiloError(
                     f"state file {self.path} belongs to another deployment (config hash {state.digest[:12]}, "
@@ -228,10 +197,15 @@ class Silo:
                 f"silo {self.silo_id}: privacy_unit 'user' needs user ids in its data ({where}): user_ids in a .npz, "
                 "a user_id column in a .csv, or returning_users in a synthetic environment"
             )
-        policy = SiloFedLinUCB(spec, dim, env.n_arms, spec.regularizer(), n_users=env.n_users)
-        # the silo's randomizer R, as the online agent's set-up builds it: the secret samplers from the
-        # OS CSPRNG by default, the simulator's stream of silo i with noise source ``derived`` (parity)
-        randomizer = spec.setup.randomizer(None if self.noise_source == "os" else self._noise_stream())
+        if env.dim != spec.setup.dim:
+            raise SiloError(
+                f"silo {self.silo_id}: its data has d = {env.dim} features, the deployment's d = {spec.setup.dim}"
+            )
+        # the secret samplers from the OS CSPRNG by default; the simulator's stream of silo i in the
+        # deployed run with noise source ``derived`` (parity trials); rewards outside the private bound
+        # are clipped and counted, as the simulator does
+        seed = None if self.noise_source == "os" else spec.noise_seed
+        agent = Agent(spec.setup, silo=self.silo_id, seed=seed, clip_rewards=True, run=spec.run)
         secagg = None
         if spec.masked:
             cal = spec.distributed()
@@ -253,14 +227,14 @@ class Silo:
             silo_id=self.silo_id,
             noise_source=self.noise_source,
             env=env,
-            policy=policy,
-            randomizer=randomizer,
+            agent=agent,
             served=np.zeros(horizon, dtype=bool),
             actions=np.full(horizon, -1, dtype=np.int64),
             regret=np.zeros(horizon),
             column=column,
             data_sha256=digest,
             secagg=secagg,
+            visits=np.zeros(env.n_users, dtype=np.int64) if env.n_users else None,
         )
         self._save(state)
         return state
@@ -293,13 +267,6 @@ class Silo:
         paths = getattr(env.params, "paths", ()) if env.name == "data-files" else ()
         return Path(paths[self.silo_id]) if len(paths) > self.silo_id else None
 
-    def _noise_stream(self) -> np.random.Generator:
-        """``derived`` noise: the stream the simulator gives silo i (parity trials only)."""
-        spec = self.spec
-        run_rng = noise_rngs(spec.noise_seed, [spec.run], spec.noise_stream)[0]
-        protocol_rng = protocol_streams(run_rng)[0]  # GaussianTreeProtocol's noise stream of the run
-        return silo_noise_rng(protocol_rng, spec.silos, self.silo_id)
-
     def _save(self, state: SiloState | None = None) -> None:
         save_pickle(self.path, state if state is not None else self.state)
 
@@ -328,13 +295,7 @@ class Silo:
         while s.released < k - 1:
             self._skip_release(s.released + 1)
         self._play_until(k * spec.batch)
-        gamma = s.policy.pending
-        assert gamma is not None and s.policy.t == k * spec.batch
-        if s.randomizer is not None:
-            message = s.randomizer.release(gamma[None, None])[0, 0].copy()
-        else:
-            message = gamma.copy()
-        s.policy.pending = None
+        message = s.agent.sync_payload()
         s.released = k
         s.messages[k] = message
         self._save()  # durable *before* the message leaves the silo
@@ -402,17 +363,17 @@ class Silo:
         grid = time_grid(spec.horizon, spec.config.experiment.grid_points)
         assert s.regret is not None and s.served is not None
         cum = np.cumsum(s.regret)
-        p = s.policy
+        counts = s.agent.counts
         return {
             "curve": cum[grid - 1].copy(),
             "served": int(s.served.sum()),
             "skipped_releases": len(s.skipped_releases),
-            "clipped_features": int(p.clipped_features),
-            "clipped_rewards": int(p.clipped_rewards),
-            "psd_repairs": int(p.psd_repairs),
-            "dropped_contributions": int(p.dropped_contributions),
-            "max_user_visits": int(p.user_counts.max()) if p.user_counts is not None else 0,
-            "feature_norm_max": float(p.feature_norm_max),
+            "clipped_features": counts["clipped_features"],
+            "clipped_rewards": counts["clipped_rewards"],
+            "psd_repairs": counts["psd_repairs"],
+            "dropped_contributions": counts["dropped_contributions"],
+            "max_user_visits": int(s.visits.max()) if s.visits is not None and s.visits.size else 0,
+            "feature_norm_max": float(s.agent.feature_norm_max),
         }
 
     # -- internals ---------------------------------------------------------------------------
@@ -430,7 +391,10 @@ class Silo:
         # a silo that missed releases first catches its clock up to the prefix's time
         while s.released < prefix_round:
             self._skip_release(s.released + 1)
-        s.policy.adopt(prefix)
+        try:
+            s.agent.apply_sync(prefix)
+        except AgentError as exc:
+            raise SiloError(f"synced prefix {prefix_round}: {exc}") from None
         s.adopted = prefix_round
 
     def _play_until(self, t_end: int) -> None:
@@ -438,10 +402,14 @@ class Silo:
         i = s.column
         while s.t < t_end:
             rnd = s.env.next_round()
-            users = None if rnd.users is None else rnd.users[:, i : i + 1]
-            mine = Round(rnd.features[:, i : i + 1], rnd.means[:, i : i + 1], rnd.noise[:, i : i + 1], users=users)
-            actions = s.policy.step(mine, s.env)
-            a = int(actions[0, 0])
+            user = None if rnd.users is None else int(rnd.users[0, i])
+            decision = s.agent.choose(rnd.features[0, i], user_id=user)
+            a = decision.arm
+            # the simulator's reward, same dtypes (Environment.rewards on the chosen arm's mean and noise)
+            y = s.env.rewards(rnd.means[:, i : i + 1, a], rnd.noise[:, i : i + 1])
+            s.agent.reward(decision.decision_id, float(y[0, 0]))
+            if user is not None and s.visits is not None:
+                s.visits[user] += 1
             means = rnd.means[0, i]
             s.actions[s.t] = a  # type: ignore[index]
             s.regret[s.t] = float(means.max() - means[a])  # type: ignore[index]
@@ -459,21 +427,7 @@ class Silo:
         while s.t < k * spec.batch:
             s.env.next_round()
             s.t += 1
-        p = s.policy
-        p.t = s.t
-        p.local_cov[...] = 0.0
-        p.local_bias[...] = 0.0
-        p.last_sync_t = s.t
-        if isinstance(s.randomizer, DistributedRandomizer):
-            s.randomizer.skip()
-        elif s.randomizer is not None:
-            r = s.randomizer
-            level = lowest_set_bit(k)
-            r.exact[level] = r.exact[:level].sum(axis=0)
-            r.noisy[level] = 0.0  # never released
-            r.exact[:level] = 0.0
-            r.noisy[:level] = 0.0
-            r.k = k
+        s.agent.skip_release(spec.batch)
         s.released = k
         s.skipped_releases.append(k)
 

@@ -66,8 +66,7 @@ from fedbandits.online.inputs import (
     user_key,
 )
 from fedbandits.online.setup import AgentSetup
-from fedbandits.privacy.discrete_gaussian import SECRET_SHARES_SAMPLER
-from fedbandits.privacy.guarantee import not_covering_adaptivity
+from fedbandits.online.status import report as agent_status
 from fedbandits.privacy.mechanisms import TreeRandomizer, pack, unpack
 from fedbandits.protocols.distributed_dp import DistributedRandomizer
 
@@ -96,7 +95,10 @@ class Agent:
         expiry_seconds: float = 86400.0,
         clock: Callable[[], float] = time.monotonic,
         clip_rewards: bool = False,
+        run: int = 0,
     ) -> None:
+        """``run``: with a ``seed``, the simulator's run whose noise stream of silo ``silo`` this agent
+        draws (a deployment of run r; 0 otherwise)."""
         if isinstance(silo, bool) or not isinstance(silo, int) or not 0 <= silo < setup.silos:
             raise AgentError(f"silo must be an integer in [0, {setup.silos}) ([environment] agents), got {silo!r}")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
@@ -132,7 +134,7 @@ class Agent:
         self.noise_source = "os" if seed is None else "derived"
         self.randomizer: TreeRandomizer | DistributedRandomizer | None = None
         if self.private:
-            self.randomizer = setup.randomizer(None if seed is None else setup.noise_stream(silo, seed))
+            self.randomizer = setup.randomizer(None if seed is None else setup.noise_stream(silo, seed, run))
         # decision ids carry the agent's instance: another agent's ids are unknown here.  A seeded
         # (test) agent's instance is derived, so two agents built alike issue the same ids
         self.instance = (
@@ -224,6 +226,9 @@ class Agent:
                     "its reward is refused and counted"
                 )
             raise AlreadyRewarded(f"decision_id {decision_id!r} was already rewarded; a decision takes one reward")
+        queue = self._queue  # completed decisions at its head wait for no deadline: drop them now
+        while queue and queue[0][1] not in self.pending:
+            queue.popleft()
         key = self.pending_users.pop(number, None)
         if self._kept(key):
             self._learn(number, entry[0], y)
@@ -279,6 +284,23 @@ class Agent:
         self.completed = {}
         self.counts["syncs"] += 1
         return payload
+
+    def skip_release(self, rounds: int) -> None:
+        """A release this silo missed while it was down (a deployment's silo, :mod:`fedbandits.federation`):
+        the ``rounds`` users of its batch were not served, nothing is sent, and the randomizer's tree
+        absorbs its lower levels as an empty batch would (nothing is drawn: nothing is released).  The
+        rounds count in the radius's n, as the simulator's clock counts them."""
+        if not self.federated or self.budget_spent():
+            raise AgentError("skip_release: no release is due (not federated, or this epoch's releases are made)")
+        if self.completed or self.pending:
+            raise AgentError("skip_release: this batch has decisions; release them (sync_payload) instead")
+        if self.randomizer is not None:
+            self.randomizer.skip()
+        self.counts["released_samples"] += rounds
+        self.counts["skipped_samples"] += rounds
+        self.counts["syncs"] += 1
+        self.counts["skipped_releases"] += 1
+        self._stale = True
 
     def budget_spent(self) -> bool:
         """True when this epoch's K planned releases are all made (a private protocol); never otherwise."""
@@ -363,94 +385,9 @@ class Agent:
 
     # -- reports -----------------------------------------------------------------------------
     def status(self) -> dict[str, object]:
-        """Counts and the privacy spent (expires overdue decisions first)."""
+        """Counts and the privacy spent (expires overdue decisions first; :func:`fedbandits.online.status.report`)."""
         self._expire()
-        c = self.counts
-        cal = self.setup.calibration
-        out: dict[str, object] = {
-            "algorithm": self.setup.name,
-            "label": self.setup.label,
-            "silo": self.silo,
-            "decisions": c["decisions"],
-            "rewarded": c["rewarded"],
-            "logged": c["logged"],
-            "pending": len(self.pending),
-            "expired": c["expired"],
-            "late_rewards": c["late_rewards"],
-            "batch_samples": len(self.completed),
-            "syncs": c["syncs"],
-            "adopted": c["adopted"],
-            "lazy": self.lazy,
-            "private": self.private,
-            "privacy_unit": self.setup.unit,
-            "noise_source": self.noise_source if self.private else None,  # None: no noise at all
-        }
-        if self.federated:
-            out["protocol"] = self.setup.protocol
-        if cal is not None:
-            out.update(
-                {
-                    "releases_planned": cal.releases,
-                    "epsilon": cal.epsilon,
-                    "delta": cal.delta,
-                    # the calibration certifies the whole planned schedule; nothing is spent before a release
-                    "epsilon_spent": cal.epsilon_spent if c["syncs"] > c["epoch_start"] else 0.0,
-                    "epoch": c["epochs"],
-                    "observations": c["observations"],
-                    "feature_norm_max": self.feature_norm_max,
-                    "clipped": c["clipped_features"] + c["clipped_rewards"],
-                    "clipped_features": c["clipped_features"],
-                    "clipped_rewards": c["clipped_rewards"],
-                    "psd_repairs": c["psd_repairs"],
-                    "dropped_contributions": c["dropped_contributions"],
-                    "guarantee": cal.guarantee,
-                    "guarantee_reason": cal.guarantee_reason,
-                }
-            )
-            if self.setup.shuffled:  # what protects one release from whoever sees it with its sender
-                out["epsilon_silo"] = cal.epsilon_silo  # type: ignore[union-attr]
-            out.update(self._noise_report())
-            # budget epochs compose by basic composition: each earlier epoch spent what the noise certifies
-            per_epoch = self._epoch_epsilon()
-            begun = c["epochs"] + (1 if c["syncs"] > c["epoch_start"] else 0)
-            out["epsilon_lifetime"] = begun * per_epoch
-            out["delta_lifetime"] = begun * cal.delta
-            out["releases_left"] = cal.releases - (c["syncs"] - c["epoch_start"])
-            if not self.lazy:  # decisions act on unreleased data: the simulator withdraws the guarantee too
-                out = not_covering_adaptivity(out)
-        return out
-
-    def _noise_report(self) -> dict[str, object]:
-        """The noise in force, as the deployment's privacy_report states it: for ``os`` the sampler,
-        and for ``ldp`` its grid, per-entry sigma and what it spends of the (epsilon, delta) target by
-        the zCDP accounting of what is sampled (its own calibration, slightly above the continuous
-        sigma's)."""
-        if self.noise_source == "derived":
-            sampler = (
-                "discrete Gaussian shares (float acceptance test) from the seeded noise stream"
-                if self.setup.masked
-                else "continuous Gaussian from the seeded noise stream"
-            )
-            return {"noise_sampler": sampler + " (derived: not secret, for tests and parity trials)"}
-        if self.setup.masked:
-            return {"noise_sampler": SECRET_SHARES_SAMPLER}
-        secret = self.setup.secret_noise()
-        assert secret is not None
-        report = secret.report()
-        return {
-            "noise_sampler": report.pop("secret_noise_sampler"),
-            **report,
-            # what the secret noise spends (zCDP accounting, meets the target), not the continuous calibration's
-            "epsilon_spent": secret.epsilon_spent if self.counts["syncs"] > self.counts["epoch_start"] else 0.0,
-        }
-
-    def _epoch_epsilon(self) -> float:
-        """What one epoch's releases spend: the secret noise's own certificate (``ldp``, ``os``), else the
-        calibration's."""
-        secret = self.setup.secret_noise() if self.noise_source == "os" and not self.setup.masked else None
-        cal = self.setup.calibration
-        assert cal is not None
-        return float(secret.epsilon_spent if secret is not None else cal.epsilon_spent)
+        return agent_status(self)
 
     # -- save / load (fedbandits.online.state) -----------------------------------------------
     def save(self, path: str | Path) -> None:
@@ -582,7 +519,7 @@ class Agent:
         if self.lazy:
             own = self.counts["released_samples"]
         else:  # a dropped contribution is a round the simulator's n = M t counts, though nothing is learned
-            own = self.counts["learned"] + self.counts["dropped_contributions"]
+            own = self.counts["learned"] + self.counts["dropped_contributions"] + self.counts["skipped_samples"]
         return self.setup.silos * own
 
     def _expire(self) -> None:
@@ -618,4 +555,6 @@ COUNTERS = (
     "epoch_start",  # the value of syncs when the current epoch began
     "dropped_contributions",  # user-level: completed decisions beyond a user's cap, never learned from
     "dropped_unreleased",  # of those, the ones since the last release (its rounds count for the radius)
+    "skipped_releases",  # releases a deployed silo missed while it was down (skip_release)
+    "skipped_samples",  # the rounds of their batches, never served (the radius counts them)
 )

@@ -221,11 +221,11 @@ class AgentSetup:
         return secret_noise_for(cal, self.fed_params.privacy_spec().sensitivity(), self.dim, self.contributions)
 
     # -- noise -------------------------------------------------------------------------------
-    def noise_stream(self, silo: int, seed: int) -> np.random.Generator:
+    def noise_stream(self, silo: int, seed: int, run: int = 0) -> np.random.Generator:
         """Silo ``silo``'s ``derived`` noise stream: the stream the simulator gives silo ``silo`` in
-        run 0 of a config whose ``noise_seed`` (or ``seed``) is ``seed``, derived as the deployment's
-        ``derived`` noise source does (tests, parity trials: whoever knows the seed knows the noise)."""
-        run_rng = noise_rngs(seed, [0], self.config.noise_stream(self.index))[0]
+        run ``run`` of a config whose ``noise_seed`` (or ``seed``) is ``seed``, as the deployment's
+        ``derived`` noise source draws it (tests, parity trials: whoever knows the seed knows the noise)."""
+        run_rng = noise_rngs(seed, [run], self.config.noise_stream(self.index))[0]
         return silo_noise_rng(protocol_streams(run_rng)[0], self.silos, silo)
 
     def randomizer(self, stream: np.random.Generator | None) -> TreeRandomizer | DistributedRandomizer | None:

@@ -96,6 +96,17 @@ class TreeRandomizer:
         self.k = k
         return self.noisy[level].copy()
 
+    def skip(self) -> None:
+        """Release k + 1 is not made (a deployed silo that was down): the tree absorbs its lower
+        levels as an empty batch would; the node is never released, so nothing is drawn."""
+        k = self.k + 1
+        level = lowest_set_bit(k)
+        self.exact[level] = self.exact[:level].sum(axis=0)
+        self.noisy[level] = 0.0  # never released
+        self.exact[:level] = 0.0
+        self.noisy[:level] = 0.0
+        self.k = k
+
     def _noisy(self, node: np.ndarray) -> np.ndarray:
         """The released value of a new node ``(R, M, P)``: Gaussian noise from each silo's own stream."""
         return node + silo_noise(self.silo_rngs, node.shape[-1]) * self.sigma
