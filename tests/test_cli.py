@@ -518,7 +518,7 @@ def test_subprocess_bad_input(tmp_path, tiny_config):
     ],
 )
 def test_quickstart_asks_for_two_workers_where_there_are_two_cpus(monkeypatch, tmp_path, cpus, argv, workers):
-    import fedbandits.cli as cli
+    import fedbandits.cli.simulate as cli
 
     seen = {}
 
@@ -534,7 +534,7 @@ def test_quickstart_asks_for_two_workers_where_there_are_two_cpus(monkeypatch, t
 
 
 def test_run_keeps_one_worker_by_default(monkeypatch, tmp_path, tiny_config):
-    import fedbandits.cli as cli
+    import fedbandits.cli.simulate as cli
 
     seen = {}
 

@@ -54,8 +54,7 @@ from pathlib import Path
 import numpy as np
 from flwr.serverapp import ServerApp
 
-from fedbandits.federation import app as honest
-from fedbandits.federation.app import client_app
+from fedbandits.federation import server_app as honest
 from fedbandits.crypto.secure_aggregation import prg, shamir_join
 from fedbandits.federation.server import Coordinator
 
@@ -130,7 +129,7 @@ def main(grid, context):
 class CheatingDeployment(LocalDeployment):
     """A local deployment whose Flower app runs ``server_code`` (:data:`CHEAT` by default) as its ServerApp."""
 
-    app_module = "fedbandits_flower.cheat"
+    server_module = "fedbandits_flower.cheat"
     server_code: str = CHEAT
 
     def prepare(self) -> None:
@@ -172,8 +171,7 @@ from pathlib import Path
 
 from flwr.serverapp import ServerApp
 
-from fedbandits.federation import app as honest
-from fedbandits.federation.app import client_app
+from fedbandits.federation import server_app as honest
 from fedbandits.federation.server import Coordinator
 
 server_app = ServerApp()

@@ -101,8 +101,8 @@ def test_user_level_deployment_drops_what_the_simulator_drops(tmp_path: Path, pr
 
 
 def test_embedded_trial_of_deploy_local_is_deployable_and_matches_the_simulator(tmp_path: Path) -> None:
+    from fedbandits.cli.deploy import TRIAL_CONFIG
     from fedbandits.config import load_config
-    from fedbandits.federation.cli import TRIAL_CONFIG
 
     spec = make_spec(load_config(TRIAL_CONFIG))
     assert spec.silos == 3 and spec.params.protocol == "ldp" and spec.releases == 3
@@ -192,7 +192,7 @@ def test_client_app_defaults_are_secret_noise_and_no_report(tmp_path: Path) -> N
     pytest.importorskip("flwr")
     from types import SimpleNamespace
 
-    from fedbandits.federation.app import _silo
+    from fedbandits.federation.client_app import _silo
 
     spec = _spec("ldp")
     node = {"silo-id": 0, "state-dir": str(tmp_path / "s"), "spec-digest": spec.digest}
@@ -212,7 +212,7 @@ def test_a_reply_stored_just_before_the_round_expires_is_still_collected(monkeyp
     pytest.importorskip("flwr")
     from types import SimpleNamespace
 
-    from fedbandits.federation import app
+    from fedbandits.federation import server_app as app
 
     timeout = 0.4  # polls at 0 and 0.25 s fall inside the deadline, the next would be at 0.5 s
     start = time.time()
@@ -252,7 +252,7 @@ def test_a_silo_back_within_the_deadline_is_asked_again(monkeypatch: pytest.Monk
 
     from flwr.common.constant import ErrorCode
 
-    from fedbandits.federation import app
+    from fedbandits.federation import server_app as app
 
     start = time.time()
     pushed: list[tuple[int, float]] = []
@@ -315,7 +315,7 @@ def test_a_reply_held_back_by_the_silos_node_is_released_by_asking_once_more(
 
     from flwr.common.constant import ErrorCode
 
-    from fedbandits.federation import app
+    from fedbandits.federation import server_app as app
 
     start = time.time()
     pushed: list[int] = []
@@ -392,7 +392,7 @@ def test_a_silos_requests_are_served_one_at_a_time(tmp_path: Path) -> None:
     pytest.importorskip("flwr")
     import threading
 
-    from fedbandits.federation import app
+    from fedbandits.federation import client_app as app
     from fedbandits.federation.processes import serving_lock
 
     events: list[str] = []
@@ -425,7 +425,7 @@ def test_a_silo_answering_its_request_and_the_repeat_is_counted_once(
     pytest.importorskip("flwr")
     from types import SimpleNamespace
 
-    from fedbandits.federation import app
+    from fedbandits.federation import server_app as app
 
     start = time.time()
     pushed: list[int] = []
@@ -940,8 +940,8 @@ def test_trial_server_certificate_lists_loopback_and_given_hosts(tmp_path: Path)
 
 
 def test_deploy_server_and_silo_refuse_bad_arguments_before_starting(tmp_path: Path) -> None:
+    from fedbandits.cli.deploy import run_deploy
     from fedbandits.federation.certs import create_trial_credentials
-    from fedbandits.federation.cli import run_deploy
     from fedbandits.federation.deployment import ServerDeployment
     from fedbandits.federation.processes import DeployError
 
@@ -983,8 +983,8 @@ def test_deploy_server_and_silo_refuse_bad_arguments_before_starting(tmp_path: P
 
 
 def test_shuffler_arguments_are_checked_before_anything_starts(tmp_path: Path) -> None:
+    from fedbandits.cli.deploy import run_deploy
     from fedbandits.federation.certs import create_trial_credentials
-    from fedbandits.federation.cli import run_deploy
 
     sdp = tmp_path / "sdp.toml"
     sdp.write_text(_config("sdp-amplification", horizon=30, extra='calibration = "paper"'))
@@ -1117,7 +1117,7 @@ def _deploy_args(argv: list[str]):  # type: ignore[no-untyped-def]
     """``fedbandits deploy ...`` parsed by the deploy parser on a fresh ArgumentParser."""
     import argparse
 
-    from fedbandits.federation.cli import add_deploy_parser
+    from fedbandits.cli.deploy import add_deploy_parser
 
     parser = argparse.ArgumentParser(prog="fedbandits")
     add_deploy_parser(parser.add_subparsers(dest="command"))
@@ -1128,7 +1128,7 @@ def _deploy_args(argv: list[str]):  # type: ignore[no-untyped-def]
 def test_run_deploy_certs_and_local_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from cryptography import x509
 
-    from fedbandits.federation.cli import run_deploy
+    from fedbandits.cli.deploy import run_deploy
     from fedbandits.federation.processes import processes_under
 
     # deploy certs: CA, server certificate for the given hosts, one key pair per silo

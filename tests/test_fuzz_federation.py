@@ -25,14 +25,12 @@ from hypothesis import strategies as st
 
 from fedbandits.config import loads_config
 from fedbandits.federation.server import Incoming, validate_release
-from fedbandits.federation.shuffler import (
-    SERVER_ROLE,
+from fedbandits.federation.shuffler import SERVER_ROLE, ShufflerCore, serve
+from fedbandits.federation.shuffler_client import (
     ShufflerClient,
-    ShufflerCore,
     ShufflerError,
     client_context,
     encode_array,
-    serve,
     split_address,
 )
 from fedbandits.federation.spec import DeploySpec, make_spec

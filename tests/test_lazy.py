@@ -35,7 +35,7 @@ def test_an_unknown_module_is_refused_at_once() -> None:
 def test_the_silo_app_imports_no_scipy_solver() -> None:
     pytest.importorskip("flwr")
     code = (
-        "import sys, fedbandits.federation.app\n"
+        "import sys, fedbandits.federation.client_app\n"
         "print(sorted(m for m in sys.modules if m.startswith(('scipy.optimize.', 'scipy.sparse.', 'scipy.special.'))))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

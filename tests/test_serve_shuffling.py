@@ -19,7 +19,8 @@ pytest.importorskip("cryptography")
 from starlette.testclient import TestClient  # noqa: E402
 
 from fedbandits.config import ConfigError  # noqa: E402
-from fedbandits.federation.shuffler import SERVER_ROLE, ShufflerCore, encode_array  # noqa: E402
+from fedbandits.federation.shuffler import SERVER_ROLE, ShufflerCore  # noqa: E402
+from fedbandits.federation.shuffler_client import encode_array  # noqa: E402
 from fedbandits.federation.spec import make_spec  # noqa: E402
 from fedbandits.online import Aggregator  # noqa: E402
 from fedbandits.online.setup import AgentSetup  # noqa: E402
@@ -170,7 +171,7 @@ def test_sdp_amplification_is_refused_without_a_shuffler_or_with_renewed_epochs(
 
 def test_the_flower_serverapp_is_given_the_shuffler(tmp_path):
     from fedbandits.federation.certs import create_shuffler_credentials
-    from fedbandits.federation.shuffler import ShufflerClient
+    from fedbandits.federation.shuffler_client import ShufflerClient
     from fedbandits.serve.deployment import ServeDeployment
 
     creds = create_shuffler_credentials(tmp_path / "hop", M)

@@ -19,15 +19,8 @@ import pytest
 
 from fedbandits.config import loads_config
 from fedbandits.federation.server import Incoming, validate_release
-from fedbandits.federation.shuffler import (
-    SERVER_ROLE,
-    ShufflerClient,
-    ShufflerCore,
-    ShufflerError,
-    encode_array,
-    required_batch,
-    split_address,
-)
+from fedbandits.federation.shuffler import SERVER_ROLE, ShufflerCore, required_batch
+from fedbandits.federation.shuffler_client import ShufflerClient, ShufflerError, encode_array, split_address
 from fedbandits.federation.spec import make_spec
 from fedbandits.protocols.gaussian_tree import ShuffledGaussianTreeProtocol
 from fedbandits.registry import calibrate_protocol
@@ -408,7 +401,7 @@ def _raw(creds: Path, address: str, request: bytes) -> tuple[int, bytes]:
     """Send ``request`` as is over mutual TLS (as silo 0); return the status and the body."""
     import socket
 
-    from fedbandits.federation.shuffler import client_context
+    from fedbandits.federation.shuffler_client import client_context
 
     ctx = client_context(creds / "shuffler-ca.pem", creds / "silo-0-client.pem", creds / "silo-0-client.key")
     host, port = split_address(address)

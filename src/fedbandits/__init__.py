@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from fedbandits.sim.results import Results
 
 # The public names are imported at their first use (PEP 562): importing a submodule -- the
-# deployment's ClientApp imports fedbandits.federation.app once per message -- must not pay for the
+# deployment's ClientApp imports fedbandits.federation.client_app once per message -- must not pay for the
 # experiments and their scipy solvers, which ``fedbandits.api`` pulls in (tests/test_lazy.py).
 _HOMES = {
     "quickstart_config": "fedbandits.api",

@@ -150,10 +150,11 @@ class ServerDeployment:
                 )
         atomic_write_bytes(spec_file, self.spec.to_json().encode())
         write_connection(self.cli_home, self.port, self.creds / "ca.pem", self.cli_host)
-        write_app(self.workdir / "app", self.app_settings(spec_file), self.app_module)
+        write_app(self.workdir / "app", self.app_settings(spec_file), self.server_module, self.client_module)
 
     #: the module whose ``server_app`` and ``client_app`` the submitted Flower app runs
-    app_module = "fedbandits.federation.app"
+    server_module = "fedbandits.federation.server_app"
+    client_module = "fedbandits.federation.client_app"
 
     def app_settings(self, spec_file: Path) -> dict[str, object]:
         """The submitted app's run config (what the ServerApp reads)."""

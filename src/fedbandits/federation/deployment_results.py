@@ -8,8 +8,9 @@ from dataclasses import replace
 import numpy as np
 
 from fedbandits.algorithms.fedlinucb import RETURNING_NOT_COVERED
-from fedbandits.federation.server import WITHHELD, Coordinator
+from fedbandits.federation.server import Coordinator
 from fedbandits.federation.spec import DeploySpec
+from fedbandits.federation.wire import WITHHELD
 from fedbandits.privacy.guarantee import NOT_FORMAL
 from fedbandits.sim.results import AlgorithmResult, Results
 from fedbandits.sim.task import time_grid

@@ -7,7 +7,8 @@ minimal Flower app folder (:func:`write_app`), the SuperNode command line
 it goes between.
 
 Flower needs an *app* (a folder with ``pyproject.toml``) to run: :func:`write_app` creates a
-minimal one whose components point to :mod:`fedbandits.federation.app`, with the deployment's
+minimal one whose components point to :mod:`fedbandits.federation.server_app` and
+:mod:`fedbandits.federation.client_app`, with the deployment's
 settings as its run config.  Flower ships that folder (a FAB) to the SuperLink and the
 SuperNodes; the fedbandits code itself comes from the installed package.
 """
@@ -45,17 +46,20 @@ def write_connection(home: Path, port: int, ca: Path, host: str = "127.0.0.1") -
     (home / "config.toml").write_text(text, encoding="utf-8")
 
 
-def write_app(folder: Path, settings: dict[str, object], module: str = "fedbandits.federation.app") -> Path:
+def write_app(
+    folder: Path,
+    settings: dict[str, object],
+    server_module: str = "fedbandits.federation.server_app",
+    client_module: str = "fedbandits.federation.client_app",
+) -> Path:
     """The minimal Flower app folder; ``settings`` become its run config (strings, numbers);
-    ``module`` holds its ``server_app`` and ``client_app``."""
+    ``server_module`` holds its ``server_app``, ``client_module`` its ``client_app`` (two shims, so
+    that a ClientApp process imports the silo's side only)."""
     pkg = folder / "fedbandits_flower"
     pkg.mkdir(parents=True, exist_ok=True)
-    (pkg / "__init__.py").write_text(f'"""Flower app shim: the code lives in {module}."""\n')
-    (pkg / "apps.py").write_text(
-        f"from {module} import client_app as client\n"
-        f"from {module} import server_app as server\n\n"
-        '__all__ = ["client", "server"]\n'
-    )
+    (pkg / "__init__.py").write_text(f'"""Flower app shims: the code lives in {server_module}, {client_module}."""\n')
+    (pkg / "server.py").write_text(f'from {server_module} import server_app as server\n\n__all__ = ["server"]\n')
+    (pkg / "client.py").write_text(f'from {client_module} import client_app as client\n\n__all__ = ["client"]\n')
     lines = []
     for key, value in settings.items():
         lines.append(f"{key} = {json.dumps(value)}")
@@ -74,8 +78,8 @@ def write_app(folder: Path, settings: dict[str, object], module: str = "fedbandi
         "[tool.flwr.app]\n"
         'publisher = "fedbandits"\n\n'
         "[tool.flwr.app.components]\n"
-        'serverapp = "fedbandits_flower.apps:server"\n'
-        'clientapp = "fedbandits_flower.apps:client"\n\n'
+        'serverapp = "fedbandits_flower.server:server"\n'
+        'clientapp = "fedbandits_flower.client:client"\n\n'
         "[tool.flwr.app.config]\n" + "\n".join(lines) + "\n"
     )
     return folder

@@ -15,7 +15,8 @@ import numpy as np
 
 from fedbandits.federation.certs import trial_signing
 from fedbandits.federation.server import Coordinator, Incoming, validate_release
-from fedbandits.federation.shuffler import SERVER_ROLE, ShufflerCore, encode_array
+from fedbandits.federation.shuffler import SERVER_ROLE, ShufflerCore
+from fedbandits.federation.shuffler_client import encode_array
 from fedbandits.federation.silo import Silo, load_silo_results
 from fedbandits.federation.spec import DeploySpec
 from fedbandits.privacy.mechanisms import pack
@@ -152,7 +153,7 @@ def run_loopback(
 
 def _masked_round(spec: DeploySpec, coord: Coordinator, silos: list[Silo], registry: dict[int, int], k: int) -> None:
     """One ``distributed-dp`` round in process: key set-up if needed, masked messages, consistency
-    check, unmask step, the decoded sum (as :func:`fedbandits.federation.app._masked_round`)."""
+    check, unmask step, the decoded sum (as :func:`fedbandits.federation.server_app._masked_round`)."""
     if coord.needs_epoch(sorted(registry)):
         epoch = coord.next_epoch
         adverts = {i: silo.advertise(epoch) for i, silo in enumerate(silos)}

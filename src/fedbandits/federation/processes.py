@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedbandits.federation.shuffler import client_context
+from fedbandits.federation.shuffler_client import client_context
 from fedbandits.sim.watchdog import Watchdog, kill_marked, marked_processes
 
 
@@ -252,7 +252,7 @@ def hold_lock(folder: Path, what: str) -> Iterator[None]:
 def serving_lock(folder: Path) -> Iterator[None]:
     """An exclusive lock on ``folder/.serving.lock``, *waiting* for it: one request of a silo is
     served at a time, even when Flower runs two ClientApps of the silo at once (a request and the
-    server's repeat of it, :func:`fedbandits.federation.app._exchange`), so the second loads the
+    server's repeat of it, :func:`fedbandits.federation.server_app._exchange`), so the second loads the
     state the first stored and answers with the same message (never a second draw)."""
     folder.mkdir(parents=True, exist_ok=True)
     fd = os.open(folder / ".serving.lock", os.O_RDWR | os.O_CREAT, 0o600)

@@ -33,6 +33,7 @@ from fedbandits.crypto.double_masking import (
 )
 from fedbandits.crypto.signing import Authority
 from fedbandits.federation.spec import DeploySpec, load_pickle, save_pickle, shown
+from fedbandits.federation.wire import WITHHELD
 from fedbandits.privacy.mechanisms import TreeAnalyzer
 from fedbandits.protocols.distributed_dp import ModularTreeAnalyzer
 
@@ -40,7 +41,6 @@ log = logging.getLogger("fedbandits.federation.server")
 
 PHASES = ("setup", "sync", "finish", "keys", "shares", "unmask")
 #: a silo's finish reply without its trial report (it did not opt in to share it)
-WITHHELD = "withheld"
 
 
 class ServerStateError(RuntimeError):

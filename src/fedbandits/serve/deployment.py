@@ -53,7 +53,7 @@ class ServeDeployment(ServerDeployment):
     #: sdp-amplification: the shuffler hop's CA, the server's client certificate and key (``shuffler``: HOST:PORT)
     shuffler_files: tuple[Path, Path, Path] | None = None
 
-    app_module = "fedbandits.serve.flower"
+    server_module = client_module = "fedbandits.serve.flower"
 
     def missing_credentials(self) -> list[Path]:
         """The Flower side's files (the shuffler's are named one by one on the command line)."""

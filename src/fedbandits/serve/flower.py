@@ -23,7 +23,7 @@ tick's release request, one message per silo per tick.  The silo's sync routes a
 release is the stored one, byte for byte), so asking twice is never a second release: a silo that
 is online but silent for a third of the deadline is asked once more, since a Flower 1.42
 SuperNode that was pulling a request when the server died holds each reply until its next pull
-(:func:`fedbandits.federation.app._exchange` has the story).
+(:func:`fedbandits.federation.server_app._exchange` has the story).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from fedbandits.config import load_config
 from fedbandits.core.files import atomic_write_bytes
-from fedbandits.federation.shuffler import ShufflerClient
+from fedbandits.federation.shuffler_client import ShufflerClient
 from fedbandits.federation.spec import make_spec
 from fedbandits.serve.coordinator import Coordinator
 from fedbandits.serve.links import SYNC_PATHS, Answers, Requests, check_path, parse_answer

@@ -21,7 +21,7 @@ from fedbandits.config import Config, load_config
 from fedbandits.crypto.signing import Authority, Identity, load_signing
 from fedbandits.federation.flower_setup import check_quotable
 from fedbandits.federation.processes import DeployError, flower_bin, take_lock
-from fedbandits.federation.shuffler import ShufflerClient, split_address
+from fedbandits.federation.shuffler_client import ShufflerClient, split_address
 from fedbandits.federation.spec import make_spec
 from fedbandits.online import AgentSetup
 from fedbandits.serve.coordinator import Coordinator

@@ -28,12 +28,12 @@ from typing import Protocol
 
 import numpy as np
 
-from fedbandits.federation.shuffler import ShufflerError
+from fedbandits.federation.shuffler_client import ShufflerError
 from fedbandits.serve.silo import ServeError
 
 
 class ShufflerParty(Protocol):
-    """What :class:`fedbandits.federation.shuffler.ShufflerClient` offers (tests: an in-process core)."""
+    """What :class:`fedbandits.federation.shuffler_client.ShufflerClient` offers (tests: an in-process core)."""
 
     def send(self, silo: int, digest: str, round_: int, psum: np.ndarray, patience: float = 30.0) -> str: ...
 

@@ -39,7 +39,7 @@ from fedbandits.federation.supervisor import supervise
 # command builds this parser, and only `fedbandits deploy` should pay for those (CLI start-up time).
 
 #: the embedded default of ``deploy local`` (no ``--config``)
-TRIAL_CONFIG = Path(__file__).with_name("trial.toml")
+TRIAL_CONFIG = Path(__file__).parents[1] / "federation" / "trial.toml"  # the embedded trial, beside the deployment
 
 
 def add_deploy_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
@@ -49,6 +49,12 @@ def add_deploy_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
         description="Cross-silo deployment on Flower (needs `pip install 'fedbandits[deploy]'`).",
     )
     sub = p.add_subparsers(dest="deploy_command", metavar="MODE")
+    for add in (_local_parser, _certs_parser, _server_parser, _silo_parser, _shuffler_parser):
+        add(sub)
+    return p
+
+
+def _local_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     local = sub.add_parser("local", help="one-command trial: server + M silos on 127.0.0.1")
     local.add_argument(
         "--config", type=Path, metavar="CONFIG.toml",
@@ -67,6 +73,8 @@ def add_deploy_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     local.add_argument("--timeout", type=float, default=1800.0, help="seconds before the whole trial is abandoned")
     local.add_argument("--check-parity", action="store_true", help="compare with the simulator (actions, sums)")
 
+
+def _certs_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     certs = sub.add_parser("certs", help="create a trial CA, server certificate and silo keys")
     certs.add_argument("--out", type=Path, required=True, help="output folder")
     certs.add_argument("--silos", type=int, required=True, help="number of silo keys")
@@ -85,6 +93,8 @@ def add_deploy_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
         "consortium runs this, never the server's operator)",
     )  # fmt: skip
 
+
+def _server_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     server = sub.add_parser("server", help="run the server side (multi-machine use): SuperLink, silo keys, the app")
     server.add_argument("--config", type=Path, required=True, metavar="CONFIG.toml", help="experiment configuration")
     server.add_argument(
@@ -119,6 +129,8 @@ def add_deploy_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     server.add_argument("--join-timeout", type=float, default=600.0, help="seconds the server waits for the silos")
     server.add_argument("--timeout", type=float, default=86400.0, help="seconds before the run is abandoned")
 
+
+def _silo_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     silo = sub.add_parser("silo", help="run one silo's SuperNode (multi-machine use)")
     silo.add_argument("--superlink", required=True, help="server address HOST:PORT")
     silo.add_argument(
@@ -156,6 +168,8 @@ def add_deploy_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     silo.add_argument("--tls-cert", type=Path, help="this silo's TLS client certificate for the shuffler")
     silo.add_argument("--tls-key", type=Path, help="its private key")
 
+
+def _shuffler_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     shuf = sub.add_parser(
         "shuffler", help="run the shuffler party of a shuffled protocol (sdp-amplification): mutual TLS"
     )
@@ -178,7 +192,6 @@ def add_deploy_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
         "--shuffle-source", choices=["os", "derived"], default="os",
         help="os: the OS's CSPRNG (default); derived: the simulator's permutations (parity trials only)",
     )  # fmt: skip
-    return p
 
 
 def run_deploy(args: argparse.Namespace) -> int:
@@ -359,7 +372,7 @@ def _server(args: argparse.Namespace) -> int:
 def _silo(args: argparse.Namespace) -> int:
     from fedbandits.federation.flower_setup import check_quotable, supernode_command
     from fedbandits.federation.processes import DeployError, flower_env, hold_lock, kill_processes_under
-    from fedbandits.federation.shuffler import split_address
+    from fedbandits.federation.shuffler_client import split_address
 
     split_address(args.superlink, "--superlink")
     if args.silo_id < 0:
@@ -458,7 +471,7 @@ def _check_client_certificate(path: Path, name: str) -> None:
 
 def _check_shuffler_flag(spec: DeploySpec, address: str | None) -> None:
     """``--shuffler`` is required exactly for the shuffled protocols, and must be HOST:PORT."""
-    from fedbandits.federation.shuffler import split_address
+    from fedbandits.federation.shuffler_client import split_address
 
     if spec.shuffled and not address:
         raise ValueError(f"--shuffler HOST:PORT is required with protocol {spec.params.protocol!r}")
@@ -472,7 +485,8 @@ def _shuffler(args: argparse.Namespace) -> int:
     import logging
 
     from fedbandits.federation.processes import hold_lock
-    from fedbandits.federation.shuffler import ShufflerError, serve, split_address
+    from fedbandits.federation.shuffler import serve
+    from fedbandits.federation.shuffler_client import ShufflerError, split_address
 
     _check_common(args)
     host, port = split_address(args.listen, "--listen")
