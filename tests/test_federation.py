@@ -1370,3 +1370,28 @@ def test_a_state_file_of_the_retired_silo_learner_is_refused_in_one_line(tmp_pat
         Silo(spec, 0, tmp_path)
     assert "\n" not in str(err.value) and str(silo.path) in str(err.value)
     assert silo.path.read_bytes() == before
+
+
+@pytest.mark.parametrize("protocol", ["ldp", "none"])
+def test_a_server_state_of_the_earlier_layout_resumes_through_the_aggregator(tmp_path: Path, protocol: str) -> None:
+    """A server state pickled before the round-closing arithmetic moved into the online Aggregator
+    (the state held ``analyzer``, ``total`` and ``modular`` itself) resumes: the next prefixes equal
+    those of a server that never stopped, bit for bit."""
+    from fedbandits.federation.spec import load_pickle, save_pickle
+
+    spec = _spec(protocol)
+    rng = np.random.default_rng(3)
+    rows = [{i: rng.standard_normal(spec.width()) for i in range(3)} for _ in range(4)]
+    steady = Coordinator(spec, tmp_path / "steady")
+    expected = [steady.close_round(k + 1, rows[k], []) for k in range(4)]
+    coord = Coordinator(spec, tmp_path / "old")
+    for k in range(2):
+        coord.close_round(k + 1, rows[k], [])
+    state = load_pickle(coord.path)
+    aggregator = state.__dict__.pop("aggregator")  # as the earlier version laid it out
+    state.__dict__.update(analyzer=aggregator.analyzer, total=aggregator.total, modular=None)
+    save_pickle(coord.path, state)
+    again = Coordinator(spec, tmp_path / "old")
+    assert again.state.aggregator.rounds == 2 and "analyzer" not in again.state.__dict__
+    for k in (2, 3):
+        np.testing.assert_array_equal(again.close_round(k + 1, rows[k], []), expected[k])

@@ -34,8 +34,7 @@ from fedbandits.crypto.double_masking import (
 from fedbandits.crypto.signing import Authority
 from fedbandits.federation.spec import DeploySpec, load_pickle, save_pickle, shown
 from fedbandits.federation.wire import WITHHELD
-from fedbandits.privacy.mechanisms import TreeAnalyzer
-from fedbandits.protocols.distributed_dp import ModularTreeAnalyzer
+from fedbandits.online.aggregator import Aggregator
 
 log = logging.getLogger("fedbandits.federation.server")
 
@@ -73,8 +72,9 @@ class ServerState:
     digest: str
     silos: int
     width: int
-    analyzer: TreeAnalyzer | None  # ldp
-    total: np.ndarray | None  # none: exact running sum
+    #: the round-closing arithmetic: the tree analyzer (ldp, shuffled), the exact running sum (none), the
+    #: modular tree analyzer of decoded sums (distributed-dp) -- the online agents' and the service's too
+    aggregator: Aggregator
     completed: int = 0  # synchronisations completed (closed and persisted)
     prefix: np.ndarray | None = None  # the latest synced prefix (after `completed`)
     rounds: list[RoundRecord] = field(default_factory=list)
@@ -88,9 +88,8 @@ class ServerState:
     restarts: int = 0
     finished: bool = False
     reports: dict[int, dict[str, Any]] = field(default_factory=dict)
-    #: distributed-dp: the server's side of secure aggregation and the analyzer of decoded sums
+    #: distributed-dp: the server's side of secure aggregation
     secagg: MaskingServer | None = None
-    modular: ModularTreeAnalyzer | None = None
     epochs: int = 0  # secure-aggregation epochs started (key set-ups)
     epoch_nodes: list[int] = field(default_factory=list)  # nodes whose silos are in the current roster
 
@@ -213,23 +212,17 @@ class Coordinator:
                     f"server state {self.path} belongs to another deployment (config hash {state.digest[:12]})"
                 )
             state.restarts += 1
-            self.state = state
+            self.state = migrated(state, spec)
             log.info("resuming from durable state: %d of %d synchronisations completed", state.completed, spec.releases)
         else:
-            private = spec.private
             self.state = ServerState(
-                digest=spec.digest,
-                silos=spec.silos,
-                width=self.width,
-                analyzer=TreeAnalyzer(1, self.width, spec.releases) if private and not spec.masked else None,
-                total=None if private else np.zeros((1, self.width)),
+                digest=spec.digest, silos=spec.silos, width=self.width, aggregator=Aggregator(spec.setup)
             )
             if spec.masked:
                 if authority is None:
                     raise ServerStateError("distributed-dp needs the silos' signing CA (signing-ca.pem)")
                 cal = spec.distributed()
                 self.state.secagg = MaskingServer(spec.digest.encode(), cal.bits, self.width, authority)
-                self.state.modular = ModularTreeAnalyzer(1, cal.codec(spec.dim()), spec.releases)
         if self.state.secagg is not None and authority is not None:
             self.state.secagg.authority = authority  # the CA as configured now (e.g. renewed)
         if self.state.secagg is not None:
@@ -341,9 +334,8 @@ class Coordinator:
         except SecAggError as exc:
             log.warning("round %d: the masks cannot be removed (%s); closing without data", k, exc)
             return self.close_without_data(k, rejected)
-        assert self.state.modular is not None
-        node, prefix = self.state.modular.release(total[None])
-        return self._close(k, node, node.copy(), accepted, rejected, prefix=prefix[0])
+        node, prefix = self.state.aggregator.close_sum(total)
+        return self._close(k, node, node.copy(), accepted, rejected, prefix=prefix)
 
     def close_without_data(self, k: int, rejected: list[tuple[int, str]]) -> np.ndarray:
         """Close ``distributed-dp`` round ``k`` as an empty node: nobody's data is released (no silo
@@ -353,9 +345,8 @@ class Coordinator:
             raise ValueError(f"round {k} cannot close: {self.state.completed} rounds are completed")
         secagg = self._secagg()
         secagg.round_, secagg.survivors = None, None
-        assert self.state.modular is not None
-        node, prefix = self.state.modular.release(np.zeros((1, self.width), dtype=np.uint64))
-        return self._close(k, node, node.copy(), [], rejected, prefix=prefix[0])
+        node, prefix = self.state.aggregator.close_sum(np.zeros(self.width, dtype=np.uint64))
+        return self._close(k, node, node.copy(), [], rejected, prefix=prefix)
 
     def _close(
         self,
@@ -369,17 +360,13 @@ class Coordinator:
         s = self.state
         if k != s.completed + 1:
             raise ValueError(f"round {k} cannot close: {s.completed} rounds are completed")
-        if prefix is None and s.analyzer is not None:
-            prefix = s.analyzer.release(rows)[0]
-        elif prefix is None:  # none: exact running sum (distributed-dp decodes its own prefix)
-            assert s.total is not None
-            s.total += rows.sum(axis=1)
-            prefix = s.total[0].copy()
+        if prefix is None:  # distributed-dp closed its own (close_sum)
+            prefix = s.aggregator.close_rows(rows[0])
         missing = [i for i in range(self.spec.silos) if i not in accepted]
         s.rounds.append(RoundRecord(k, accepted, missing, list(rejected), record, prefix.copy()))
         s.prefix = prefix.copy()
         s.completed = k
-        if s.modular is not None:
+        if s.secagg is not None:
             s.payload_bytes += len(accepted) * self.width * 8  # uint64 residues
         else:
             s.payload_bytes += int(np.isfinite(record).all(axis=1).sum()) * self.width * 8
@@ -391,3 +378,17 @@ class Coordinator:
 
     def synced_prefixes(self) -> np.ndarray:
         return np.stack([r.prefix for r in self.state.rounds]) if self.state.rounds else np.zeros((0, self.width))
+
+
+def migrated(state: ServerState, spec: DeploySpec) -> ServerState:
+    """A server state pickled before the round-closing arithmetic moved to :class:`Aggregator`
+    (it held ``analyzer``, ``total`` and ``modular`` itself): the same analyzers, moved into one."""
+    old = state.__dict__
+    if "aggregator" in old:
+        return state
+    aggregator = Aggregator(spec.setup)
+    aggregator.analyzer, aggregator.total = old.pop("analyzer"), old.pop("total")
+    aggregator.modular = old.pop("modular", None)
+    aggregator.rounds = state.completed
+    state.aggregator = aggregator
+    return state

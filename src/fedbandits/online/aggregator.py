@@ -3,7 +3,9 @@
 A driver (a test, a benchmark, the next issue's service) collects every silo's
 :meth:`fedbandits.online.agent.Agent.sync_payload` for one sync round, hands them here in silo
 order and gives the returned prefix to every silo's :meth:`~fedbandits.online.agent.Agent.apply_sync`.
-The arithmetic is the simulator's and the deployment's coordinator's (:mod:`fedbandits.federation.server`):
+The arithmetic is the simulator's; it is written here once, and the deployment's coordinator
+(:mod:`fedbandits.federation.server`) and the service's (:mod:`fedbandits.serve.coordinator`) both close
+their rounds through it:
 ``none`` keeps the exact running sum; ``ldp`` adds the noisy p-sums and releases the tree prefix
 (:class:`~fedbandits.privacy.mechanisms.TreeAnalyzer`); ``distributed-dp`` adds the residues
 modulo 2^bits -- what secure aggregation's masks leave the server -- and decodes the prefix
@@ -56,26 +58,44 @@ class Aggregator:
         """Close one sync round with the M silos' payloads (silo order); return the prefix ``(P,)``."""
         if len(payloads) != self.silos:
             raise ValueError(f"payloads must hold one release per silo ({self.silos}), got {len(payloads)}")
-        releases = self.setup.releases
-        if releases is not None and self.rounds >= releases:
-            raise ValueError(f"payloads: the noise is calibrated for {releases} rounds, all closed")
         if self.modular is not None:
             rows = np.stack([np.asarray(p) for p in payloads])
             if rows.shape != (self.silos, self.width) or rows.dtype != np.uint64:
                 raise ValueError(
                     f"payloads must be {self.silos} uint64 residue vectors of {self.width}, got {rows.shape}"
                 )
-            total = rows.sum(axis=0, dtype=np.uint64)[None] & self.codec.mask
-            prefix = self.modular.release(total)[1][0]
-        else:
-            rows = np.stack([np.asarray(p, dtype=np.float64) for p in payloads])[None]
-            if rows.shape != (1, self.silos, self.width) or not np.isfinite(rows).all():
-                raise ValueError(f"payloads must be {self.silos} finite vectors of {self.width}, got {rows.shape[1:]}")
-            if self.analyzer is not None:
-                prefix = self.analyzer.release(rows)[0]
-            else:
-                assert self.total is not None
-                self.total += rows.sum(axis=1)
-                prefix = self.total[0].copy()
+            return self.close_sum(rows.sum(axis=0, dtype=np.uint64) & self.codec.mask)[1]
+        rows = np.stack([np.asarray(p, dtype=np.float64) for p in payloads])
+        if rows.shape != (self.silos, self.width) or not np.isfinite(rows).all():
+            raise ValueError(f"payloads must be {self.silos} finite vectors of {self.width}, got {rows.shape}")
+        return self.close_rows(rows)
+
+    def close_rows(self, rows: np.ndarray) -> np.ndarray:
+        """Close one round of ``none`` / ``ldp`` / a shuffled protocol with the releases it has,
+        ``rows (n, P)`` with n <= M: a silo's row, zeros for a missing one, or the shuffler's
+        anonymous batch in the order it chose (the sum's order is the simulator's); the prefix ``(P,)``."""
+        if self.modular is not None:
+            raise ValueError("distributed-dp closes a round with its modular sum (close_sum)")
+        self._next()
+        batch = np.asarray(rows, dtype=np.float64)[None]
+        if self.analyzer is not None:
+            return self.analyzer.release(batch)[0]
+        assert self.total is not None
+        self.total += batch.sum(axis=1)
+        return self.total[0].copy()
+
+    def close_sum(self, total: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Close one ``distributed-dp`` round with the modular sum of its residues ``(P,)`` uint64
+        (what secure aggregation leaves the server; zeros for a round closed without data): the
+        decoded node ``(1, P)`` and the prefix ``(P,)``."""
+        if self.modular is None:
+            raise ValueError("only distributed-dp closes a round with a modular sum")
+        self._next()
+        node, prefix = self.modular.release(np.asarray(total, dtype=np.uint64).reshape(1, self.width))
+        return node, prefix[0]
+
+    def _next(self) -> None:
+        releases = self.setup.releases
+        if releases is not None and self.rounds >= releases:
+            raise ValueError(f"payloads: the noise is calibrated for {releases} rounds, all closed")
         self.rounds += 1
-        return prefix
