@@ -42,6 +42,36 @@ def test_the_silo_app_imports_no_scipy_solver() -> None:
     assert out.strip() == "[]"
 
 
+def test_the_clientapp_imports_the_silos_side_only() -> None:
+    """Flower starts a ClientApp process for every message: it must not load the server's side of the
+    app (coordinator, results, the shuffler party, the service) nor the simulator's runner and
+    backends (fedbandits.sim imports its modules on use)."""
+    pytest.importorskip("flwr")
+    code = (
+        "import sys, fedbandits.federation.client_app\n"
+        "print(sorted(m for m in sys.modules if m in {\n"
+        "    'fedbandits.federation.server', 'fedbandits.federation.server_app', 'fedbandits.federation.shuffler',\n"
+        "    'fedbandits.federation.deployment_results', 'fedbandits.sim.runner', 'fedbandits.sim.backends',\n"
+        "    'fedbandits.sim.results'} or m.startswith('fedbandits.serve')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_the_serving_silos_clientapp_loads_no_model_code() -> None:
+    """The serving silos' ClientApp (a process per message, on the host that answers users) only
+    forwards requests to the silo's service: no config, registry, agent or coordinator."""
+    pytest.importorskip("flwr")
+    pytest.importorskip("httpx")
+    code = (
+        "import sys, fedbandits.federation.serving_client_app\n"
+        "print(sorted(m for m in sys.modules if m.startswith('fedbandits')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    modules = ["fedbandits", "fedbandits._version", "fedbandits.federation", "fedbandits.federation.serving_client_app"]
+    assert out.strip() == str(sorted([*modules, "fedbandits.serve", "fedbandits.serve.links"]))
+
+
 def test_importing_the_silo_side_scans_no_plugin_entry_points() -> None:
     """The protocol table loads the entry points on first use; importing the deployment's spec and the
     online agent (every ClientApp process does) must not use it, so plugins may import fedbandits and

@@ -4,7 +4,7 @@
     from fedbandits.serve.http import Service         # its HTTP API (Starlette; uvicorn runs it)
     from fedbandits.serve.coordinator import Coordinator   # the server's wall-clock sync rounds
     from fedbandits.serve.links import HttpLink       # ... reaching the silos' sync API, or
-    from fedbandits.serve.flower import FlowerLink    # ... through the Flower deployment (deploy extra;
+    from fedbandits.federation.serving_server_app import FlowerLink  # ... through Flower (deploy extra;
                                                       # serve.deployment: its processes on either side)
 
 Needs the ``serve`` extra (``pip install 'fedbandits[serve]'``: starlette, uvicorn, httpx, orjson,

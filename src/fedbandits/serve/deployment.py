@@ -3,7 +3,7 @@
 * :class:`ServeDeployment` (``fedbandits serve server --flower``): the deployment's server side
   (:class:`fedbandits.federation.deployment.ServerDeployment`: a SuperLink with TLS and SuperNode
   authentication, the silos' registered keys, durable state in the work folder) submitting the
-  app of :mod:`fedbandits.serve.flower`, whose ServerApp runs the coordinator.  The work folder is
+  app of :mod:`fedbandits.federation.serving_server_app`, whose ServerApp runs the coordinator.  The work folder is
   the server's ``--state-dir``; the coordinator's own log is in ``state/server/``.
 * :class:`SiloNode` (``fedbandits serve silo --superlink ...``): the silo's SuperNode, started by
   the serving process beside its HTTP service (under the deployment's supervisor, which retries a
@@ -53,7 +53,8 @@ class ServeDeployment(ServerDeployment):
     #: sdp-amplification: the shuffler hop's CA, the server's client certificate and key (``shuffler``: HOST:PORT)
     shuffler_files: tuple[Path, Path, Path] | None = None
 
-    server_module = client_module = "fedbandits.serve.flower"
+    server_module = "fedbandits.federation.serving_server_app"
+    client_module = "fedbandits.federation.serving_client_app"
 
     def missing_credentials(self) -> list[Path]:
         """The Flower side's files (the shuffler's are named one by one on the command line)."""

@@ -13,7 +13,7 @@ release requests, one message per silo per tick, instead of in a message of its 
 
 * :class:`HttpLink`: the coordinator calls each silo's ``/v1/sync/...`` itself, with the
   federation's bearer token (``fedbandits serve server --silo-url ...``).
-* :class:`fedbandits.serve.flower.FlowerLink`: the requests ride the Flower deployment of
+* :class:`fedbandits.federation.serving_server_app.FlowerLink`: the requests ride the Flower deployment of
   ``fedbandits deploy`` (SuperLink, authenticated SuperNodes, TLS); a silo's SuperNode hands each
   one to its own service on loopback (``fedbandits serve server --flower``).
 

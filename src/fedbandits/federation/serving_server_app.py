@@ -1,4 +1,5 @@
-"""Serving silos' sync rounds over the Flower deployment (needs ``fedbandits[deploy,serve]``).
+"""The ServerApp of the serving silos' Flower deployment: their sync rounds over Flower (needs
+``fedbandits[deploy,serve]``).
 
 With ``fedbandits serve server --flower`` the coordinator's requests ride the deployment of
 ``fedbandits deploy``: its SuperLink (TLS), each silo's SuperNode (authenticated by the silo's
@@ -9,9 +10,10 @@ components are here.
   its wall-clock schedule, SQLite log and budget policy: nothing differs from the HTTP link) with a
   :class:`FlowerLink`, and writes the coordinator's status to ``state-dir/status.json`` after
   every tick (``fedbandits serve server`` serves it on its status port).
-* :data:`client_app`: in a silo's SuperNode, hands each request to the silo's own service on
-  loopback -- only the sync routes (:data:`fedbandits.serve.links.SYNC_PATHS`), with the sync token
-  from the file the node config names -- and returns its status and body.
+* the ClientApp, :mod:`fedbandits.federation.serving_client_app` (a module of its own, so that the
+  process Flower starts for every message on a silo's host loads none of the coordinator): in a
+  silo's SuperNode, hands each request to the silo's own service on loopback and returns its
+  status and body.
 
 One message per silo per phase (``query``; ConfigRecord ``sync`` {silo, paths, bodies as JSON texts}:
 the silo's requests, served in order); the reply's ConfigRecord ``answer`` {statuses, texts}.  A
@@ -35,26 +37,21 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-import httpx
 from flwr.app import ConfigRecord, Context, Message, RecordDict
-from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
 from fedbandits.config import load_config
 from fedbandits.core.files import atomic_write_bytes
+from fedbandits.federation.serving_client_app import MAX_TEXT
 from fedbandits.federation.shuffler_client import ShufflerClient
 from fedbandits.federation.spec import make_spec
 from fedbandits.serve.coordinator import Coordinator
-from fedbandits.serve.links import SYNC_PATHS, Answers, Requests, check_path, parse_answer
+from fedbandits.serve.links import Answers, Requests, check_path, parse_answer
 from fedbandits.serve.shuffling import ServerShuffling
 
 log = logging.getLogger("fedbandits.serve")
 
 server_app = ServerApp()
-client_app = ClientApp()
-
-#: the most a request or an answer may carry (a roster and shares at M = 100 are ~100 KB)
-MAX_TEXT = 1 << 20
 
 
 class FlowerLink:
@@ -175,45 +172,3 @@ def server_main(grid: Grid, context: Context) -> None:
         atomic_write_bytes(state_dir / "error.txt", f"run {context.run_id}\n{traceback.format_exc()}".encode())
         log.exception("serving federation failed")
         raise
-
-
-@client_app.query()
-def forward(msg: Message, context: Context) -> Message:
-    """The federation's requests, handed in order to this silo's service on loopback."""
-    node = context.node_config
-    record = msg.content.config_records.get("sync")
-    try:
-        paths = [str(x) for x in record["paths"]]  # type: ignore[index, union-attr]
-        bodies = [str(x) for x in record["bodies"]]  # type: ignore[index, union-attr]
-        if len(paths) != len(bodies) or not 0 < len(paths) <= 8 or sum(map(len, bodies)) > MAX_TEXT:
-            raise ValueError
-        addressed = int(record["silo"])  # type: ignore[index, arg-type]
-    except (TypeError, KeyError, ValueError):
-        paths, bodies, addressed = [], [], -1
-    if addressed != int(node["silo-id"]):  # a key used by the wrong silo: refuse, release nothing
-        refusal = json.dumps({"error": f"this node is silo {node['silo-id']}'s; the message is for silo {addressed}"})
-        answer = ConfigRecord({"statuses": [409] * len(paths), "texts": [refusal] * len(paths)})
-        return Message(RecordDict({"answer": answer}), reply_to=msg)
-    statuses, texts = [], []
-    token = Path(str(node["sync-token-file"])).read_text(encoding="utf-8").strip()
-    with httpx.Client(
-        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-        timeout=10.0,
-        verify=False,  # the service is on this machine (127.0.0.1): nothing crosses a network
-    ) as client:
-        for path, body in zip(paths, bodies, strict=True):
-            status, text = _forward_one(client, str(node["sync-url"]), path, body)
-            statuses.append(status)
-            texts.append(text)
-    answer = ConfigRecord({"statuses": statuses, "texts": texts})
-    return Message(RecordDict({"answer": answer}), reply_to=msg)
-
-
-def _forward_one(client: httpx.Client, base: str, path: str, body: str) -> tuple[int, str]:
-    if path not in SYNC_PATHS:
-        return 404, json.dumps({"error": f"not a sync path: {path[:40]!r}"})
-    try:
-        response = client.post(base.rstrip("/") + path, content=body.encode())
-    except httpx.HTTPError as exc:
-        return 503, json.dumps({"error": f"the silo's service is unreachable ({type(exc).__name__})"})
-    return response.status_code, response.text
