@@ -75,7 +75,6 @@ def _serve(grid: Grid, cfg: dict[str, Any], state_dir: Path, run_id: int) -> Non
     spec_json = Path(str(cfg["spec-file"])).read_text()
     spec = spec_from_json(spec_json)
     round_timeout = float(cfg["round-timeout"])
-    join_timeout = float(cfg["join-timeout"])
     poll = float(cfg.get("poll-interval", 0.2))
     registry_file = str(cfg.get("registry-file", ""))
     registry = None
@@ -83,114 +82,124 @@ def _serve(grid: Grid, cfg: dict[str, Any], state_dir: Path, run_id: int) -> Non
         registry = {int(node): int(silo) for node, silo in json.loads(Path(registry_file).read_text()).items()}
     ca = str(cfg.get("signing-ca", ""))
     coord = Coordinator(spec, state_dir, Authority.load(ca) if ca else None)
-    shuffler = None
-    if spec.shuffled:
-        shuffler = ShufflerClient.from_config(cfg)
+    shuffler = ShufflerClient.from_config(cfg) if spec.shuffled else None
     started = time.time()
     log.info("server up (run %s): %s, M=%d silos, K=%d synchronisations", run_id, spec.label, spec.silos, spec.releases)
-
-    # bounded wait for the silos to connect
-    deadline = time.time() + join_timeout
-    while True:
-        nodes = _targets(grid, registry)
-        if len(nodes) >= spec.silos or time.time() > deadline:
-            break
-        time.sleep(poll)
-    if not nodes:
-        raise RuntimeError(f"no silo connected within {join_timeout:.0f} s")
-    log.info("%d of %d silos connected", len(nodes), spec.silos)
-
+    _wait_for_silos(grid, registry, spec.silos, float(cfg["join-timeout"]), poll)
     for k in range(coord.next_round, spec.releases + 1):
         if spec.masked:
             _masked_round(grid, coord, registry, spec_json, k, round_timeout, poll)
-            continue
-        meta = {"phase": "sync", "round": k, "digest": spec.digest, "prefix_round": k - 1, "spec": spec_json}
-        replies = _exchange(grid, coord, registry, "train", meta, k, round_timeout, poll, reask=True)
-        accepted: dict[int, np.ndarray] = {}
-        rejected: list[tuple[int, str]] = []
-        seen: set[int] = set()
-        for inc in replies:
-            res = validate_release(spec, inc, phase="sync", round_=k, registry=registry, seen=seen, width=coord.width)
-            if isinstance(res, str):
-                log.warning("round %d: rejected a message from node %d: %s", k, inc.node_id, res)
-                rejected.append((inc.node_id, res))
-                continue
-            seen.add(res[0])
-            accepted[res[0]] = res[1]  # type: ignore[assignment]
-        if shuffler is None:
-            coord.close_round(k, accepted, rejected)
-            log.info("round %d closed: silos %s accepted, %d rejected", k, sorted(accepted), len(rejected))
         else:
-            # the p-sums went to the shuffler; it permutes them once and hands over the batch
-            batch, withheld, size = shuffler.close(spec.digest, k, coord.width, patience=round_timeout)
-            if not np.isfinite(batch).all() or len(batch) > spec.silos:
-                raise RuntimeError(f"round {k}: the shuffler's batch is malformed (shape {batch.shape})")
-            if withheld:
-                log.warning("round %d: the shuffler withheld the batch (fewer messages than the guarantee needs)", k)
-            coord.state.shuffler_bytes += size
-            coord.close_shuffled_round(k, batch, sorted(accepted), rejected)
-            log.info(
-                "round %d closed: %d shuffled message(s); silos %s acknowledged, %d rejected",
-                k,
-                len(batch),
-                sorted(accepted),
-                len(rejected),
-            )
-
-    # finish: last prefix down, trial reports up
+            _direct_round(grid, coord, registry, spec_json, k, round_timeout, poll, shuffler)
     if not coord.state.finished:
-        meta = {
-            "phase": "finish",
-            "round": spec.releases + 1,
-            "digest": spec.digest,
-            "prefix_round": spec.releases,
-            "spec": spec_json,
-        }
-        replies = _exchange(grid, coord, registry, "evaluate", meta, spec.releases + 1, round_timeout, poll, reask=True)
-        points = time_grid(spec.horizon, spec.config.experiment.grid_points).size
-        seen = set()
-        for inc in replies:
-            res = validate_release(
-                spec,
-                inc,
-                phase="finish",
-                round_=spec.releases + 1,
-                registry=registry,
-                seen=seen,
-                width=coord.width,
-                curve_points=points,
-            )
-            if isinstance(res, str):
-                log.warning("finish: rejected a report from node %d: %s", inc.node_id, res)
-                coord.state.rejections += 1
-                continue
-            seen.add(res[0])
-            coord.state.reports[res[0]] = res[1]  # type: ignore[assignment]
-        coord.state.finished = True
-        coord.save()
+        _finish(grid, coord, registry, spec_json, round_timeout, poll)
     results = deployment_results(spec, coord, time.time() - started)
     results.save(state_dir / "results")
     clipping = results.clipping_warnings()
-    summary = {
-        "run_id": str(run_id),
-        "table": results.table(),
-        "clipping_warnings": clipping,
-        "completed": coord.state.completed,
-        "reports": sorted(coord.state.reports),
-        "rejections": coord.state.rejections,
-        "uplink_messages": coord.state.uplink_messages,
-        "downlink_messages": coord.state.downlink_messages,
-        "uplink_bytes": coord.state.uplink_bytes,
-        "downlink_bytes": coord.state.downlink_bytes,
-        "payload_bytes": coord.state.payload_bytes,
-        "shuffler_bytes": coord.state.shuffler_bytes,
-        "restarts": coord.state.restarts,
-        "missing": {r.round: r.missing for r in coord.state.rounds if r.missing},
-    }
+    summary = {"run_id": str(run_id), "table": results.table(), "clipping_warnings": clipping, **_counts(coord)}
     atomic_write_bytes(state_dir / "done.json", json.dumps(summary, indent=2).encode())
     log.info("deployment finished\n%s", results.table())
     for line in clipping:
         log.warning("%s", line)
+
+
+def _wait_for_silos(grid: Grid, registry: dict[int, int] | None, silos: int, join_timeout: float, poll: float) -> None:
+    """A bounded wait for the silos to connect (at least one)."""
+    deadline = time.time() + join_timeout
+    while True:
+        nodes = _targets(grid, registry)
+        if len(nodes) >= silos or time.time() > deadline:
+            break
+        time.sleep(poll)
+    if not nodes:
+        raise RuntimeError(f"no silo connected within {join_timeout:.0f} s")
+    log.info("%d of %d silos connected", len(nodes), silos)
+
+
+def _direct_round(
+    grid: Grid,
+    coord: Coordinator,
+    registry: dict[int, int] | None,
+    spec_json: str,
+    k: int,
+    timeout: float,
+    poll: float,
+    shuffler: ShufflerClient | None,
+) -> None:
+    """One synchronisation of ``none``, ``ldp`` or a shuffled protocol: every silo's release (its
+    acknowledgement, shuffled), validated; the round closed with them or with the shuffler's batch."""
+    spec = coord.spec
+    meta = {"phase": "sync", "round": k, "digest": spec.digest, "prefix_round": k - 1, "spec": spec_json}
+    replies = _exchange(grid, coord, registry, "train", meta, k, timeout, poll, reask=True)
+    accepted: dict[int, np.ndarray] = {}
+    rejected: list[tuple[int, str]] = []
+    seen: set[int] = set()
+    for inc in replies:
+        res = validate_release(spec, inc, phase="sync", round_=k, registry=registry, seen=seen, width=coord.width)
+        if isinstance(res, str):
+            log.warning("round %d: rejected a message from node %d: %s", k, inc.node_id, res)
+            rejected.append((inc.node_id, res))
+            continue
+        seen.add(res[0])
+        accepted[res[0]] = res[1]  # type: ignore[assignment]
+    if shuffler is None:
+        coord.close_round(k, accepted, rejected)
+        log.info("round %d closed: silos %s accepted, %d rejected", k, sorted(accepted), len(rejected))
+        return
+    # the p-sums went to the shuffler; it permutes them once and hands over the batch
+    batch, withheld, size = shuffler.close(spec.digest, k, coord.width, patience=timeout)
+    if not np.isfinite(batch).all() or len(batch) > spec.silos:
+        raise RuntimeError(f"round {k}: the shuffler's batch is malformed (shape {batch.shape})")
+    if withheld:
+        log.warning("round %d: the shuffler withheld the batch (fewer messages than the guarantee needs)", k)
+    coord.state.shuffler_bytes += size
+    coord.close_shuffled_round(k, batch, sorted(accepted), rejected)
+    log.info(
+        "round %d closed: %d shuffled message(s); silos %s acknowledged, %d rejected",
+        k, len(batch), sorted(accepted), len(rejected),
+    )  # fmt: skip
+
+
+def _finish(
+    grid: Grid, coord: Coordinator, registry: dict[int, int] | None, spec_json: str, timeout: float, poll: float
+) -> None:
+    """The last prefix down, the trial reports up (those the silos' operators opted in to share)."""
+    spec = coord.spec
+    last = spec.releases + 1
+    meta = {"phase": "finish", "round": last, "digest": spec.digest, "prefix_round": spec.releases, "spec": spec_json}
+    replies = _exchange(grid, coord, registry, "evaluate", meta, last, timeout, poll, reask=True)
+    points = time_grid(spec.horizon, spec.config.experiment.grid_points).size
+    seen: set[int] = set()
+    for inc in replies:
+        res = validate_release(
+            spec, inc, phase="finish", round_=last, registry=registry, seen=seen, width=coord.width, curve_points=points
+        )
+        if isinstance(res, str):
+            log.warning("finish: rejected a report from node %d: %s", inc.node_id, res)
+            coord.state.rejections += 1
+            continue
+        seen.add(res[0])
+        coord.state.reports[res[0]] = res[1]  # type: ignore[assignment]
+    coord.state.finished = True
+    coord.save()
+
+
+def _counts(coord: Coordinator) -> dict[str, Any]:
+    """What the server's ``done.json`` reports of the run besides its table."""
+    s = coord.state
+    return {
+        "completed": s.completed,
+        "reports": sorted(s.reports),
+        "rejections": s.rejections,
+        "uplink_messages": s.uplink_messages,
+        "downlink_messages": s.downlink_messages,
+        "uplink_bytes": s.uplink_bytes,
+        "downlink_bytes": s.downlink_bytes,
+        "payload_bytes": s.payload_bytes,
+        "shuffler_bytes": s.shuffler_bytes,
+        "restarts": s.restarts,
+        "missing": {r.round: r.missing for r in s.rounds if r.missing},
+    }
 
 
 def _collect(
@@ -235,116 +244,151 @@ def _masked_round(
 ) -> None:
     """One ``distributed-dp`` synchronisation: key set-up if the epoch needs one, masked releases,
     the consistency check, the unmask step, the decoded sum (module docstring)."""
-    spec = coord.spec
-    base = {"round": k, "digest": spec.digest, "prefix_round": k - 1, "spec": spec_json}
-    rejected: list[tuple[int, str]] = []
-    roster_meta: dict[str, Any] = {}
+    _MaskedRound(grid, coord, registry, spec_json, k, timeout, poll).run()
+
+
+class _MaskedRound:
+    """The phases of one :func:`_masked_round`, with the round's rejected messages."""
+
+    def __init__(
+        self,
+        grid: Grid,
+        coord: Coordinator,
+        registry: dict[int, int] | None,
+        spec_json: str,
+        k: int,
+        timeout: float,
+        poll: float,
+    ) -> None:
+        self.grid, self.coord, self.registry, self.k, self.timeout, self.poll = grid, coord, registry, k, timeout, poll
+        self.base = {"round": k, "digest": coord.spec.digest, "prefix_round": k - 1, "spec": spec_json}
+        self.rejected: list[tuple[int, str]] = []
 
     def ask(
-        meta: dict[str, Any], phase: str, only: list[int], per_node: dict[int, dict[str, Any]] | None = None
+        self, meta: dict[str, Any], phase: str, only: list[int], per_node: dict[int, dict[str, Any]] | None = None
     ) -> dict[int, tuple[int, dict[str, Any]]]:
-        got, bad = _collect(
-            coord,
-            registry,
-            _exchange(
-                grid, coord, registry, "query", {**base, **meta, "phase": phase}, k, timeout, poll, per_node, only=only
-            ),
-            phase,
-            k,
+        message = {**self.base, **meta, "phase": phase}
+        replies = _exchange(
+            self.grid, self.coord, self.registry, "query", message, self.k, self.timeout, self.poll, per_node, only=only
         )
-        rejected.extend(bad)
+        got, bad = _collect(self.coord, self.registry, replies, phase, self.k)
+        self.rejected.extend(bad)
         return got
 
-    if coord.needs_epoch(_targets(grid, registry)):
-        epoch = coord.next_epoch
+    def close_without_data(self, why: str, *args: object) -> None:
+        log.warning("round %d: " + why + "; closing without data", self.k, *args)
+        self.coord.close_without_data(self.k, self.rejected)
+
+    def run(self) -> None:
+        coord, k = self.coord, self.k
+        if coord.needs_epoch(_targets(self.grid, self.registry)) and not self.key_setup():
+            return self.close_without_data("no silo answered the secure-aggregation key set-up")
+        coord.open_masked_round(k)
+        secagg = coord.state.secagg
+        assert secagg is not None and secagg.roster is not None
+        epoch, t = secagg.epoch, secagg.roster.threshold
+        nodes = self.masked_messages(epoch)
+        survivors, dropped = coord.close_messages(), coord.dropped()
+        if len(survivors) < t:
+            return self.close_without_data("%d masked message(s), fewer than t = %d", len(survivors), t)
+        # consistency check (only if somebody dropped: round seeds are revealed only on a signed list)
+        if dropped:
+            only = [nodes[i] for i in survivors]
+            for silo, (node, meta) in self.ask({"epoch": epoch, "survivors": survivors}, "survivors", only).items():
+                refused = coord.accept_signature(silo, meta.get("signature"))
+                if refused is not None:
+                    self.rejected.append((node, refused))
+        signers = sorted(secagg.signatures)
+        if dropped and len(signers) < t:
+            return self.close_without_data("%d survivor signature(s), fewer than t = %d", len(signers), t)
+        reveals = self.unmask(epoch, survivors, dropped, signers, nodes)
+        coord.close_masked_round(k, reveals, self.rejected)
+        log.info(
+            "round %d closed: %d masked message(s), dropped %s, %d signature(s), %d unmask answer(s), %d rejected",
+            k, len(survivors), dropped, len(signers), len(reveals), len(self.rejected),
+        )  # fmt: skip
+        return None
+
+    def key_setup(self) -> bool:
+        """A new epoch: every connected silo's signed keys, checked; the roster published."""
+        coord = self.coord
         adverts = {}
-        got = ask({"epoch": epoch}, "keys", _targets(grid, registry))
+        got = self.ask({"epoch": coord.next_epoch}, "keys", _targets(self.grid, self.registry))
         for silo, (node, meta) in got.items():
             advert = Advert(*(meta.get(key) for key in ("c_public", "s_public", "cert", "signature")))  # type: ignore[arg-type]
             refused = coord.check_advert(silo, advert)
             if refused is None:
                 adverts[silo] = advert
             else:
-                log.warning("round %d: refused the keys of silo %d: %s", k, silo, refused)
-                rejected.append((node, refused))
-        if not adverts:
-            log.warning("round %d: no silo answered the secure-aggregation key set-up; closing without data", k)
-            coord.close_without_data(k, rejected)
-            return
-        coord.start_epoch(adverts, [got[silo][0] for silo in adverts])
-    coord.open_masked_round(k)
-    secagg = coord.state.secagg
-    assert secagg is not None and secagg.roster is not None
-    epoch, t = secagg.epoch, secagg.roster.threshold
-    if coord.delivered_epoch != epoch:  # the epoch's first request from this process carries the roster
-        roster_meta = {f"roster_{key}": value for key, value in _roster_meta(secagg.roster).items()}
-    replies = _exchange(
-        grid, coord, registry, "train", {**base, "phase": "sync", "epoch": epoch, **roster_meta}, k, timeout, poll
-    )
-    coord.delivered_epoch = epoch
-    nodes: dict[int, int] = {}
-    for inc in replies:
-        res = validate_release(
-            coord.spec, inc, phase="sync", round_=k, registry=registry, seen=set(), width=coord.width
-        )
-        if isinstance(res, str):
-            reason: str | None = res
-        else:
-            meta = inc.meta or {}
-            to, blobs = int_list(meta, "b_to"), byte_list(meta, "b_blobs")
-            if to is None or blobs is None or len(to) != len(blobs):
-                reason = f"silo {res[0]}: self-mask shares must pair b_to (integers) with b_blobs (bytes)"
+                log.warning("round %d: refused the keys of silo %d: %s", self.k, silo, refused)
+                self.rejected.append((node, refused))
+        if adverts:
+            coord.start_epoch(adverts, [got[silo][0] for silo in adverts])
+        return bool(adverts)
+
+    def masked_messages(self, epoch: int) -> dict[int, int]:
+        """The sync request (with the roster, the epoch's first from this process) and the masked
+        replies, validated and kept by the coordinator; silo -> node of each kept one."""
+        coord, k = self.coord, self.k
+        secagg = coord.state.secagg
+        assert secagg is not None and secagg.roster is not None
+        roster_meta: dict[str, Any] = {}
+        if coord.delivered_epoch != epoch:  # the epoch's first request from this process carries the roster
+            roster_meta = {f"roster_{key}": value for key, value in _roster_meta(secagg.roster).items()}
+        meta = {**self.base, "phase": "sync", "epoch": epoch, **roster_meta}
+        replies = _exchange(self.grid, coord, self.registry, "train", meta, k, self.timeout, self.poll)
+        coord.delivered_epoch = epoch
+        nodes: dict[int, int] = {}
+        for inc in replies:
+            res = validate_release(
+                coord.spec, inc, phase="sync", round_=k, registry=self.registry, seen=set(), width=coord.width
+            )
+            if isinstance(res, str):
+                reason: str | None = res
             else:
-                message = Masked(res[1], dict(zip(to, blobs, strict=True)), meta.get("b_commit"))  # type: ignore[arg-type]
-                reason = coord.accept_masked(res[0], meta.get("epoch"), k, message)
-                if reason is None:
-                    nodes[res[0]] = inc.node_id
-        if reason is not None:
-            log.warning("round %d: rejected a message from node %d: %s", k, inc.node_id, reason)
-            rejected.append((inc.node_id, reason))
-    survivors = coord.close_messages()
-    dropped = coord.dropped()
-    if len(survivors) < t:
-        log.warning("round %d: %d masked message(s), fewer than t = %d; closing without data", k, len(survivors), t)
-        coord.close_without_data(k, rejected)
-        return
-    # consistency check (only if somebody dropped: round seeds are revealed only on a signed list)
-    if dropped:
-        for silo, (node, meta) in ask(
-            {"epoch": epoch, "survivors": survivors}, "survivors", [nodes[i] for i in survivors]
-        ).items():
-            refused = coord.accept_signature(silo, meta.get("signature"))
-            if refused is not None:
-                rejected.append((node, refused))
-    signers = sorted(secagg.signatures)
-    if dropped and len(signers) < t:
-        log.warning("round %d: %d survivor signature(s), fewer than t = %d; closing without data", k, len(signers), t)
-        coord.close_without_data(k, rejected)
-        return
-    unmask = {
-        "epoch": epoch,
-        "survivors": survivors,
-        "dropped": dropped,
-        "signers": signers,
-        "signatures": [secagg.signatures[i] for i in signers],
-    }
-    per_node = {}
-    for silo in survivors:
-        held = secagg.shares_for(silo)
-        per_node[nodes[silo]] = {"held_from": sorted(held), "held": [held[j] for j in sorted(held)]}
-    reveals: dict[int, Reveal] = {}
-    for silo, (node, meta) in ask(unmask, "unmask", [nodes[i] for i in survivors], per_node).items():
-        owners, shares = int_list(meta, "b_owners"), byte_list(meta, "b_shares", SHARE_BYTES)
-        seed_for, seeds = int_list(meta, "seed_for"), byte_list(meta, "seeds", KEY_BYTES)
-        if None in (owners, shares, seed_for, seeds) or len(owners) != len(shares) or len(seed_for) != len(seeds):  # type: ignore[arg-type]
-            rejected.append((node, f"silo {silo}: an unmask answer pairs b_owners with b_shares, seed_for with seeds"))
-            continue
-        reveals[silo] = Reveal(dict(zip(owners, shares, strict=True)), dict(zip(seed_for, seeds, strict=True)))  # type: ignore[arg-type]
-    coord.close_masked_round(k, reveals, rejected)
-    log.info(
-        "round %d closed: %d masked message(s), dropped %s, %d signature(s), %d unmask answer(s), %d rejected",
-        k, len(survivors), dropped, len(signers), len(reveals), len(rejected),
-    )  # fmt: skip
+                got = inc.meta or {}
+                to, blobs = int_list(got, "b_to"), byte_list(got, "b_blobs")
+                if to is None or blobs is None or len(to) != len(blobs):
+                    reason = f"silo {res[0]}: self-mask shares must pair b_to (integers) with b_blobs (bytes)"
+                else:
+                    message = Masked(res[1], dict(zip(to, blobs, strict=True)), got.get("b_commit"))  # type: ignore[arg-type]
+                    reason = coord.accept_masked(res[0], got.get("epoch"), k, message)
+                    if reason is None:
+                        nodes[res[0]] = inc.node_id
+            if reason is not None:
+                log.warning("round %d: rejected a message from node %d: %s", k, inc.node_id, reason)
+                self.rejected.append((inc.node_id, reason))
+        return nodes
+
+    def unmask(
+        self, epoch: int, survivors: list[int], dropped: list[int], signers: list[int], nodes: dict[int, int]
+    ) -> dict[int, Reveal]:
+        """The unmask step: each survivor's self-mask shares of the survivors and its round seeds
+        with the dropped."""
+        secagg = self.coord.state.secagg
+        assert secagg is not None
+        unmask = {
+            "epoch": epoch,
+            "survivors": survivors,
+            "dropped": dropped,
+            "signers": signers,
+            "signatures": [secagg.signatures[i] for i in signers],
+        }
+        per_node = {}
+        for silo in survivors:
+            held = secagg.shares_for(silo)
+            per_node[nodes[silo]] = {"held_from": sorted(held), "held": [held[j] for j in sorted(held)]}
+        reveals: dict[int, Reveal] = {}
+        for silo, (node, meta) in self.ask(unmask, "unmask", [nodes[i] for i in survivors], per_node).items():
+            owners, shares = int_list(meta, "b_owners"), byte_list(meta, "b_shares", SHARE_BYTES)
+            seed_for, seeds = int_list(meta, "seed_for"), byte_list(meta, "seeds", KEY_BYTES)
+            if None in (owners, shares, seed_for, seeds) or len(owners) != len(shares) or len(seed_for) != len(seeds):  # type: ignore[arg-type]
+                self.rejected.append(
+                    (node, f"silo {silo}: an unmask answer pairs b_owners with b_shares, seed_for with seeds")
+                )
+                continue
+            reveals[silo] = Reveal(dict(zip(owners, shares, strict=True)), dict(zip(seed_for, seeds, strict=True)))  # type: ignore[arg-type]
+        return reveals
 
 
 def _targets(grid: Grid, registry: dict[int, int] | None) -> list[int]:
@@ -389,118 +433,151 @@ def _exchange(
     missed every round after the server's restart).  The second request releases the held reply; its own reply
     is the one held next, to a request nobody pulls.  Whichever reply of a silo arrives first is
     taken; the silo's other requests are dropped from the round."""
-    prefix = coord.state.prefix
-    deadline = time.time() + timeout  # reset after the first push (requests created before it)
-    dest: dict[str, int] = {}
-    ids: set[str] = set()
-    pushed_at: dict[int, float] = {}
-    if nudge_after is None:
-        nudge_after = max(timeout * NUDGE_FRACTION, NUDGE_FLOOR)
-    nudge = nudge_after if reask else float("inf")
-    nudged: set[int] = set()
-    answered: set[int] = set()
+    exchange = _Exchange(grid, coord, registry, message_type, meta, round_, timeout, poll, per_node, reask)
+    exchange.nudge = (
+        (max(timeout * NUDGE_FRACTION, NUDGE_FLOOR) if nudge_after is None else nudge_after) if reask else float("inf")
+    )
+    return exchange.run(only)
 
-    def content(node: int) -> RecordDict:
-        out = RecordDict({"meta": ConfigRecord({**meta, **(per_node or {}).get(node, {})})})
-        if prefix is not None:
-            out["synced"] = ArrayRecord({"prefix": Array(np.ascontiguousarray(prefix))})
+
+class _Exchange:
+    """The state of one :func:`_exchange`: requests pushed, replies taken, silos gone or nudged."""
+
+    def __init__(
+        self,
+        grid: Grid,
+        coord: Coordinator,
+        registry: dict[int, int] | None,
+        message_type: str,
+        meta: dict[str, Any],
+        round_: int,
+        timeout: float,
+        poll: float,
+        per_node: dict[int, dict[str, Any]] | None,
+        reask: bool,
+    ) -> None:
+        self.grid, self.coord, self.registry = grid, coord, registry
+        self.message_type, self.meta, self.per_node = message_type, meta, per_node or {}
+        self.round, self.timeout, self.poll, self.reask = round_, timeout, poll, reask
+        self.prefix = coord.state.prefix
+        self.nudge = float("inf")
+        self.dest: dict[str, int] = {}  # message id -> node
+        self.ids: set[str] = set()  # requests not answered yet
+        self.pushed_at: dict[int, float] = {}
+        self.nudged: set[int] = set()
+        self.answered: set[int] = set()
+        self.gone: set[int] = set()  # nodes that went offline during the round (reask only)
+        self.out: list[Incoming] = []
+
+    def run(self, only: list[int] | None) -> list[Incoming]:
+        targets = _targets(self.grid, self.registry)
+        self.push(targets if only is None else sorted(set(only) & set(targets)), self.timeout)
+        deadline = time.time() + self.timeout  # after the requests' expiry (created before the push, ttl = timeout)
+        while (self.ids or self.gone) and time.time() < deadline:
+            self.pull()
+            if self.gone:
+                self.ask_the_returned(deadline)
+            self.ask_the_silent(deadline)
+            if self.ids or self.gone:
+                time.sleep(self.poll)
+        if self.ids:
+            # The SuperLink stores no reply to an expired request.  One last pull after the expiry (and a
+            # margin for a store in progress) takes every reply it did store, so a silo counted as
+            # missing sent nothing that reached the server (under distributed-dp the survivors then reveal
+            # their round seeds with the missing silos; the self-mask still hides a message held anyway).
+            time.sleep(FINAL_PULL_MARGIN)
+            self.pull()
+        if self.ids or self.gone:
+            missing = {self.dest[m] for m in self.ids} | self.gone
+            log.warning("round %d: %d silo(s) did not answer within %.0f s", self.round, len(missing), self.timeout)
+        return self.out
+
+    def content(self, node: int) -> RecordDict:
+        out = RecordDict({"meta": ConfigRecord({**self.meta, **self.per_node.get(node, {})})})
+        if self.prefix is not None:
+            out["synced"] = ArrayRecord({"prefix": Array(np.ascontiguousarray(self.prefix))})
         return out
 
-    def push(nodes: list[int], ttl: float) -> None:
-        contents = [content(n) for n in nodes]
+    def push(self, nodes: list[int], ttl: float) -> None:
+        contents = [self.content(n) for n in nodes]
         messages = [
             # time to live = the round's deadline: a reply after it is not used, and a request that
             # outlives its round could be served late by a silo that rejoins (a wasted release)
-            Message(c, dst_node_id=n, message_type=message_type, group_id=str(round_), ttl=ttl)
+            Message(c, dst_node_id=n, message_type=self.message_type, group_id=str(self.round), ttl=ttl)
             for c, n in zip(contents, nodes, strict=True)
         ]
-        pushed = list(grid.push_messages(messages))
-        coord.state.downlink_messages += len(messages)
-        coord.state.downlink_bytes += sum(wire_bytes(c) for c in contents)
+        pushed = list(self.grid.push_messages(messages))
+        self.coord.state.downlink_messages += len(messages)
+        self.coord.state.downlink_bytes += sum(wire_bytes(c) for c in contents)
         now = time.time()
         for mid, n in zip(pushed, nodes, strict=True):
-            pushed_at[n] = now
+            self.pushed_at[n] = now
             if mid is not None:
-                dest[mid] = n
-                ids.add(mid)
+                self.dest[mid] = n
+                self.ids.add(mid)
 
-    out: list[Incoming] = []
-    gone: set[int] = set()  # nodes that went offline during the round (reask only)
-
-    def who(node: int | None) -> str:
+    def who(self, node: int | None) -> str:
+        registry = self.registry
         return f"silo {registry[node]} (node {node})" if registry and node in registry else f"node {node}"
 
-    def pull() -> None:
-        for msg in grid.pull_messages(ids):
-            ids.discard(msg.metadata.reply_to_message_id)
+    def pull(self) -> None:
+        for msg in self.grid.pull_messages(self.ids):
+            self.ids.discard(msg.metadata.reply_to_message_id)
+            node = self.dest.get(msg.metadata.reply_to_message_id)
             if _no_answer(msg):
-                # the SuperLink's own notice that the silo did not answer (request expired,
-                # node offline): the silo is missing this round, it sent nothing to reject
-                node = dest.get(msg.metadata.reply_to_message_id)
-                reason = str(msg.error.reason or "").split(" - ")[0]
-                if node in answered:  # the notice of a silo's other request: its answer is in
-                    continue
-                if reask and node is not None and msg.error.code == ErrorCode.NODE_UNAVAILABLE:
-                    gone.add(node)
-                    log.warning(
-                        "round %d: %s went offline; asked again if it is back within the deadline", round_, who(node)
-                    )
-                    continue
-                log.warning("round %d: %s did not answer (%s)", round_, who(node), reason)
+                self.no_answer(msg, node)
                 continue
-            node = dest.get(msg.metadata.reply_to_message_id)
             if node is not None:
-                if node in answered:  # a silo answered both its request and the repeat: one is enough
+                if node in self.answered:  # a silo answered both its request and the repeat: one is enough
                     continue
-                answered.add(node)
-                gone.discard(node)  # (its other request's offline notice may have come first)
-                ids.difference_update([m for m in ids if dest[m] == node])
+                self.answered.add(node)
+                self.gone.discard(node)  # (its other request's offline notice may have come first)
+                self.ids.difference_update([m for m in self.ids if self.dest[m] == node])
             inc = _incoming(msg)
-            coord.state.uplink_messages += 1
-            coord.state.uplink_bytes += inc.wire_bytes
-            out.append(inc)
+            self.coord.state.uplink_messages += 1
+            self.coord.state.uplink_bytes += inc.wire_bytes
+            self.out.append(inc)
 
-    push(_targets(grid, registry) if only is None else sorted(set(only) & set(_targets(grid, registry))), timeout)
-    deadline = time.time() + timeout  # after the requests' expiry (created before the push, ttl = timeout)
-    while (ids or gone) and time.time() < deadline:
-        pull()
-        if gone:
-            back = sorted(gone & set(_targets(grid, registry)))
-            left = deadline - time.time()
-            if back and left > 1.0:
-                gone.difference_update(back)
-                log.info("round %d: %s back; asked again", round_, ", ".join(map(who, back)))
-                push(back, left)
+    def no_answer(self, msg: Message, node: int | None) -> None:
+        """The SuperLink's own notice that the silo did not answer (request expired, node offline):
+        the silo is missing this round, it sent nothing to reject."""
+        reason = str(msg.error.reason or "").split(" - ")[0]
+        if node in self.answered:  # the notice of a silo's other request: its answer is in
+            return
+        if self.reask and node is not None and msg.error.code == ErrorCode.NODE_UNAVAILABLE:
+            self.gone.add(node)
+            log.warning(
+                "round %d: %s went offline; asked again if it is back within the deadline", self.round, self.who(node)
+            )
+            return
+        log.warning("round %d: %s did not answer (%s)", self.round, self.who(node), reason)
+
+    def ask_the_returned(self, deadline: float) -> None:
+        back = sorted(self.gone & set(_targets(self.grid, self.registry)))
+        left = deadline - time.time()
+        if back and left > 1.0:
+            self.gone.difference_update(back)
+            log.info("round %d: %s back; asked again", self.round, ", ".join(map(self.who, back)))
+            self.push(back, left)
+
+    def ask_the_silent(self, deadline: float) -> None:
         now = time.time()
-        silent = {dest[m] for m in ids} - nudged - gone
+        silent = {self.dest[m] for m in self.ids} - self.nudged - self.gone
         # silent past the nudge delay while half of the silos answered, or past half the deadline anyway
-        wait = nudge if 2 * len(answered) >= len(pushed_at) else max(nudge, timeout / 2)
-        late = sorted(n for n in silent if now - pushed_at[n] >= wait)
+        wait = self.nudge if 2 * len(self.answered) >= len(self.pushed_at) else max(self.nudge, self.timeout / 2)
+        late = sorted(n for n in silent if now - self.pushed_at[n] >= wait)
         if late and deadline - now > 1.0:
-            online = set(_targets(grid, registry))
+            online = set(_targets(self.grid, self.registry))
             late = [n for n in late if n in online]
-            nudged.update(late)
+            self.nudged.update(late)
             if late:
                 log.info(
                     "round %d: %s silent for %.0f s while online; asked once more",
-                    round_,
-                    ", ".join(map(who, late)),
+                    self.round,
+                    ", ".join(map(self.who, late)),
                     wait,
                 )
-                push(late, deadline - now)
-        if ids or gone:
-            time.sleep(poll)
-    if ids:
-        # The SuperLink stores no reply to an expired request.  One last pull after the expiry (and a
-        # margin for a store in progress) takes every reply it did store, so a silo counted as
-        # missing sent nothing that reached the server (under distributed-dp the survivors then reveal
-        # their round seeds with the missing silos; the self-mask still hides a message held anyway).
-        time.sleep(FINAL_PULL_MARGIN)
-        pull()
-    if ids or gone:
-        missing = {dest[m] for m in ids} | gone
-        log.warning("round %d: %d silo(s) did not answer within %.0f s", round_, len(missing), timeout)
-    return out
+                self.push(late, deadline - now)
 
 
 def _no_answer(msg: Message) -> bool:
