@@ -111,6 +111,22 @@ def validate_release(
     claim only, which a deployment with SuperNode authentication never does); ``seen`` holds
     the silos already accepted this round.
     """
+    checked = _sender(spec, incoming, phase, round_, registry, seen)
+    if isinstance(checked, str):
+        return checked
+    silo, meta = checked
+    arrays = incoming.arrays or {}
+    if phase in ("setup", "keys", "survivors", "unmask"):
+        return silo, dict(meta)
+    if phase == "sync":
+        return _release(spec, silo, arrays, width)
+    return _report(silo, meta, arrays, curve_points)
+
+
+def _sender(
+    spec: DeploySpec, incoming: Incoming, phase: str, round_: int, registry: dict[int, int] | None, seen: set[int]
+) -> tuple[int, dict[str, Any]] | str:
+    """The silo a reply comes from, if it is this deployment's, this phase's and this round's first."""
     if incoming.error is not None:
         return f"error reply from node {incoming.node_id}: {shown(incoming.error)}"
     meta = incoming.meta
@@ -133,35 +149,51 @@ def validate_release(
         return f"silo {silo}: round {shown(r)} is not the current round {round_} (stale or replayed)"
     if silo in seen:
         return f"silo {silo}: a second message in round {round_} (one per silo per round)"
-    arrays = incoming.arrays or {}
-    if phase == "setup":
-        return silo, dict(meta)
-    if phase == "sync" and spec.shuffled:
+    return silo, meta
+
+
+def _release(spec: DeploySpec, silo: int, arrays: dict[str, np.ndarray], width: int) -> tuple[int, np.ndarray] | str:
+    """A sync reply's payload as the protocol carries it: nothing (shuffled), residues (masked), a p-sum."""
+    if spec.shuffled:
         # the p-sum went to the shuffler; a payload here would tell the server who sent it
         if arrays:
             return f"silo {silo}: a shuffled protocol's acknowledgement must carry no arrays, got {sorted(arrays)}"
         return silo, np.zeros(0)
-    if phase == "sync" and spec.masked:
+    if spec.masked:
         if set(arrays) != {"masked"}:
             return f"silo {silo}: expected exactly one array 'masked', got {sorted(arrays)}"
         x = arrays["masked"]
         if not isinstance(x, np.ndarray) or x.dtype != np.uint64 or x.shape != (width,):
             return f"silo {silo}: masked must be {width} uint64 residues, got {getattr(x, 'dtype', type(x).__name__)}"
         return silo, x
-    if phase in ("keys", "survivors", "unmask"):
-        return silo, dict(meta)
-    if phase == "sync":
-        if set(arrays) != {"psum"}:
-            return f"silo {silo}: expected exactly one array 'psum', got {sorted(arrays)}"
-        x = arrays["psum"]
-        if not isinstance(x, np.ndarray) or x.dtype != np.float64:
-            return f"silo {silo}: psum dtype must be float64, got {getattr(x, 'dtype', type(x).__name__)}"
-        if x.shape != (width,):
-            return f"silo {silo}: psum shape must be ({width},), got {x.shape}"
-        if not np.isfinite(x).all():
-            return f"silo {silo}: psum has {int((~np.isfinite(x)).sum())} non-finite entries"
-        return silo, x
-    # finish: the trial report, or an acknowledgement from a silo that does not share it (the default)
+    if set(arrays) != {"psum"}:
+        return f"silo {silo}: expected exactly one array 'psum', got {sorted(arrays)}"
+    x = arrays["psum"]
+    if not isinstance(x, np.ndarray) or x.dtype != np.float64:
+        return f"silo {silo}: psum dtype must be float64, got {getattr(x, 'dtype', type(x).__name__)}"
+    if x.shape != (width,):
+        return f"silo {silo}: psum shape must be ({width},), got {x.shape}"
+    if not np.isfinite(x).all():
+        return f"silo {silo}: psum has {int((~np.isfinite(x)).sum())} non-finite entries"
+    return silo, x
+
+
+#: the counts of a silo's trial report, each a non-negative integer
+REPORT_COUNTS = (
+    "served",
+    "skipped_releases",
+    "clipped_features",
+    "clipped_rewards",
+    "psd_repairs",
+    "dropped_contributions",
+    "max_user_visits",
+)
+
+
+def _report(
+    silo: int, meta: dict[str, Any], arrays: dict[str, np.ndarray], curve_points: int | None
+) -> tuple[int, dict[str, Any]] | str:
+    """A finish reply: the trial report, or an acknowledgement from a silo that does not share it (the default)."""
     if meta.get("report") == WITHHELD:
         if arrays:
             return f"silo {silo}: a withheld report must carry no arrays, got {sorted(arrays)}"
@@ -177,15 +209,7 @@ def validate_release(
     ):
         return f"silo {silo}: curve must be {curve_points} finite float64 numbers"
     counts = {}
-    for key in (
-        "served",
-        "skipped_releases",
-        "clipped_features",
-        "clipped_rewards",
-        "psd_repairs",
-        "dropped_contributions",
-        "max_user_visits",
-    ):
+    for key in REPORT_COUNTS:
         v = meta.get(key)
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             return f"silo {silo}: report field {key} must be a non-negative integer, got {shown(v)}"
