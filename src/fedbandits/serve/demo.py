@@ -31,7 +31,7 @@ import httpx
 import numpy as np
 import uvicorn
 
-from fedbandits.config import load_config
+from fedbandits.config import Config, load_config
 from fedbandits.envs.synthetic import GaussianSphere, GaussianSphereParams
 from fedbandits.federation.certs import create_flower_credentials
 from fedbandits.federation.processes import (
@@ -254,7 +254,8 @@ async def traffic(
     return tally
 
 
-def run_demo(args: argparse.Namespace) -> int:
+def _demo_config(args: argparse.Namespace) -> tuple[Path, Config, str]:
+    """The demo's config (the embedded one, or --config), checked: its file, the config, the protocol of 'fed'."""
     if not args.seconds > 0 or not args.rate > 0:
         raise ValueError("--seconds and --rate must be > 0")
     path = Path(args.config) if args.config else DEMO_CONFIG
@@ -272,6 +273,40 @@ def run_demo(args: argparse.Namespace) -> int:
             flower_bin("flower-superlink")
         except DeployError as exc:
             raise ValueError(f"--flower: {exc}") from None
+    return path, config, protocol
+
+
+def _start_silos(
+    flower: bool,
+    path: Path,
+    workdir: Path,
+    silos: int,
+    tokens: tuple[Path, Path],
+    web_port: int,
+    sync_seconds: float,
+    processes: list[Proc],
+) -> tuple[list[SiloProcess], list[SiloProcess]]:
+    """The federated silos (with ``flower``: behind `serve server --flower`'s SuperLink) and the lone
+    ones; every process started is in ``processes``, to be stopped whatever happens next."""
+    schedule = ["--sync-seconds", str(sync_seconds), "--budget-policy", "renew"]
+    if flower:  # the Flower deployment carries the rounds: `serve server --flower`, silos with --superlink
+        server, link = start_flower_server(path, workdir, silos, web_port)
+        processes.append(server)
+        schedule += ["--superlink", link, "--superlink-ca", str(workdir / "certs" / "ca.pem")]
+    fed = []
+    for i in range(silos):
+        key = ["--node-key", str(workdir / "certs" / f"silo-{i}")] if flower else []
+        fed.append(start_silo(path, i, "fed", workdir, tokens, [*schedule, *key]))
+        processes.append(fed[-1].process)
+    alone = []
+    for i in range(silos):
+        alone.append(start_silo(path, i, "alone", workdir, tokens))
+        processes.append(alone[-1].process)
+    return fed, alone
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    path, config, protocol = _demo_config(args)
     keep = args.workdir is not None
     workdir = Path(args.workdir) if keep else Path(tempfile.mkdtemp(prefix="fedbandits-serve-demo-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -288,22 +323,7 @@ def run_demo(args: argparse.Namespace) -> int:
     web_port = free_port()
     try:
         sync_seconds = FLOWER_SYNC_SECONDS if args.flower else SYNC_SECONDS
-        schedule = ["--sync-seconds", str(sync_seconds), "--budget-policy", "renew"]
-        if args.flower:  # the Flower deployment carries the rounds: `serve server --flower`, silos with --superlink
-            server, link = start_flower_server(path, workdir, silos, web_port)
-            processes.append(server)
-            schedule += ["--superlink", link, "--superlink-ca", str(workdir / "certs" / "ca.pem")]
-            fed = [
-                start_silo(
-                    path, i, "fed", workdir, tokens, [*schedule, "--node-key", str(workdir / "certs" / f"silo-{i}")]
-                )
-                for i in range(silos)
-            ]
-        else:
-            fed = [start_silo(path, i, "fed", workdir, tokens, schedule) for i in range(silos)]
-        processes += [s.process for s in fed]
-        alone = [start_silo(path, i, "alone", workdir, tokens) for i in range(silos)]
-        processes += [s.process for s in alone]
+        fed, alone = _start_silos(args.flower, path, workdir, silos, tokens, web_port, sync_seconds, processes)
         if not args.flower:
             coordinator = Coordinator(
                 config,

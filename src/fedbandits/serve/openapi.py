@@ -45,6 +45,32 @@ def _get(summary: str, answer: dict[str, Any], secured: bool = True) -> dict[str
     return {"get": op}
 
 
+def _decision_request(max_arms: int) -> dict[str, Any]:
+    """The body of ``POST /v1/decisions``."""
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["features"],
+        "properties": {
+            "features": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": max_arms,
+                "items": {"type": "array", "items": {"type": "number"}},
+                "description": "K candidate arms, d numbers each",
+            },
+            "context_id": {"type": "string", "maxLength": 200},
+            "user_id": {
+                "oneOf": [
+                    {"type": "integer", "minimum": 0},
+                    {"type": "string", "minLength": 1, "maxLength": 256},
+                ],
+                "description": "the user served: required with privacy_unit = 'user' (compared as text)",
+            },
+        },
+    }
+
+
 def document(max_arms: int, max_batch: int, max_body: int) -> dict[str, Any]:
     obj = {"type": "object"}
     sync = {"epoch": {"type": "integer", "minimum": 0}, "round": {"type": "integer", "minimum": 0}}
@@ -62,28 +88,7 @@ def document(max_arms: int, max_batch: int, max_body: int) -> dict[str, Any]:
         "paths": {
             "/v1/decisions": _post(
                 "choose an arm for one user",
-                {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "required": ["features"],
-                    "properties": {
-                        "features": {
-                            "type": "array",
-                            "minItems": 1,
-                            "maxItems": max_arms,
-                            "items": {"type": "array", "items": {"type": "number"}},
-                            "description": "K candidate arms, d numbers each",
-                        },
-                        "context_id": {"type": "string", "maxLength": 200},
-                        "user_id": {
-                            "oneOf": [
-                                {"type": "integer", "minimum": 0},
-                                {"type": "string", "minLength": 1, "maxLength": 256},
-                            ],
-                            "description": "the user served: required with privacy_unit = 'user' (compared as text)",
-                        },
-                    },
-                },
+                _decision_request(max_arms),
                 {
                     "type": "object",
                     "properties": {

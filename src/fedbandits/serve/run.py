@@ -311,45 +311,21 @@ def run_flower_server(args: argparse.Namespace) -> int:
         raise ValueError(
             "--flower needs --certs (ca.pem, server.pem, server.key, silo-<i>.pub: fedbandits deploy certs)"
         )
-    host = args.superlink_host or "127.0.0.1"
-    port = 0 if args.superlink_port is None else args.superlink_port
     round_timeout = 20.0 if args.round_timeout is None else args.round_timeout
     if not args.sync_seconds > 0 or not round_timeout > 0:
         raise ValueError("--sync-seconds and --round-timeout must be > 0")
+    port = 0 if args.superlink_port is None else args.superlink_port
     if not 0 <= port < 65536:
         raise ValueError(f"--superlink-port must be in [0, 65535], got {port}")
     options, view_token = status_options(args)
     _deploy_extra("flower-superlink")
-    config = load_config(args.config)
-    shuffler = shuffler_party(args)
-    setup = Coordinator.check(config, args.entry, args.budget_policy, args.sync_seconds, shuffler is not None)
-    spec = make_spec(config, setup.label)
-    need = ["ca.pem", "server.pem", "server.key", *(f"silo-{i}.pub" for i in range(spec.silos))]
-    missing = [name for name in need if not (args.certs / name).is_file()]
-    if missing:  # before anything is created in the work folder
-        raise ValueError(f"--certs lacks {', '.join(missing)} (in {args.certs}; `fedbandits deploy certs` makes them)")
-    dep = ServeDeployment(
-        args.state_dir,
-        spec,
-        certs=args.certs,
-        host=host,
-        port=port,
-        config_file=args.config,
-        entry=args.entry or "",
-        sync_seconds=args.sync_seconds,
-        policy=args.budget_policy,
-        round_timeout=round_timeout,
-        shuffler=args.shuffler,
-        shuffler_files=None if shuffler is None else (args.shuffler_ca, args.shuffler_cert, args.shuffler_key),
-    )
+    dep = _serve_deployment(args, port, round_timeout)
     if args.sync_seconds < 15:
         print(
             f"note: --sync-seconds {args.sync_seconds:g}: every tick starts a ClientApp process on each silo's host "
             "(about 2 s of CPU); 15 s or more is advised (docs/serving.md)",
             file=sys.stderr,
         )
-    # no tick for this long: the ServerApp is gone or stuck (a tick is at most a few phases of round_timeout)
-    patience = args.sync_seconds + 5 * round_timeout + 60
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
 
@@ -366,7 +342,6 @@ def run_flower_server(args: argparse.Namespace) -> int:
             dep.start()
         except DeployError as exc:
             raise ValueError(str(exc)) from None
-        started = time.time()
         print(
             f"syncing {dep.spec.silos} silos every {args.sync_seconds:g} s through the SuperLink on "
             f"{args.superlink_host}:{dep.port} (TLS, SuperNode auth; run {dep.run_id}, state {dep.state})",
@@ -376,21 +351,54 @@ def run_flower_server(args: argparse.Namespace) -> int:
             web = uvicorn.Server(uvicorn.Config(federation_app(status, view_token), **options))
             threading.Thread(target=web.run, name="federation-status", daemon=True).start()
         try:
-            while not stop.wait(1.0):
-                if dep.error_file.exists():
-                    raise ValueError(f"the serving ServerApp failed:\n{dep.error_file.read_text()}")
-                link = dep.procs.get("superlink")
-                if link is not None and not link.alive():
-                    raise ValueError(f"the SuperLink exited; see {link.log}")
-                ticked = dep.status_file.stat().st_mtime if dep.status_file.exists() else started
-                if time.time() - ticked > patience:
-                    raise ValueError(f"the serving ServerApp has not ticked for {patience:g} s; see {dep.logs}")
+            # no tick for this long: the ServerApp is gone or stuck (a tick is at most a few phases of round_timeout)
+            _watch(dep, stop, args.sync_seconds + 5 * round_timeout + 60)
         except KeyboardInterrupt:
             pass
         finally:
             if web is not None:
                 web.should_exit = True
     return 0
+
+
+def _serve_deployment(args: argparse.Namespace, port: int, round_timeout: float) -> ServeDeployment:
+    """The serving deployment the arguments describe, checked before anything is created."""
+    config = load_config(args.config)
+    shuffler = shuffler_party(args)
+    setup = Coordinator.check(config, args.entry, args.budget_policy, args.sync_seconds, shuffler is not None)
+    spec = make_spec(config, setup.label)
+    need = ["ca.pem", "server.pem", "server.key", *(f"silo-{i}.pub" for i in range(spec.silos))]
+    missing = [name for name in need if not (args.certs / name).is_file()]
+    if missing:  # before anything is created in the work folder
+        raise ValueError(f"--certs lacks {', '.join(missing)} (in {args.certs}; `fedbandits deploy certs` makes them)")
+    return ServeDeployment(
+        args.state_dir,
+        spec,
+        certs=args.certs,
+        host=args.superlink_host or "127.0.0.1",
+        port=port,
+        config_file=args.config,
+        entry=args.entry or "",
+        sync_seconds=args.sync_seconds,
+        policy=args.budget_policy,
+        round_timeout=round_timeout,
+        shuffler=args.shuffler,
+        shuffler_files=None if shuffler is None else (args.shuffler_ca, args.shuffler_cert, args.shuffler_key),
+    )
+
+
+def _watch(dep: ServeDeployment, stop: threading.Event, patience: float) -> None:
+    """Until ``stop``: a failed ServerApp, a SuperLink gone or a tick ``patience`` s overdue ends the run."""
+    started = time.time()
+    while not stop.wait(1.0):
+        if dep.error_file.exists():
+            raise ValueError(f"the serving ServerApp failed:\n{dep.error_file.read_text()}")
+        link = dep.procs.get("superlink")
+        if link is not None and not link.alive():
+            raise ValueError(f"the SuperLink exited; see {link.log}")
+        ticked = dep.status_file.stat().st_mtime if dep.status_file.exists() else started
+        if time.time() - ticked > patience:
+            raise ValueError(f"the serving ServerApp has not ticked for {patience:g} s; see {dep.logs}")
 
 
 def server_shuffling(party: ShufflerClient, config: Config, setup: AgentSetup) -> ServerShuffling:
