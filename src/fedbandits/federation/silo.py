@@ -43,10 +43,6 @@ from fedbandits.envs.files import DataFiles
 from fedbandits.federation.spec import DeploySpec, load_pickle, save_pickle
 from fedbandits.online.agent import Agent
 from fedbandits.online.inputs import AgentError
-
-# SecretDistributedRandomizer lives in protocols (the online agent uses it too); importing it here
-# also keeps silo state files pickled before the move loadable (pickle finds it under this module)
-from fedbandits.protocols.distributed_dp import SecretDistributedRandomizer  # noqa: F401
 from fedbandits.sim.seeding import env_rngs
 from fedbandits.sim.task import time_grid
 
