@@ -1372,11 +1372,16 @@ def test_a_state_file_of_the_retired_silo_learner_is_refused_in_one_line(tmp_pat
     assert silo.path.read_bytes() == before
 
 
+@pytest.mark.parametrize("layout", ["analyzers", "aggregator"])
 @pytest.mark.parametrize("protocol", ["ldp", "none"])
-def test_a_server_state_of_the_earlier_layout_resumes_through_the_aggregator(tmp_path: Path, protocol: str) -> None:
-    """A server state pickled before the round-closing arithmetic moved into the online Aggregator
-    (the state held ``analyzer``, ``total`` and ``modular`` itself) resumes: the next prefixes equal
-    those of a server that never stopped, bit for bit."""
+def test_a_server_state_of_an_earlier_layout_resumes_through_the_rounds(
+    tmp_path: Path, protocol: str, layout: str
+) -> None:
+    """A server state pickled by an earlier version resumes: ``analyzers``, before the round-closing
+    arithmetic moved into the online Aggregator (the state held ``analyzer``, ``total`` and
+    ``modular`` itself); ``aggregator``, before the open round moved into the Rounds ledger both
+    coordinators hold (the state held the Aggregator, ``completed`` and ``prefix``).  The next
+    prefixes equal those of a server that never stopped, bit for bit."""
     from fedbandits.federation.spec import load_pickle, save_pickle
 
     spec = _spec(protocol)
@@ -1388,10 +1393,16 @@ def test_a_server_state_of_the_earlier_layout_resumes_through_the_aggregator(tmp
     for k in range(2):
         coord.close_round(k + 1, rows[k], [])
     state = load_pickle(coord.path)
-    aggregator = state.__dict__.pop("aggregator")  # as the earlier version laid it out
-    state.__dict__.update(analyzer=aggregator.analyzer, total=aggregator.total, modular=None)
+    ledger = state.__dict__.pop("ledger")  # as the earlier version laid it out
+    state.__dict__.update(completed=ledger.closed, prefix=ledger.prefix)
+    if layout == "aggregator":
+        state.__dict__.update(aggregator=ledger.aggregator)
+    else:
+        state.__dict__.update(analyzer=ledger.aggregator.analyzer, total=ledger.aggregator.total, modular=None)
     save_pickle(coord.path, state)
     again = Coordinator(spec, tmp_path / "old")
-    assert again.state.aggregator.rounds == 2 and "analyzer" not in again.state.__dict__
+    assert again.state.completed == 2 and again.state.ledger.aggregator.rounds == 2
+    assert {"analyzer", "aggregator", "completed", "prefix"}.isdisjoint(again.state.__dict__)
+    np.testing.assert_array_equal(again.state.prefix, expected[1])
     for k in (2, 3):
         np.testing.assert_array_equal(again.close_round(k + 1, rows[k], []), expected[k])

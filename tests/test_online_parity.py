@@ -236,3 +236,31 @@ def test_the_aggregator_refuses_a_wrong_round():
         ddp.aggregate([np.zeros(width)] * 3)
     with pytest.raises(ValueError, match="does not synchronise"):
         Aggregator.from_config(_config({"name": "linucb-independent"}))
+
+
+@pytest.mark.parametrize("renew", [False, True])
+def test_the_rounds_ledger_numbers_closes_and_renews_as_the_budget_says(renew):
+    """K = T // B = 48 // 4 = 12 releases per budget epoch.  ``stop``: after the 12th round nothing
+    closes again; ``renew``: round 12 opens epoch 1 on a fresh tree, whose prefixes add to epoch 0's
+    last one (so epoch 1's first prefix is epoch 0's final prefix plus the new tree's first node)."""
+    from fedbandits.online import AgentSetup
+    from fedbandits.online.rounds import Rounds
+
+    setup = AgentSetup.from_config(_config(FEDERATED[2].values[0]))
+    assert setup.releases == 12
+    ledger, fresh = Rounds(setup, renew=renew), Aggregator(setup)
+    rng = np.random.default_rng(5)
+    rows = [rng.standard_normal((AGENTS, setup.width)) for _ in range(13)]
+    for k in range(12):
+        assert (ledger.epoch, ledger.round, ledger.closed) == (0, k, k)
+        prefix = ledger.close(list(rows[k]))
+    np.testing.assert_array_equal(ledger.prefix, prefix)
+    if not renew:
+        assert ledger.finished and (ledger.epoch, ledger.round) == (0, 12)
+        with pytest.raises(ValueError, match="the noise covers 12 releases, all synced"):
+            ledger.close(list(rows[12]))
+        assert ledger.closed == 12
+        return
+    assert not ledger.finished and (ledger.epoch, ledger.round, ledger.closed) == (1, 0, 12)
+    np.testing.assert_array_equal(ledger.base, prefix)
+    np.testing.assert_array_equal(ledger.close(list(rows[12])), prefix + fresh.aggregate(list(rows[12])))

@@ -383,7 +383,7 @@ def test_a_restarted_coordinator_resumes_its_round_and_tree(tmp_path):
     urls = [f"http://silo{i}" for i in range(3)]
     again = Coordinator(config(), HttpLink(urls, SYNC, transport=router), tmp_path / "server")
     assert (again.epoch, again.round) == (0, 2)
-    assert again.aggregator.analyzer.k == coordinator.aggregator.analyzer.k
+    assert again.ledger.aggregator.analyzer.k == coordinator.ledger.aggregator.analyzer.k
     traffic(clients, rng, 3)
     assert again.tick().closed and again.latest()[1] == 2
     assert not np.array_equal(again.latest()[2], prefix)
@@ -417,7 +417,7 @@ def test_the_budget_policy_when_the_epochs_releases_are_made(tmp_path, policy):
         assert math.isclose(status["epsilon_lifetime"], 2 * per_epoch)
         assert status["model_version"] == "1.0"
         # the new epoch's prefix adds to the old one: the 4-round tree's final prefix is its base
-        assert not np.allclose(coordinator.base, 0)
+        assert not np.allclose(coordinator.ledger.base, 0)
 
 
 def test_distributed_dp_rounds_go_through_secure_aggregation(tmp_path):

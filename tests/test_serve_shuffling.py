@@ -143,7 +143,8 @@ def test_a_restarted_coordinator_replays_the_shuffled_rounds(tmp_path):
     prefix = coordinator.latest()[2].copy()
     coordinator.close()
     again = coordinator_of(tmp_path, cfg, party, clients)
-    assert (again.epoch, again.round) == (0, 2) and again.aggregator.analyzer.k == coordinator.aggregator.analyzer.k
+    assert (again.epoch, again.round) == (0, 2)
+    assert again.ledger.aggregator.analyzer.k == coordinator.ledger.aggregator.analyzer.k
     traffic(clients, rng, 1)
     assert again.tick().closed and not np.array_equal(again.latest()[2], prefix)
 

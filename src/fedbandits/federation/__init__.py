@@ -3,7 +3,7 @@
 * :mod:`~fedbandits.federation.spec`: what server and silos agree on (config, hash, constants);
 * :mod:`~fedbandits.federation.silo`: a silo's users served by the online agent, and its durable state;
 * :mod:`~fedbandits.federation.server`: validation of incoming messages, the round's closing (through
-  :class:`~fedbandits.online.aggregator.Aggregator`), durable state;
+  :class:`~fedbandits.online.rounds.Rounds`), durable state;
 * :mod:`~fedbandits.federation.server_app`, :mod:`~fedbandits.federation.client_app`: the Flower
   ServerApp and ClientApp that carry them (their messages: :mod:`~fedbandits.federation.wire`);
 * :mod:`~fedbandits.federation.serving_server_app`, :mod:`~fedbandits.federation.serving_client_app`:

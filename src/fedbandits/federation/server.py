@@ -5,8 +5,10 @@ message per silo, each checked before it can touch the state (:func:`validate_re
 the sender must be the silo its node is registered as, the message must be for the current
 round and this deployment (config hash), and the payload exactly P finite float64 numbers.  A
 rejected message is logged with its reason and counts as missing.  When the round closes
-(all silos answered, or the deadline passed) the analyzer A of Algorithm 2 adds the accepted
-p-sums -- in silo order, exactly like the simulator -- and releases the synced prefix; the whole
+(all silos answered, or the deadline passed) the federation's round ledger
+(:class:`fedbandits.online.Rounds`, the service's coordinator's too) closes it: the analyzer A of
+Algorithm 2 adds the accepted p-sums -- in silo order, exactly like the simulator -- and releases
+the synced prefix; the whole
 server state is then written atomically, so a restarted server resumes after the last
 completed round and never loses or redoes one.
 """
@@ -35,6 +37,7 @@ from fedbandits.crypto.signing import Authority
 from fedbandits.federation.spec import DeploySpec, load_pickle, save_pickle, shown
 from fedbandits.federation.wire import WITHHELD
 from fedbandits.online.aggregator import Aggregator
+from fedbandits.online.rounds import Rounds
 
 log = logging.getLogger("fedbandits.federation.server")
 
@@ -72,11 +75,10 @@ class ServerState:
     digest: str
     silos: int
     width: int
-    #: the round-closing arithmetic: the tree analyzer (ldp, shuffled), the exact running sum (none), the
-    #: modular tree analyzer of decoded sums (distributed-dp) -- the online agents' and the service's too
-    aggregator: Aggregator
-    completed: int = 0  # synchronisations completed (closed and persisted)
-    prefix: np.ndarray | None = None  # the latest synced prefix (after `completed`)
+    #: the open round and the arithmetic that closes it (the tree analyzer for ldp and shuffled
+    #: protocols, the exact running sum for none, the modular tree analyzer for distributed-dp): the
+    #: service's coordinator holds the same object
+    ledger: Rounds
     rounds: list[RoundRecord] = field(default_factory=list)
     uplink_messages: int = 0
     downlink_messages: int = 0
@@ -92,6 +94,16 @@ class ServerState:
     secagg: MaskingServer | None = None
     epochs: int = 0  # secure-aggregation epochs started (key set-ups)
     epoch_nodes: list[int] = field(default_factory=list)  # nodes whose silos are in the current roster
+
+    @property
+    def completed(self) -> int:
+        """Synchronisations completed (closed and persisted)."""
+        return self.ledger.closed
+
+    @property
+    def prefix(self) -> np.ndarray | None:
+        """The latest synced prefix (after ``completed``)."""
+        return self.ledger.prefix
 
 
 def validate_release(
@@ -239,9 +251,7 @@ class Coordinator:
             self.state = migrated(state, spec)
             log.info("resuming from durable state: %d of %d synchronisations completed", state.completed, spec.releases)
         else:
-            self.state = ServerState(
-                digest=spec.digest, silos=spec.silos, width=self.width, aggregator=Aggregator(spec.setup)
-            )
+            self.state = ServerState(digest=spec.digest, silos=spec.silos, width=self.width, ledger=Rounds(spec.setup))
             if spec.masked:
                 if authority is None:
                     raise ServerStateError("distributed-dp needs the silos' signing CA (signing-ca.pem)")
@@ -273,10 +283,10 @@ class Coordinator:
     def close_round(self, k: int, accepted: dict[int, np.ndarray], rejected: list[tuple[int, str]]) -> np.ndarray:
         """Aggregate the accepted releases of synchronisation k; persist; return the synced prefix."""
         M, P = self.spec.silos, self.width
-        rows = np.zeros((1, M, P))
+        rows = np.zeros((M, P))
         record = np.full((M, P), np.nan)
         for silo, x in accepted.items():
-            rows[0, silo] = x
+            rows[silo] = x
             record[silo] = x
         return self._close(k, rows, record, sorted(accepted), rejected)
 
@@ -296,7 +306,7 @@ class Coordinator:
                 len(acknowledged),
             )
         record = batch.copy()
-        return self._close(k, record[None], record, sorted(acknowledged), rejected)
+        return self._close(k, record, record, sorted(acknowledged), rejected)
 
     # -- distributed-dp: secure aggregation ---------------------------------------------------
     def _secagg(self) -> MaskingServer:
@@ -349,8 +359,7 @@ class Coordinator:
         """Close ``distributed-dp`` round ``k``: the survivors' modular sum (self-masks and the
         dropped silos' pairwise masks removed with ``reveals``), decoded; the decoded node sum is
         recorded.  If the masks cannot be removed the round closes without data."""
-        if k != self.state.completed + 1:
-            raise ValueError(f"round {k} cannot close: {self.state.completed} rounds are completed")
+        self._check(k)
         secagg = self._secagg()
         accepted = sorted(secagg.received)
         try:
@@ -358,38 +367,38 @@ class Coordinator:
         except SecAggError as exc:
             log.warning("round %d: the masks cannot be removed (%s); closing without data", k, exc)
             return self.close_without_data(k, rejected)
-        node, prefix = self.state.aggregator.close_sum(total)
-        return self._close(k, node, node.copy(), accepted, rejected, prefix=prefix)
+        self._check(k)
+        node, prefix = self.state.ledger.close_sum(total)
+        return self._record(k, node.copy(), accepted, rejected, prefix)
 
     def close_without_data(self, k: int, rejected: list[tuple[int, str]]) -> np.ndarray:
         """Close ``distributed-dp`` round ``k`` as an empty node: nobody's data is released (no silo
         could take part, too few survivors signed, or the masks could not be removed).  No key was
         revealed: the epoch goes on."""
-        if k != self.state.completed + 1:
-            raise ValueError(f"round {k} cannot close: {self.state.completed} rounds are completed")
+        self._check(k)
         secagg = self._secagg()
         secagg.round_, secagg.survivors = None, None
-        node, prefix = self.state.aggregator.close_sum(np.zeros(self.width, dtype=np.uint64))
-        return self._close(k, node, node.copy(), [], rejected, prefix=prefix)
+        node, prefix = self.state.ledger.close_sum(np.zeros(self.width, dtype=np.uint64))
+        return self._record(k, node.copy(), [], rejected, prefix)
+
+    def _check(self, k: int) -> None:
+        if k != self.state.completed + 1:
+            raise ValueError(f"round {k} cannot close: {self.state.completed} rounds are completed")
 
     def _close(
-        self,
-        k: int,
-        rows: np.ndarray,
-        record: np.ndarray,
-        accepted: list[int],
-        rejected: list[tuple[int, str]],
-        prefix: np.ndarray | None = None,
+        self, k: int, rows: np.ndarray, record: np.ndarray, accepted: list[int], rejected: list[tuple[int, str]]
     ) -> np.ndarray:
+        """Close round k of ``none``, ``ldp`` or a shuffled protocol with ``rows (n, P)``."""
+        self._check(k)
+        return self._record(k, record, accepted, rejected, self.state.ledger.close_rows(rows))
+
+    def _record(
+        self, k: int, record: np.ndarray, accepted: list[int], rejected: list[tuple[int, str]], prefix: np.ndarray
+    ) -> np.ndarray:
+        """Keep closed round k's record and counts, and persist the state."""
         s = self.state
-        if k != s.completed + 1:
-            raise ValueError(f"round {k} cannot close: {s.completed} rounds are completed")
-        if prefix is None:  # distributed-dp closed its own (close_sum)
-            prefix = s.aggregator.close_rows(rows[0])
         missing = [i for i in range(self.spec.silos) if i not in accepted]
         s.rounds.append(RoundRecord(k, accepted, missing, list(rejected), record, prefix.copy()))
-        s.prefix = prefix.copy()
-        s.completed = k
         if s.secagg is not None:
             s.payload_bytes += len(accepted) * self.width * 8  # uint64 residues
         else:
@@ -405,14 +414,22 @@ class Coordinator:
 
 
 def migrated(state: ServerState, spec: DeploySpec) -> ServerState:
-    """A server state pickled before the round-closing arithmetic moved to :class:`Aggregator`
-    (it held ``analyzer``, ``total`` and ``modular`` itself): the same analyzers, moved into one."""
+    """A server state pickled by an earlier version, as :class:`Rounds` holds it now: before the
+    round-closing arithmetic moved to :class:`Aggregator` the state held ``analyzer``, ``total`` and
+    ``modular`` itself; then an ``aggregator``; both with ``completed`` and ``prefix`` beside it."""
     old = state.__dict__
-    if "aggregator" in old:
+    if "ledger" in old:
         return state
-    aggregator = Aggregator(spec.setup)
-    aggregator.analyzer, aggregator.total = old.pop("analyzer"), old.pop("total")
-    aggregator.modular = old.pop("modular", None)
-    aggregator.rounds = state.completed
-    state.aggregator = aggregator
+    if "aggregator" in old:
+        aggregator = old.pop("aggregator")
+    else:
+        aggregator = Aggregator(spec.setup)
+        aggregator.analyzer, aggregator.total = old.pop("analyzer"), old.pop("total")
+        aggregator.modular = old.pop("modular", None)
+    completed, prefix = old.pop("completed"), old.pop("prefix")
+    aggregator.rounds = completed
+    ledger = Rounds(spec.setup)
+    ledger.aggregator, ledger.closed, ledger.round, ledger.prefix = aggregator, completed, completed, prefix
+    ledger.finished = spec.setup.releases is not None and completed == spec.setup.releases
+    state.ledger = ledger
     return state

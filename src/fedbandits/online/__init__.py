@@ -4,7 +4,7 @@
     d = agent.choose(features)          # (K, d) -> Decision(arm, decision_id, scores)
     agent.reward(d.decision_id, 0.7)    # later, once
     payload = agent.sync_payload()      # a federation's sync round (fedlinucb entries)
-    agent.apply_sync(prefix)            # the prefix the server (Aggregator) returns
+    agent.apply_sync(prefix)            # the prefix the server (Rounds, Aggregator) returns
 
 See docs/online.md.  The package sits above config (it is built from a validated config and the
 registry) and below sim (the simulator never needs it).
@@ -14,6 +14,7 @@ from fedbandits.online import setup as _setup
 from fedbandits.online.agent import Agent, Decision
 from fedbandits.online.aggregator import Aggregator
 from fedbandits.online.inputs import AgentError
+from fedbandits.online.rounds import Rounds
 from fedbandits.online.setup import AGENT_ALGORITHMS, AgentSetup
 from fedbandits.online.state import FORMAT, StateFileError
 
@@ -26,6 +27,7 @@ __all__ = [
     "AgentSetup",
     "Aggregator",
     "Decision",
+    "Rounds",
     "StateFileError",
 ]
 

@@ -6,16 +6,17 @@ coordinator works on the open round ``(epoch, round)``:
 1. it asks every silo that has not yet answered this round for its release
    (``POST /v1/sync/release``); a silo answers with its completed decisions since its previous
    release, privatized by its local randomizer (any number, possibly none);
-2. once all M releases are in, it closes the round: the online aggregator
-   (:class:`fedbandits.online.Aggregator`: the simulator's tree analyzer for ``ldp``, the exact sum
-   for ``none``) gives the epoch's prefix, to which the final prefix of the earlier epochs is added;
+2. once all M releases are in, it closes the round through the federation's round ledger
+   (:class:`fedbandits.online.Rounds`, the deployment's coordinator's too: the simulator's tree
+   analyzer for ``ldp``, the exact sum for ``none``, the modular analyzer for ``distributed-dp``),
+   which adds the final prefix of the earlier epochs and applies the budget policy;
 3. it sends the newest closed prefix to every silo that does not have it (``POST /v1/sync/prefix``).
 
 A silo that is down is asked again at the next tick; the round stays open until every silo has
 answered (its releases already made are stored on both sides, a retried request gets the same
 bytes).  Silos serve from their last prefix meanwhile.  Everything the coordinator receives and
 closes is in its own SQLite log, so a restarted coordinator resumes the same round and rebuilds the
-tree analyzer from the stored releases (the analyzer adds no noise: nothing is redrawn).
+ledger by closing the stored rounds again (the analyzer adds no noise: nothing is redrawn).
 
 Budget: a private protocol's noise covers K releases per epoch.  After round K - 1 of an epoch
 the policy ``stop`` ends syncing (the silos keep serving); ``renew`` opens epoch e + 1 (a new tree
@@ -41,7 +42,7 @@ import numpy as np
 from fedbandits.config import Config
 from fedbandits.crypto.double_masking import SignedRoster
 from fedbandits.crypto.secure_aggregation import SecAggServer, default_threshold
-from fedbandits.online import AgentSetup, Aggregator
+from fedbandits.online import AgentSetup, Rounds
 from fedbandits.privacy.distributed_noise import DistributedCalibration
 from fedbandits.serve import masking
 from fedbandits.serve.links import Request, Requests, SiloLink, exchange_one
@@ -140,27 +141,23 @@ class Coordinator:
 
     # -- state -------------------------------------------------------------------------------
     def _resume(self) -> None:
-        """The open round, the epoch's analyzer (replayed from the stored releases) and the base."""
-        self.epoch, self.round = 0, 0
-        self.base = np.zeros(self.setup.width)
-        self.aggregator = Aggregator(self.setup)
-        self.finished = False
-        rows = self.db.execute("SELECT epoch, round, prefix FROM closed ORDER BY epoch, round").fetchall()
-        for epoch, round_, prefix in rows:
-            self.aggregator.aggregate(self._payloads(epoch, round_))
-            self._advance(epoch, round_, np.frombuffer(prefix, dtype="<f8").copy())
+        """The open round and its epoch's analyzer, replayed from the stored closed rounds' releases."""
+        self.ledger = Rounds(self.setup, renew=self.policy == "renew")
+        for epoch, round_ in self.db.execute("SELECT epoch, round FROM closed ORDER BY epoch, round").fetchall():
+            assert (epoch, round_) == (self.ledger.epoch, self.ledger.round), "the closed rounds are the ledger's"
+            self.ledger.close(self._payloads(epoch, round_))
 
-    def _advance(self, epoch: int, round_: int, prefix: np.ndarray) -> None:
-        """Past closed round ``(epoch, round_)``: the next round, or at the epoch's last release the
-        policy's (``stop``: finished; ``renew``: epoch + 1 on a new tree, its prefix added to ``prefix``)."""
-        self.round = round_ + 1
-        releases = self.setup.releases
-        if releases is not None and self.round == releases:
-            self.base = prefix
-            if self.policy == "stop":
-                self.finished = True
-            else:
-                self.epoch, self.round, self.aggregator = epoch + 1, 0, Aggregator(self.setup)
+    @property
+    def epoch(self) -> int:
+        return self.ledger.epoch
+
+    @property
+    def round(self) -> int:
+        return self.ledger.round
+
+    @property
+    def finished(self) -> bool:
+        return self.ledger.finished
 
     def _payloads(self, epoch: int, round_: int) -> list[np.ndarray]:
         if self.shuffling is not None:  # the round's anonymous batch, as M rows
@@ -336,15 +333,13 @@ class Coordinator:
                 "INSERT OR REPLACE INTO shuffled VALUES (?, ?, ?, ?)",
                 (epoch, round_, np.ascontiguousarray(batch, dtype="<f8").tobytes(), int(withheld)),
             )
-        payloads = self._payloads(epoch, round_)
-        prefix = self.base + self.aggregator.aggregate(payloads)
+        prefix = self.ledger.close(self._payloads(epoch, round_))
         samples = self.db.execute(
             "SELECT SUM(samples) FROM payloads WHERE epoch = ? AND round = ?", (epoch, round_)
         ).fetchone()[0]
         self.db.execute(
             "INSERT INTO closed VALUES (?, ?, ?, ?, ?)", (epoch, round_, time.time(), prefix.tobytes(), int(samples))
         )
-        self._advance(epoch, round_, prefix)
 
     def _deliveries(self) -> dict[int, Request]:
         """The newest closed prefix for every silo that has not acknowledged it."""
