@@ -172,8 +172,8 @@ def test_sdp_amplification_is_refused_without_a_shuffler_or_with_renewed_epochs(
 
 def test_the_flower_serverapp_is_given_the_shuffler(tmp_path):
     from fedbandits.federation.certs import create_shuffler_credentials
+    from fedbandits.federation.serving_deployment import ServeDeployment
     from fedbandits.federation.shuffler_client import ShufflerClient
-    from fedbandits.serve.deployment import ServeDeployment
 
     creds = create_shuffler_credentials(tmp_path / "hop", M)
     files = (creds / "shuffler-ca.pem", creds / "server-client.pem", creds / "server-client.key")

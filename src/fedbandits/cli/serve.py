@@ -17,7 +17,7 @@
 
 The server reaches the silos either over HTTPS (``--silo-url``, with the federation's sync token)
 or through the Flower deployment of ``fedbandits deploy`` (``--flower``; each silo runs with
-``--superlink`` and its SuperNode key; :mod:`fedbandits.serve.deployment`).
+``--superlink`` and its SuperNode key; :mod:`fedbandits.federation.serving_deployment`).
 
 Off loopback a silo refuses to listen without TLS unless ``--insecure-http`` says the operator
 terminates TLS elsewhere.  Tokens are read from files (never from the command line, which other

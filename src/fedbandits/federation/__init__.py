@@ -7,7 +7,8 @@
 * :mod:`~fedbandits.federation.server_app`, :mod:`~fedbandits.federation.client_app`: the Flower
   ServerApp and ClientApp that carry them (their messages: :mod:`~fedbandits.federation.wire`);
 * :mod:`~fedbandits.federation.serving_server_app`, :mod:`~fedbandits.federation.serving_client_app`:
-  the Flower app that carries the serving silos' sync rounds (``fedbandits serve ... --flower``);
+  the Flower app that carries the serving silos' sync rounds (``fedbandits serve ... --flower``), and
+  :mod:`~fedbandits.federation.serving_deployment` its processes on either side;
 * :mod:`~fedbandits.federation.shuffler`, :mod:`~fedbandits.federation.shuffler_client`: the shuffler
   party of ``sdp-amplification`` and its clients;
 * :mod:`~fedbandits.federation.certs`, :mod:`~fedbandits.federation.deployment`,
@@ -17,7 +18,8 @@
   rejoin), the files and command lines Flower is given; the ``fedbandits deploy`` command is
   :mod:`fedbandits.cli.deploy`.
 
-Only the Flower apps and the deployment modules (deployment, processes, flower_setup) need Flower;
+Only the Flower apps and the deployment modules (deployment, serving_deployment, processes,
+flower_setup) need Flower;
 the rest is plain numpy.
 See docs/deployment.md.
 """

@@ -1,4 +1,5 @@
-"""Serving silos as silos of ``fedbandits deploy``: the Flower processes on either side.
+"""Serving silos as silos of ``fedbandits deploy``: the Flower processes on either side (beside the
+deployment's own, :mod:`fedbandits.federation.deployment`).
 
 * :class:`ServeDeployment` (``fedbandits serve server --flower``): the deployment's server side
   (:class:`fedbandits.federation.deployment.ServerDeployment`: a SuperLink with TLS and SuperNode
@@ -21,6 +22,8 @@ The silo's sync token never leaves the silo: its own SuperNode reads it from its
 from __future__ import annotations
 
 import shutil
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -87,6 +90,20 @@ class ServeDeployment(ServerDeployment):
     @property
     def error_file(self) -> Path:
         return self.state / "server" / "error.txt"
+
+    def watch(self, stop: threading.Event, patience: float) -> None:
+        """Until ``stop``: a failed ServerApp, a SuperLink gone or a tick ``patience`` s overdue ends
+        the run (a ValueError naming the log to read)."""
+        started = time.time()
+        while not stop.wait(1.0):
+            if self.error_file.exists():
+                raise ValueError(f"the serving ServerApp failed:\n{self.error_file.read_text()}")
+            link = self.procs.get("superlink")
+            if link is not None and not link.alive():
+                raise ValueError(f"the SuperLink exited; see {link.log}")
+            ticked = self.status_file.stat().st_mtime if self.status_file.exists() else started
+            if time.time() - ticked > patience:
+                raise ValueError(f"the serving ServerApp has not ticked for {patience:g} s; see {self.logs}")
 
 
 @dataclass

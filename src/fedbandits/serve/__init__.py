@@ -5,7 +5,7 @@
     from fedbandits.serve.coordinator import Coordinator   # the server's wall-clock sync rounds
     from fedbandits.serve.links import HttpLink       # ... reaching the silos' sync API, or
     from fedbandits.federation.serving_server_app import FlowerLink  # ... through Flower (deploy extra;
-                                                      # serve.deployment: its processes on either side)
+                                                  # federation.serving_deployment: its processes)
 
 Needs the ``serve`` extra (``pip install 'fedbandits[serve]'``: starlette, uvicorn, httpx, orjson,
 cryptography).  This package's ``__init__`` imports nothing, and neither do ``options`` and ``cli``:

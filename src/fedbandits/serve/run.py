@@ -11,7 +11,6 @@ import signal
 import ssl
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +20,11 @@ from fedbandits.config import Config, load_config
 from fedbandits.crypto.signing import Authority, Identity, load_signing
 from fedbandits.federation.flower_setup import check_quotable
 from fedbandits.federation.processes import DeployError, flower_bin, take_lock
+from fedbandits.federation.serving_deployment import ServeDeployment, SiloNode
 from fedbandits.federation.shuffler_client import ShufflerClient, split_address
 from fedbandits.federation.spec import make_spec
 from fedbandits.online import AgentSetup
 from fedbandits.serve.coordinator import Coordinator
-from fedbandits.serve.deployment import ServeDeployment, SiloNode
 from fedbandits.serve.http import Service
 from fedbandits.serve.links import HttpLink
 from fedbandits.serve.server_http import federation_app
@@ -352,7 +351,7 @@ def run_flower_server(args: argparse.Namespace) -> int:
             threading.Thread(target=web.run, name="federation-status", daemon=True).start()
         try:
             # no tick for this long: the ServerApp is gone or stuck (a tick is at most a few phases of round_timeout)
-            _watch(dep, stop, args.sync_seconds + 5 * round_timeout + 60)
+            dep.watch(stop, args.sync_seconds + 5 * round_timeout + 60)
         except KeyboardInterrupt:
             pass
         finally:
@@ -385,20 +384,6 @@ def _serve_deployment(args: argparse.Namespace, port: int, round_timeout: float)
         shuffler=args.shuffler,
         shuffler_files=None if shuffler is None else (args.shuffler_ca, args.shuffler_cert, args.shuffler_key),
     )
-
-
-def _watch(dep: ServeDeployment, stop: threading.Event, patience: float) -> None:
-    """Until ``stop``: a failed ServerApp, a SuperLink gone or a tick ``patience`` s overdue ends the run."""
-    started = time.time()
-    while not stop.wait(1.0):
-        if dep.error_file.exists():
-            raise ValueError(f"the serving ServerApp failed:\n{dep.error_file.read_text()}")
-        link = dep.procs.get("superlink")
-        if link is not None and not link.alive():
-            raise ValueError(f"the SuperLink exited; see {link.log}")
-        ticked = dep.status_file.stat().st_mtime if dep.status_file.exists() else started
-        if time.time() - ticked > patience:
-            raise ValueError(f"the serving ServerApp has not ticked for {patience:g} s; see {dep.logs}")
 
 
 def server_shuffling(party: ShufflerClient, config: Config, setup: AgentSetup) -> ServerShuffling:
