@@ -264,3 +264,22 @@ def test_the_rounds_ledger_numbers_closes_and_renews_as_the_budget_says(renew):
     assert not ledger.finished and (ledger.epoch, ledger.round, ledger.closed) == (1, 0, 12)
     np.testing.assert_array_equal(ledger.base, prefix)
     np.testing.assert_array_equal(ledger.close(list(rows[12])), prefix + fresh.aggregate(list(rows[12])))
+
+
+def test_a_shuffled_batch_closes_as_its_rows_with_zeros_for_the_messages_it_lacks():
+    """The shuffler's batch holds n <= M rows in its own order: both coordinators close it through
+    ``Rounds.close_batch``, which adds exactly what M payloads with zero rows for the missing add."""
+    from fedbandits.online import AgentSetup
+    from fedbandits.online.rounds import Rounds
+
+    setup = AgentSetup.from_config(_config(FEDERATED[2].values[0]))
+    batched, padded = Rounds(setup), Rounds(setup)
+    rng = np.random.default_rng(8)
+    for n in (3, 2, 0):
+        batch = rng.standard_normal((n, setup.width))
+        rows = list(np.concatenate([batch, np.zeros((AGENTS - n, setup.width))]))
+        np.testing.assert_array_equal(batched.close_batch(batch), padded.close(rows))
+    for bad in (np.zeros((AGENTS + 1, setup.width)), np.full((1, setup.width), np.inf), np.zeros((1, 3))):
+        with pytest.raises(ValueError, match=f"a shuffled batch is at most {AGENTS} finite rows of {setup.width}"):
+            batched.close_batch(bad)
+    assert batched.closed == 3

@@ -296,8 +296,9 @@ class Coordinator:
         """As :meth:`close_round` for a shuffled protocol: ``batch (n, P)`` is the shuffler's
         anonymous batch of round k, summed in the order the shuffler chose (as the simulator
         sums its shuffled messages); ``acknowledged`` lists the silos that said they sent."""
-        if batch.ndim != 2 or batch.shape[1] != self.width or batch.shape[0] > self.spec.silos:
-            raise ValueError(f"a shuffled batch is at most {self.spec.silos} rows of {self.width}, got {batch.shape}")
+        self._check(k)
+        record = np.array(batch, dtype=np.float64)
+        prefix = self.state.ledger.close_batch(record)
         if len(batch) != len(acknowledged):
             log.warning(
                 "round %d: the shuffler's batch holds %d message(s), %d silo(s) acknowledged",
@@ -305,8 +306,7 @@ class Coordinator:
                 len(batch),
                 len(acknowledged),
             )
-        record = batch.copy()
-        return self._close(k, record, record, sorted(acknowledged), rejected)
+        return self._record(k, record, sorted(acknowledged), rejected, prefix)
 
     # -- distributed-dp: secure aggregation ---------------------------------------------------
     def _secagg(self) -> MaskingServer:

@@ -55,6 +55,15 @@ class Rounds:
         self._check()
         return self._advance(self.aggregator.close_rows(rows))
 
+    def close_batch(self, batch: np.ndarray) -> np.ndarray:
+        """Close the open round of a shuffled protocol with the shuffler's anonymous batch ``(n, P)``,
+        n <= M rows in the order it chose (one withheld or short adds nothing for the missing); the
+        synced prefix."""
+        width, silos = self.setup.width, self.setup.silos
+        if batch.ndim != 2 or batch.shape[1] != width or len(batch) > silos or not np.isfinite(batch).all():
+            raise ValueError(f"a shuffled batch is at most {silos} finite rows of {width}, got {batch.shape}")
+        return self.close_rows(batch)
+
     def close_sum(self, total: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Close the open ``distributed-dp`` round with the modular sum secure aggregation left
         (zeros: closed without data); the decoded node ``(1, P)`` and the synced prefix."""

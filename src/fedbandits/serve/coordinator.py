@@ -145,7 +145,7 @@ class Coordinator:
         self.ledger = Rounds(self.setup, renew=self.policy == "renew")
         for epoch, round_ in self.db.execute("SELECT epoch, round FROM closed ORDER BY epoch, round").fetchall():
             assert (epoch, round_) == (self.ledger.epoch, self.ledger.round), "the closed rounds are the ledger's"
-            self.ledger.close(self._payloads(epoch, round_))
+            self._close_stored(epoch, round_)
 
     @property
     def epoch(self) -> int:
@@ -159,17 +159,18 @@ class Coordinator:
     def finished(self) -> bool:
         return self.ledger.finished
 
-    def _payloads(self, epoch: int, round_: int) -> list[np.ndarray]:
-        if self.shuffling is not None:  # the round's anonymous batch, as M rows
+    def _close_stored(self, epoch: int, round_: int) -> np.ndarray:
+        """Close round ``(epoch, round_)`` through the ledger with what the log holds of it: the
+        shuffler's anonymous batch, or one release per silo."""
+        if self.shuffling is not None:
             got = self.db.execute(
                 "SELECT batch FROM shuffled WHERE epoch = ? AND round = ?", (epoch, round_)
             ).fetchone()
-            batch = np.frombuffer(got[0], dtype="<f8").reshape(-1, self.setup.width)
-            return self.shuffling.rows(batch)
+            return self.ledger.close_batch(np.frombuffer(got[0], dtype="<f8").reshape(-1, self.setup.width))
         rows = self.db.execute(
             "SELECT silo, payload FROM payloads WHERE epoch = ? AND round = ? ORDER BY silo", (epoch, round_)
         ).fetchall()
-        return [np.frombuffer(p, dtype=self._dtype()).copy() for _, p in rows]
+        return self.ledger.close([np.frombuffer(p, dtype=self._dtype()).copy() for _, p in rows])
 
     def _dtype(self) -> str:
         return "<u8" if self.setup.masked else "<f8"
@@ -333,7 +334,7 @@ class Coordinator:
                 "INSERT OR REPLACE INTO shuffled VALUES (?, ?, ?, ?)",
                 (epoch, round_, np.ascontiguousarray(batch, dtype="<f8").tobytes(), int(withheld)),
             )
-        prefix = self.ledger.close(self._payloads(epoch, round_))
+        prefix = self._close_stored(epoch, round_)
         samples = self.db.execute(
             "SELECT SUM(samples) FROM payloads WHERE epoch = ? AND round = ?", (epoch, round_)
         ).fetchone()[0]

@@ -68,7 +68,7 @@ class SiloShuffling:
 
 
 class ServerShuffling:
-    """The coordinator's way to the shuffler: the anonymous batch of a round, as M rows."""
+    """The coordinator's way to the shuffler: the anonymous batch of a round."""
 
     def __init__(self, party: ShufflerParty, digest: str, width: int, silos: int, patience: float = 30.0) -> None:
         self.party = party
@@ -85,8 +85,3 @@ class ServerShuffling:
         if batch.ndim != 2 or batch.shape[1] != self.width or len(batch) > self.silos or not np.isfinite(batch).all():
             raise ShufflerError(f"a malformed batch of shape {batch.shape}", 502)
         return batch, withheld
-
-    def rows(self, batch: np.ndarray) -> list[np.ndarray]:
-        """The batch as the aggregator's M payloads: its rows, then zero rows for messages it lacks."""
-        pad = np.zeros((self.silos - len(batch), self.width))
-        return list(np.concatenate([batch, pad]))
