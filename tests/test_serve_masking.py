@@ -70,3 +70,27 @@ def test_a_new_key_set_up_cannot_make_a_serving_silo_mask_a_release_again(tmp_pa
 
 def _advert() -> Advert:
     return Advert(b"\x09" * 32, b"\x09" * 32, b"cert", b"\x00" * 64)
+
+
+def test_a_serving_silo_refuses_a_roster_whose_threshold_the_colluders_could_meet(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``colluders = 1``: one silo may hand the server everything it holds.  Each silo sends every
+    member a Shamir share of its mask key, encrypted for that member; under a roster of threshold 1
+    the colluding member's one share *is* the key, and with it the server computes every pairwise
+    mask of the silo and opens its release.  A serving silo checks the roster as the deployment's
+    silos do (``crypto.double_masking.roster_problem``: 2t > M + colluders, so t = 3 of 3 here), and
+    the coordinator publishes that threshold."""
+    cfg = config({**LDP, "protocol": "distributed-dp", "colluders": 1})
+    silos, clients, _, coordinator = federation(tmp_path, cfg=cfg)
+    adverts = {}
+    for i in range(3):
+        got = clients[f"silo{i}"].post("/v1/sync/keys", json={"secagg_epoch": 1}, headers=SYNC_AUTH).json()
+        adverts[i] = Advert(*(masking.unb64(got[k], k) for k in ("c_public", "s_public", "cert", "signature")))
+    for t in (1, 2):
+        low = SignedRoster.of(silos[0].context, 1, t, adverts)
+        r = clients["silo0"].post("/v1/sync/roster", json={"roster": masking.roster_to_json(low)}, headers=SYNC_AUTH)
+        assert r.status_code == 422, r.text
+        assert f"threshold {t} for 3 member(s) must be in [3, 3] (2t > members + 1 colluders)" in r.json()["error"]
+        assert silos[0].secagg.roster is None  # type: ignore[union-attr]  # nothing taken, no share made
+    traffic(clients, np.random.default_rng(3), 2)
+    assert coordinator.tick().closed  # the honest coordinator's roster (t = 3) is taken by every silo
+    assert all(s.secagg.roster.threshold == 3 for s in silos)  # type: ignore[union-attr]

@@ -180,6 +180,49 @@ def check_advert(authority: Authority, context: bytes, epoch: int, silo: int, ad
     return None
 
 
+def roster_problem(
+    roster: SignedRoster,
+    authority: Authority,
+    silo: int,
+    keys: tuple[bytes, bytes],
+    colluders: int,
+    min_members: int = 1,
+) -> str | None:
+    """Why silo ``silo``, whose keys for the roster's epoch are ``keys = (c_public, s_public)``,
+    refuses ``roster``, or None.  The one check of a roster's members, for the deployment's silos
+    (:meth:`MaskingSilo.join`) and the serving silos (:mod:`fedbandits.serve.silo`); the roster's
+    context and epoch are the caller's to check first.
+
+    Every member has two keys, a certificate and a signature; this silo's entry is its own keys; at
+    least ``min_members`` members (the noise's M - dropouts); the threshold t satisfies
+    2t > members + colluders (:func:`secure_threshold`; so t > colluders: the colluding silos cannot
+    pool shares of a key or seed into it); no two members advertise one key; and every member's
+    advert verifies under the pinned signing CA for this epoch (:func:`check_advert`)."""
+    members = roster.members
+    if not set(roster.c_public) == set(roster.certs) == set(roster.signatures) == set(members):
+        return f"roster of epoch {roster.epoch}: every member needs two keys, a certificate and a signature"
+    if silo not in members or (roster.c_public[silo], roster.s_public[silo]) != keys:
+        return f"the roster of epoch {roster.epoch} lists other keys for silo {silo}"
+    n, t = len(members), roster.threshold
+    if n < min_members:
+        return (
+            f"roster of epoch {roster.epoch}: {n} member(s); the noise is provisioned for sums of at "
+            f"least {min_members} silos"
+        )
+    if not secure_threshold(n, colluders) <= t <= n:
+        return (
+            f"roster of epoch {roster.epoch}: threshold {t} for {n} member(s) must be in "
+            f"[{secure_threshold(n, colluders)}, {n}] (2t > members + {colluders} colluders)"
+        )
+    if len(set(roster.s_public.values())) != n or len(set(roster.c_public.values())) != n:
+        return f"roster of epoch {roster.epoch}: two members advertise the same key"
+    for j in members:
+        reason = check_advert(authority, roster.context, roster.epoch, j, roster.advert(j))
+        if reason is not None:
+            return f"roster refused: {reason}"
+    return None
+
+
 @dataclass(frozen=True)
 class Masked:
     """Silo i's message of one round: masked residues, encrypted self-mask shares, commitment."""
@@ -281,32 +324,10 @@ class MaskingSilo:
                 f"roster of epoch {roster.epoch}: this silo advertised keys for epoch {self.offered} "
                 f"and joined epoch {self.joined} (a replayed or foreign roster)"
             )
-        members = roster.members
-        if not set(roster.c_public) == set(roster.certs) == set(roster.signatures) == set(members):
-            raise SecAggError(
-                f"roster of epoch {roster.epoch}: every member needs two keys, a certificate and a signature"
-            )
-        if self.silo not in members or roster.s_public[self.silo] != self._public(self.s_offer):
-            raise SecAggError(f"the roster of epoch {roster.epoch} lists other keys for silo {self.silo}")
-        if roster.c_public[self.silo] != self._public(self.c_offer):
-            raise SecAggError(f"the roster of epoch {roster.epoch} lists other keys for silo {self.silo}")
-        n, t = len(members), roster.threshold
-        if n < self.min_survivors:
-            raise SecAggError(
-                f"roster of epoch {roster.epoch}: {n} member(s); the noise is provisioned for sums of at "
-                f"least {self.min_survivors} silos"
-            )
-        if not secure_threshold(n, self.colluders) <= t <= n:
-            raise SecAggError(
-                f"roster of epoch {roster.epoch}: threshold {t} for {n} member(s) must be in "
-                f"[{secure_threshold(n, self.colluders)}, {n}] (2t > members + {self.colluders} colluders)"
-            )
-        if len(set(roster.s_public.values())) != n or len(set(roster.c_public.values())) != n:
-            raise SecAggError(f"roster of epoch {roster.epoch}: two members advertise the same key")
-        for j in members:
-            reason = check_advert(self.authority, self.context, roster.epoch, j, roster.advert(j))
-            if reason is not None:
-                raise SecAggError(f"roster refused: {reason}")
+        keys = (self._public(self.c_offer), self._public(self.s_offer))
+        reason = roster_problem(roster, self.authority, self.silo, keys, self.colluders, self.min_survivors)
+        if reason is not None:
+            raise SecAggError(reason)
         self.roster, self.joined = roster, roster.epoch
         self.c_private, self.s_private, self.c_offer, self.s_offer = self.c_offer, self.s_offer, b"", b""
         self.rounds, self.signed, self.answered = {}, {}, {}

@@ -40,8 +40,8 @@ from typing import Any
 import numpy as np
 
 from fedbandits.config import Config
-from fedbandits.crypto.double_masking import SignedRoster
-from fedbandits.crypto.secure_aggregation import SecAggServer, default_threshold
+from fedbandits.crypto.double_masking import SignedRoster, secure_threshold
+from fedbandits.crypto.secure_aggregation import SecAggServer
 from fedbandits.online import AgentSetup, Rounds
 from fedbandits.privacy.distributed_noise import DistributedCalibration
 from fedbandits.serve import masking
@@ -265,7 +265,7 @@ class Coordinator:
             roster = SignedRoster(
                 self.context,
                 epoch,
-                default_threshold(self.link.silos, cal.colluders, cal.dropouts),
+                secure_threshold(self.link.silos, cal.colluders),
                 *(
                     {i: masking.unb64(k[f], f) for i, k in public.items()}
                     for f in ("c_public", "s_public", "cert", "signature")

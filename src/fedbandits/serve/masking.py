@@ -8,7 +8,9 @@ Set-up, driven by the coordinator before the first round (and again only if its 
    its long-term Ed25519 key for set-up e (``cert``, ``signature``; the deployment's signing CA,
    :mod:`fedbandits.crypto.signing`);
 2. the coordinator publishes the roster (every member's public keys, certificate and signature, the
-   threshold t); each silo checks every entry against its pinned signing CA before it answers;
+   threshold t with 2t > M + colluders); each silo checks it as the deployment's silos do
+   (:func:`fedbandits.crypto.double_masking.roster_problem`: every entry against its pinned signing
+   CA, its own keys, the threshold) before it answers;
    ``POST /v1/sync/roster``: each silo answers with its Shamir shares of its mask key, each encrypted
    for one member (the coordinator reads none of them);
 3. ``POST /v1/sync/shares``: the coordinator hands each silo the shares addressed to it.
@@ -27,8 +29,9 @@ so the one sum a release can enter is the sum over all M (tests/test_serve_maski
 Trust model: nothing is ever revealed (no recovery step), so a coordinator that deviates can learn
 a silo's residues only by sharing its pairwise seeds, i.e. by putting keys of its own in the roster:
 the signatures stop that (a key not signed under a certificate the signing CA issued to that member
-is refused, as is a roster for a set-up the silo did not advertise for).  It can still deny
-service.
+is refused, as is a roster for a set-up the silo did not advertise for).  Or by a threshold low
+enough that the colluding silos' shares rebuild another silo's mask key: the threshold check stops
+that.  It can still deny service.
 """
 
 from __future__ import annotations

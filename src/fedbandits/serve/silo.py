@@ -35,7 +35,7 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from fedbandits.config import Config
-from fedbandits.crypto.double_masking import Advert, SignedRoster, advert_bytes, check_advert
+from fedbandits.crypto.double_masking import Advert, SignedRoster, advert_bytes, roster_problem
 from fedbandits.crypto.secure_aggregation import SecAggClient, SecAggError
 from fedbandits.crypto.signing import Authority, Identity
 from fedbandits.online import Agent, AgentError, AgentSetup
@@ -307,12 +307,14 @@ class ServingSilo:
         if roster.context != self.context:
             raise ServeError(422, "roster: it belongs to another federation (config or entry)")
         assert self.signing is not None
-        for j in roster.members:
-            reason = check_advert(self.signing[1], self.context, roster.epoch, j, roster.advert(j))
-            if reason is not None:
-                raise ServeError(422, f"roster refused: {reason}")
-        if roster.c_public[self.agent.silo] != public_key(client.c_private):
-            raise ServeError(422, f"roster: it lists other keys for silo {self.agent.silo}")
+        cal = self.setup.calibration
+        assert isinstance(cal, DistributedCalibration)
+        keys = (public_key(client.c_private), public_key(client.s_private))
+        reason = roster_problem(
+            roster, self.signing[1], self.agent.silo, keys, cal.colluders, self.setup.silos - cal.dropouts
+        )
+        if reason is not None:
+            raise ServeError(422, reason if reason.startswith("roster") else f"roster: {reason}")
         try:
             shares = client.share(roster)
         except SecAggError as exc:
