@@ -208,6 +208,39 @@ def _pairs_well_formed(text: bytes) -> bool:
 def _parse_chunk_fast(lines: list[bytes], first: int, colmap: np.ndarray | None) -> _Chunk | None:
     """Vectorised parse of a block of lines; None when anything looks off (then the strict parser
     re-reads the block and either raises on the first bad line or returns the same result)."""
+    fields = _split_fields(lines, first)
+    if fields is None:
+        return None
+    labels, qids, rests, linenos, comments, blanks = fields
+    pairs = np.array([r.count(b":") for r in rests], dtype=np.int64)
+    heads = _parse_heads(labels, qids)
+    if heads is None:
+        return None
+    label, qid = heads
+    joined = b" ".join(rests)
+    if joined.strip() and not _pairs_well_formed(joined):
+        return None
+    filled = _fill_pairs(rests, joined, pairs, colmap)
+    if filled is None:
+        return None
+    features, max_index = filled
+    return _Chunk(
+        labels=label,
+        qids=qid,
+        lines=np.array(linenos, dtype=np.int64),
+        pairs=pairs,
+        features=features,
+        max_index=max_index,
+        comment_lines=comments,
+        blank_lines=blanks,
+    )
+
+
+def _split_fields(
+    lines: list[bytes], first: int
+) -> tuple[list[bytes], list[bytes], list[bytes], list[int], int, int] | None:
+    """The data lines' (labels, query ids after ``qid:``, the rest of each line, line numbers) and the
+    counts of comment and blank lines; None when a data line's second field is not ``qid:...``."""
     labels: list[bytes] = []
     qids: list[bytes] = []
     rests: list[bytes] = []
@@ -228,9 +261,12 @@ def _parse_chunk_fast(lines: list[bytes], first: int, colmap: np.ndarray | None)
         qids.append(parts[1][4:])
         rests.append(parts[2] if len(parts) > 2 else b"")
         linenos.append(lineno)
-    n = len(labels)
-    pairs = np.array([r.count(b":") for r in rests], dtype=np.int64)
-    total = int(pairs.sum())
+    return labels, qids, rests, linenos, comments, blanks
+
+
+def _parse_heads(labels: list[bytes], qids: list[bytes]) -> tuple[np.ndarray, np.ndarray] | None:
+    """Labels (float64) and query ids (int64) of the data lines; None unless every label is a
+    finite non-negative number and every query id a non-negative 64-bit integer."""
     if b" ".join(labels).translate(None, b"0123456789eE+-. ") or b" ".join(qids).translate(None, b"0123456789 "):
         return None
     try:
@@ -238,52 +274,56 @@ def _parse_chunk_fast(lines: list[bytes], first: int, colmap: np.ndarray | None)
         qid = np.array([int(t) for t in qids], dtype=np.int64)
     except (ValueError, OverflowError):
         return None
-    if n and (not np.isfinite(label).all() or label.min() < 0):
+    if labels and (not np.isfinite(label).all() or label.min() < 0):
         return None
-    joined = b" ".join(rests)
-    if joined.strip() and not _pairs_well_formed(joined):
-        return None
+    return label, qid
+
+
+def _fill_pairs(
+    rests: list[bytes], joined: bytes, pairs: np.ndarray, colmap: np.ndarray | None
+) -> tuple[np.ndarray, int] | None:
+    """Dense feature rows of the lines' ``index:value`` pairs (``rests``, ``pairs`` per line, ``joined``
+    by spaces) and their largest index; None when the numbers do not read, an index is outside
+    [1, MAX_FEATURE_INDEX], a value is not finite or a line's indices do not increase strictly."""
+    n = len(rests)
+    total = int(pairs.sum())
     if total == 0:
         empty = np.zeros(0, dtype=np.int64)
-        features = _fill(n, empty, empty, np.zeros(0), colmap)
-        max_index = 0
-    else:
-        width = int(pairs[0])
-        rectangular = bool((pairs == width).all())
-        try:
-            if rectangular:  # every line has the same number of pairs: one fast 2-d read
-                text = b"\n".join(rests).translate(_TO_SPACE).decode("latin-1")
-                nums = np.loadtxt(io.StringIO(text), dtype=np.float64, ndmin=2)
-                if nums.shape != (n, 2 * width):
-                    return None
-            else:
-                nums = np.fromstring(joined.translate(_TO_SPACE), sep=" ")
-                if nums.size != 2 * total:
-                    return None
-        except ValueError:
+        return _fill(n, empty, empty, np.zeros(0), colmap), 0
+    width = int(pairs[0])
+    rectangular = bool((pairs == width).all())
+    nums = _pair_numbers(rests, joined, width if rectangular else None, total)
+    if nums is None:
+        return None
+    idx_f = nums[..., 0::2]
+    val = nums[..., 1::2]
+    if idx_f.min() < 1 or idx_f.max() > MAX_FEATURE_INDEX or not np.isfinite(val).all():
+        return None
+    idx = idx_f.astype(np.int64)
+    max_index = int(idx.max())
+    if rectangular:
+        if width > 1 and (np.diff(idx, axis=1) <= 0).any():
             return None
-        idx_f = nums[..., 0::2]
-        val = nums[..., 1::2]
-        if idx_f.min() < 1 or idx_f.max() > MAX_FEATURE_INDEX or not np.isfinite(val).all():
-            return None
-        idx = idx_f.astype(np.int64)
-        max_index = int(idx.max())
-        if rectangular:
-            if width > 1 and (np.diff(idx, axis=1) <= 0).any():
+        return _fill_rectangular(idx, val, colmap), max_index
+    line_of = np.repeat(np.arange(n, dtype=np.int64), pairs)
+    if ((np.diff(idx) <= 0) & (line_of[1:] == line_of[:-1])).any():
+        return None
+    return _fill(n, line_of, idx, val, colmap), max_index
+
+
+def _pair_numbers(rests: list[bytes], joined: bytes, width: int | None, total: int) -> np.ndarray | None:
+    """The numbers of the ``total`` pairs, index then value: (n, 2 width) when every line has
+    ``width`` pairs (one fast 2-d read), else flat; None when they do not read as that many numbers."""
+    try:
+        if width is not None:  # every line has the same number of pairs: one fast 2-d read
+            text = b"\n".join(rests).translate(_TO_SPACE).decode("latin-1")
+            nums = np.loadtxt(io.StringIO(text), dtype=np.float64, ndmin=2)
+            if nums.shape != (len(rests), 2 * width):
                 return None
-            features = _fill_rectangular(idx, val, colmap)
         else:
-            line_of = np.repeat(np.arange(n, dtype=np.int64), pairs)
-            if ((np.diff(idx) <= 0) & (line_of[1:] == line_of[:-1])).any():
+            nums = np.fromstring(joined.translate(_TO_SPACE), sep=" ")
+            if nums.size != 2 * total:
                 return None
-            features = _fill(n, line_of, idx, val, colmap)
-    return _Chunk(
-        labels=label,
-        qids=qid,
-        lines=np.array(linenos, dtype=np.int64),
-        pairs=pairs,
-        features=features,
-        max_index=max_index,
-        comment_lines=comments,
-        blank_lines=blanks,
-    )
+    except ValueError:
+        return None
+    return nums
