@@ -278,68 +278,91 @@ def read_svmlight(
     paths = [Path(f) for f in files]
     if not paths:
         raise ValueError("no input files")
-    colmap: np.ndarray | None = None
-    cols: np.ndarray | None = None
-    if columns is not None:
-        cols = np.asarray(columns, dtype=np.int64).reshape(-1)
-        if cols.size == 0 or cols.min() < 1 or cols.max() > MAX_FEATURE_INDEX or np.unique(cols).size != cols.size:
-            raise ValueError(f"columns must be distinct 1-based feature indices, got {columns!r}")
-        colmap = np.full(int(cols.max()) + 1, -1, dtype=np.int64)
-        colmap[cols] = np.arange(cols.size)
+    cols, colmap = _column_map(columns)
     acc = _Accumulator(check_int("capacity", capacity, low=0) or 1 << 16, 0 if cols is None else cols.size)
-    summaries: list[FileSummary] = []
-    max_index = 0
-    for file_index, path in enumerate(paths):
-        acc.current = None
-        docs0, queries0 = acc.n_docs, len(acc.q_id)
-        n_lines = data_lines = comment_lines = blank_lines = file_max = 0
-        ends_with_newline = True
-        cut_data_line = False  # the file ends without a newline on a data line
-        prev_pairs: int | None = None  # pairs of the last line seen so far
-        uniform: int | None = None  # common pair count of all earlier lines, -1 if they differ
-        for lines, unterminated in _blocks(path, chunk_bytes):
-            first = n_lines + 1
-            n_lines += len(lines)
-            ends_with_newline = not unterminated
-            chunk = _parse_chunk_fast(lines, first, colmap)
-            if chunk is None:
-                chunk = _parse_chunk_strict(lines, first, colmap, path, unterminated)
-            acc.add(chunk, file_index, path, lines, first)
-            cut_data_line = unterminated and chunk.labels.size > 0
-            data_lines += chunk.labels.size
-            comment_lines += chunk.comment_lines
-            blank_lines += chunk.blank_lines
-            file_max = max(file_max, chunk.max_index)
-            if chunk.pairs.size:
-                earlier = chunk.pairs[:-1] if prev_pairs is None else np.concatenate([[prev_pairs], chunk.pairs[:-1]])
-                if earlier.size:
-                    lo, hi = int(earlier.min()), int(earlier.max())
-                    common = lo if lo == hi else -1
-                    uniform = common if uniform is None or uniform == common else -1
-                prev_pairs = int(chunk.pairs[-1])
-        dropped = None
-        if len(acc.q_id) > queries0:
-            reason = _truncation_reason(
-                truncated_last_query, n_lines, ends_with_newline, prev_pairs if cut_data_line else None, uniform
-            )
-            if reason:
-                qid, n, line = acc.drop_last_query()
-                dropped = DroppedQuery(str(path), qid, n, line, reason)
-        max_index = max(max_index, file_max)
-        summaries.append(
-            FileSummary(
-                file=str(path),
-                lines=n_lines,
-                data_lines=data_lines,
-                comment_lines=comment_lines,
-                blank_lines=blank_lines,
-                queries=len(acc.q_id) - queries0,
-                docs=acc.n_docs - docs0,
-                max_feature_index=file_max,
-                ends_with_newline=ends_with_newline,
-                dropped=dropped,
-            )
-        )
+    summaries = [
+        _read_file(acc, file_index, path, colmap, chunk_bytes, truncated_last_query)
+        for file_index, path in enumerate(paths)
+    ]
+    return _collected(acc, cols, summaries)
+
+
+def _column_map(columns: Sequence[int] | np.ndarray | None) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The chosen 1-based ``columns`` and the map from a feature index to its column (-1: not kept);
+    both None for every column."""
+    if columns is None:
+        return None, None
+    cols = np.asarray(columns, dtype=np.int64).reshape(-1)
+    if cols.size == 0 or cols.min() < 1 or cols.max() > MAX_FEATURE_INDEX or np.unique(cols).size != cols.size:
+        raise ValueError(f"columns must be distinct 1-based feature indices, got {columns!r}")
+    colmap = np.full(int(cols.max()) + 1, -1, dtype=np.int64)
+    colmap[cols] = np.arange(cols.size)
+    return cols, colmap
+
+
+def _read_file(
+    acc: _Accumulator, file_index: int, path: Path, colmap: np.ndarray | None, chunk_bytes: int, rule: str
+) -> FileSummary:
+    """Stream one file into ``acc`` block by block and summarise it; its last query is dropped when
+    the truncation ``rule`` says so (:func:`_truncation_reason`)."""
+    acc.current = None
+    docs0, queries0 = acc.n_docs, len(acc.q_id)
+    n_lines = data_lines = comment_lines = blank_lines = file_max = 0
+    ends_with_newline = True
+    cut_data_line = False  # the file ends without a newline on a data line
+    prev_pairs: int | None = None  # pairs of the last line seen so far
+    uniform: int | None = None  # common pair count of all earlier lines, -1 if they differ
+    for lines, unterminated in _blocks(path, chunk_bytes):
+        first = n_lines + 1
+        n_lines += len(lines)
+        ends_with_newline = not unterminated
+        chunk = _parse_chunk_fast(lines, first, colmap)
+        if chunk is None:
+            chunk = _parse_chunk_strict(lines, first, colmap, path, unterminated)
+        acc.add(chunk, file_index, path, lines, first)
+        cut_data_line = unterminated and chunk.labels.size > 0
+        data_lines += chunk.labels.size
+        comment_lines += chunk.comment_lines
+        blank_lines += chunk.blank_lines
+        file_max = max(file_max, chunk.max_index)
+        if chunk.pairs.size:
+            uniform = _common_pairs(chunk.pairs, prev_pairs, uniform)
+            prev_pairs = int(chunk.pairs[-1])
+    dropped = None
+    if len(acc.q_id) > queries0:
+        reason = _truncation_reason(rule, n_lines, ends_with_newline, prev_pairs if cut_data_line else None, uniform)
+        if reason:
+            qid, n, line = acc.drop_last_query()
+            dropped = DroppedQuery(str(path), qid, n, line, reason)
+    return FileSummary(
+        file=str(path),
+        lines=n_lines,
+        data_lines=data_lines,
+        comment_lines=comment_lines,
+        blank_lines=blank_lines,
+        queries=len(acc.q_id) - queries0,
+        docs=acc.n_docs - docs0,
+        max_feature_index=file_max,
+        ends_with_newline=ends_with_newline,
+        dropped=dropped,
+    )
+
+
+def _common_pairs(pairs: np.ndarray, prev_pairs: int | None, uniform: int | None) -> int | None:
+    """The common pair count of a file's data lines so far, the last one left out (-1 if they differ,
+    None if there are none): ``uniform`` updated with a block of ``pairs`` per data line, where
+    ``prev_pairs`` is the pair count of the last data line before the block."""
+    earlier = pairs[:-1] if prev_pairs is None else np.concatenate([[prev_pairs], pairs[:-1]])
+    if earlier.size:
+        lo, hi = int(earlier.min()), int(earlier.max())
+        common = lo if lo == hi else -1
+        uniform = common if uniform is None or uniform == common else -1
+    return uniform
+
+
+def _collected(acc: _Accumulator, cols: np.ndarray | None, summaries: list[FileSummary]) -> SvmlightData:
+    """The documents and queries gathered in ``acc``, with the chosen columns (None: every index ``1..max``)."""
+    max_index = max(s.max_feature_index for s in summaries)
     if cols is None:
         cols = np.arange(1, max_index + 1, dtype=np.int64)
     features = acc.features[: acc.n_docs, : cols.size]
