@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from datafixtures import needs_dataset, write_letor_like, write_mslr_like
 from fedbandits.algorithms import IndependentLinUCB, LinUCBParams
-from fedbandits.envs import ltr_instance, svmlight
+from fedbandits.envs import ltr_instance, svmlight, svmlight_parse
 from fedbandits.envs.datahome import DATA_ENV, MissingDataSet, dataset_path
 from fedbandits.envs.ltr import LearningToRank, LearningToRankParams
 from fedbandits.envs.ltr_instance import build_instance, parse_columns
@@ -682,10 +682,10 @@ def test_fast_parser_accepts_only_what_the_strict_parser_accepts(lines, selected
     if selected:
         colmap = np.full(13, -1, dtype=np.int64)
         colmap[[12, 1, 3]] = [0, 1, 2]
-    fast = svmlight._parse_chunk_fast(raw, 1, colmap)
+    fast = svmlight_parse._parse_chunk_fast(raw, 1, colmap)
     if fast is None:
         return
-    strict = svmlight._parse_chunk_strict(raw, 1, colmap, Path("x.txt"), False)
+    strict = svmlight_parse._parse_chunk_strict(raw, 1, colmap, Path("x.txt"), False)
     for name in ("labels", "qids", "lines", "pairs", "features"):
         np.testing.assert_array_equal(getattr(fast, name), getattr(strict, name))
     assert (fast.max_index, fast.comment_lines, fast.blank_lines) == (

@@ -46,17 +46,9 @@ def parse_csv(name: str) -> tuple[np.ndarray, np.ndarray | None]:
     lines = _read_text(name)
     if not lines:
         raise ValueError(f"data file {name}: empty file; expected a header line 'user,arm,reward,<features>'")
-    header = [h.strip() for h in lines[0].split(",")]
-    with_ids = len(header) > 3 and header[3] == CSV_USER_ID
+    header, with_ids = _parse_header(name, lines[0])
     first = 4 if with_ids else 3
-    if tuple(header[:3]) != CSV_HEADER or len(header) <= first:
-        raise ValueError(
-            f"data file {name}, line 1: the header must be 'user,arm,reward' (and optionally 'user_id') followed "
-            f"by at least one feature column name, got {_shown(lines[0])}"
-        )
     names = header[first:]
-    if not all(names) or len(set(names)) != len(names):
-        raise ValueError(f"data file {name}, line 1: feature column names must be non-empty and unique")
     width = len(header)
     users: list[str] = []
     arms: list[str] = []
@@ -90,8 +82,37 @@ def parse_csv(name: str) -> tuple[np.ndarray, np.ndarray | None]:
         numbers.extend(values)
     if not users:
         raise ValueError(f"data file {name}: no data lines after the header (need at least one user)")
+    starts, k = _user_blocks(name, users, arms, ids if with_ids else None)
+    table = np.array(numbers, dtype=np.float64).reshape(len(starts), k, len(names) + 1)
+    if not with_ids:
+        return table, None
+    raw = [int(ids[a]) for a in starts]
+    if max(raw) >= 2**63:
+        raise ValueError(f"data file {name}: user_id must be below 2^63, got {max(raw)}")
+    return table, np.array(raw, dtype=np.int64)
 
-    # users: contiguous blocks of arms 0..K-1, K from the first user
+
+def _parse_header(name: str, line: str) -> tuple[list[str], bool]:
+    """The header's column names (stripped) and whether its fourth column is ``user_id``; a
+    ``ValueError`` naming line 1 unless it is ``user,arm,reward[,user_id]`` and unique feature names."""
+    header = [h.strip() for h in line.split(",")]
+    with_ids = len(header) > 3 and header[3] == CSV_USER_ID
+    first = 4 if with_ids else 3
+    if tuple(header[:3]) != CSV_HEADER or len(header) <= first:
+        raise ValueError(
+            f"data file {name}, line 1: the header must be 'user,arm,reward' (and optionally 'user_id') followed "
+            f"by at least one feature column name, got {_shown(line)}"
+        )
+    names = header[first:]
+    if not all(names) or len(set(names)) != len(names):
+        raise ValueError(f"data file {name}, line 1: feature column names must be non-empty and unique")
+    return header, with_ids
+
+
+def _user_blocks(name: str, users: list[str], arms: list[str], ids: list[str] | None) -> tuple[list[int], int]:
+    """The first row of every user's block and K: each user's rows are one contiguous block of arms
+    0..K-1, K from the first user (and, with ``ids``, one ``user_id``); a ``ValueError`` naming the
+    line otherwise."""
     starts = [0] + [i for i in range(1, len(users)) if users[i] != users[i - 1]]
     ends = [*starts[1:], len(users)]
     k = ends[0]
@@ -115,19 +136,15 @@ def parse_csv(name: str) -> tuple[np.ndarray, np.ndarray | None]:
                 f"data file {name}, line {a + 2}: user {user!r} has {b - a} arm line(s), expected K = {k} "
                 f"like the first user {users[0]!r}"
             )
-        other = next((i for i in range(a, b) if int(ids[i]) != int(ids[a])), None) if with_ids else None
+        if ids is None:
+            continue
+        other = next((i for i in range(a, b) if int(ids[i]) != int(ids[a])), None)
         if other is not None:
             raise ValueError(
                 f"data file {name}, line {other + 2}: user {user!r}: user_id {ids[other]} differs from {ids[a]} on its "
                 f"first line (one row is one person's visit: its K lines carry one user_id)"
             )
-    table = np.array(numbers, dtype=np.float64).reshape(len(starts), k, len(names) + 1)
-    if not with_ids:
-        return table, None
-    raw = [int(ids[a]) for a in starts]
-    if max(raw) >= 2**63:
-        raise ValueError(f"data file {name}: user_id must be below 2^63, got {max(raw)}")
-    return table, np.array(raw, dtype=np.int64)
+    return starts, k
 
 
 def csv_text(x: np.ndarray, mu: np.ndarray, names: list[str], ids: np.ndarray | None = None) -> str:

@@ -2,8 +2,9 @@
 
 Flow: files -> :func:`read_svmlight` (here) -> ``ltr_instance.build_instance`` -> ``ltr.LearningToRank``.
 
-Why this module is above ~600 lines: it is one reader -- a strict parser for the line-level error
-messages and a fast vectorised one for well-formed blocks, which must agree on every input -- and
+One reader: this module streams the files in blocks and collects the queries;
+:mod:`fedbandits.envs.svmlight_parse` parses each block -- a strict parser for the line-level error
+messages and a fast vectorised one for well-formed blocks, which must agree on every input.
 docs/data.md ("Why our own svmlight parser") gives the measured reasons not to use scikit-learn's.
 
 File format
@@ -46,9 +47,6 @@ file whose line count happens to be a multiple of 1,000 loses one complete query
 
 from __future__ import annotations
 
-import io
-import math
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,25 +55,23 @@ from typing import Any
 import numpy as np
 
 from fedbandits.core.validation import check_choice, check_int
+from fedbandits.envs.svmlight_parse import (
+    MAX_FEATURE_INDEX,
+    _Chunk,
+    _fail,
+    _LineError,
+    _parse_chunk_fast,
+    _parse_chunk_strict,
+    _strict_line,
+)
 
 TRUNCATION_RULES = ("auto", "drop", "keep")
-MAX_FEATURE_INDEX = 1_000_000
 #: "auto" truncation rule: a line count that is a positive multiple of this looks like ``head -n``
 HEAD_LINES_MULTIPLE = 1000
 _BOM = "\ufeff".encode()
-_NUMBER = re.compile(rb"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z")
-_DIGITS = re.compile(rb"[0-9]+\Z")
-# byte classes of the vectorised token check: digit, number character, whitespace, colon, other
-_CLASS = np.full(256, 4, dtype=np.uint8)
-_CLASS[list(b"0123456789")] = 0
-_CLASS[list(b"eE+-.")] = 1
-_CLASS[list(b" \t\r\x0b\x0c")] = 2
-_CLASS[ord(":")] = 3
-_TO_SPACE = bytes.maketrans(b":\t\r\x0b\x0c", b"     ")
-_LINE_SHOWN = 120
 
 
-# -- parsing -----------------------------------------------------------------------------------
+# -- results -----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -150,263 +146,7 @@ def _summary_dict(f: FileSummary) -> dict[str, Any]:
     return out
 
 
-@dataclass
-class _Chunk:
-    labels: np.ndarray  # float64 (n,)
-    qids: np.ndarray  # int64 (n,)
-    lines: np.ndarray  # int64 (n,) physical line numbers
-    pairs: np.ndarray  # int64 (n,) index:value pairs per line
-    features: np.ndarray  # float32 (n, width)
-    max_index: int
-    comment_lines: int
-    blank_lines: int
-
-
-class _LineError(ValueError):
-    pass
-
-
-def _fail(file: Path, lineno: int, line: bytes, what: str, unterminated_last: bool = False) -> ValueError:
-    shown = line.rstrip(b"\r\n").decode("latin-1")
-    if len(shown) > _LINE_SHOWN:
-        shown = shown[:_LINE_SHOWN] + "..."
-    hint = " (the file ends without a newline here: was it cut mid-line?)" if unterminated_last else ""
-    return ValueError(f"{file}, line {lineno}: {what}{hint}: {shown!r}")
-
-
-def _strict_number(token: bytes, what: str) -> float:
-    if not _NUMBER.match(token):
-        raise _LineError(f"{what} {token.decode('latin-1')!r} is not a decimal number")
-    value = float(token)
-    if not math.isfinite(value):
-        raise _LineError(f"{what} {token.decode('latin-1')!r} is not finite")
-    return value
-
-
-def _strict_line(line: bytes) -> tuple[float, int, list[int], list[float]] | None:
-    """One line by the grammar of the module docstring; None for a blank or comment line.
-
-    Fields are separated by ASCII whitespace (space, tab, CR, VT, FF).
-    """
-    tokens = line.split(b"#", 1)[0].split()
-    if not tokens:
-        return None
-    label = _strict_number(tokens[0], "label")
-    if label < 0:
-        raise _LineError(f"label {tokens[0].decode('latin-1')!r} is negative")
-    if len(tokens) < 2 or not tokens[1].startswith(b"qid:"):
-        raise _LineError("the second field must be 'qid:<query id>'")
-    qid_text = tokens[1][4:]
-    if not _DIGITS.match(qid_text) or int(qid_text) >= 2**63:
-        raise _LineError(f"query id {qid_text.decode('latin-1')!r} is not a non-negative 64-bit integer")
-    indices: list[int] = []
-    values: list[float] = []
-    prev = 0
-    for token in tokens[2:]:
-        index_text, sep, value_text = token.partition(b":")
-        if not sep or b":" in value_text:
-            raise _LineError(f"feature {token.decode('latin-1')!r} is not 'index:value'")
-        if not _DIGITS.match(index_text):
-            raise _LineError(f"feature index {index_text.decode('latin-1')!r} is not a positive integer")
-        index = int(index_text)
-        if not 1 <= index <= MAX_FEATURE_INDEX:
-            raise _LineError(f"feature index {index} is outside [1, {MAX_FEATURE_INDEX}]")
-        if index <= prev:
-            raise _LineError(f"feature indices must increase strictly ({prev} then {index})")
-        prev = index
-        values.append(_strict_number(value_text, f"value of feature {index}"))
-        indices.append(index)
-    return label, int(qid_text), indices, values
-
-
-def _fill(n: int, line_of: np.ndarray, idx: np.ndarray, val: np.ndarray, colmap: np.ndarray | None) -> np.ndarray:
-    """Dense (n, width) float32 rows from pairs (line_of, 1-based idx, val) and the column map."""
-    if colmap is None:
-        out = np.zeros((n, int(idx.max()) if idx.size else 0), dtype=np.float32)
-        out[line_of, idx - 1] = val
-        return out
-    out = np.zeros((n, int(colmap.max()) + 1), dtype=np.float32)
-    inside = idx < colmap.size
-    target = np.full(idx.size, -1, dtype=np.int64)
-    target[inside] = colmap[idx[inside]]
-    keep = target >= 0
-    out[line_of[keep], target[keep]] = val[keep]
-    return out
-
-
-def _fill_rectangular(idx: np.ndarray, val: np.ndarray, colmap: np.ndarray | None) -> np.ndarray:
-    """:func:`_fill` for (n, p) pairs; a column gather when every row has the same indices."""
-    n, p = idx.shape
-    if not (idx == idx[0]).all():
-        return _fill(n, np.repeat(np.arange(n), p), idx.ravel(), val.ravel(), colmap)
-    first = idx[0]
-    if colmap is None:
-        out = np.zeros((n, int(first[-1])), dtype=np.float32)
-        out[:, first - 1] = val
-        return out
-    out = np.zeros((n, int(colmap.max()) + 1), dtype=np.float32)
-    target = np.full(p, -1, dtype=np.int64)
-    inside = first < colmap.size
-    target[inside] = colmap[first[inside]]
-    keep = np.flatnonzero(target >= 0)
-    out[:, target[keep]] = val[:, keep]
-    return out
-
-
-def _parse_chunk_strict(
-    lines: list[bytes], first: int, colmap: np.ndarray | None, file: Path, unterminated: bool
-) -> _Chunk:
-    labels: list[float] = []
-    qids: list[int] = []
-    linenos: list[int] = []
-    pairs: list[int] = []
-    line_of: list[int] = []
-    idx: list[int] = []
-    val: list[float] = []
-    comments = blanks = 0
-    last = first + len(lines) - 1
-    for lineno, line in enumerate(lines, start=first):
-        try:
-            parsed = _strict_line(line)
-        except _LineError as exc:
-            raise _fail(file, lineno, line, str(exc), unterminated and lineno == last) from None
-        has_comment = b"#" in line
-        comments += has_comment
-        if parsed is None:
-            blanks += not has_comment
-            continue
-        label, qid, i, v = parsed
-        line_of.extend([len(labels)] * len(i))
-        labels.append(label)
-        qids.append(qid)
-        linenos.append(lineno)
-        pairs.append(len(i))
-        idx.extend(i)
-        val.extend(v)
-    idx_a = np.array(idx, dtype=np.int64)
-    return _Chunk(
-        labels=np.array(labels, dtype=np.float64),
-        qids=np.array(qids, dtype=np.int64),
-        lines=np.array(linenos, dtype=np.int64),
-        pairs=np.array(pairs, dtype=np.int64),
-        features=_fill(len(labels), np.array(line_of, dtype=np.int64), idx_a, np.array(val), colmap),
-        max_index=int(idx_a.max()) if idx_a.size else 0,
-        comment_lines=comments,
-        blank_lines=blanks,
-    )
-
-
-def _pairs_well_formed(text: bytes) -> bool:
-    """Whether ``text`` is whitespace-separated tokens ``digits:value``, value non-empty of [0-9eE+-.].
-
-    Vectorised over the bytes: a non-digit must be whitespace, a colon or a number character;
-    a colon must follow whitespace with at least one digit in between and be followed by a digit
-    or number character; a number character's nearest preceding non-number character must be a
-    colon (it is part of a value); and two whitespace characters must not enclose digits only (a
-    token without colon).  Whether values are valid numbers is left to the number parser.
-    """
-    cls = _CLASS[np.frombuffer(b" " + text + b" ", dtype=np.uint8)]
-    pos = np.flatnonzero(cls)
-    kind = cls[pos]
-    if (kind == 4).any():
-        return False
-    colon = np.flatnonzero(kind == 3)
-    if colon.size:
-        before = colon - 1  # colon > 0: the padding space comes first
-        if (kind[before] != 2).any() or (pos[colon] - pos[before] < 2).any() or (cls[pos[colon] + 1] > 1).any():
-            return False
-    number = kind == 1
-    if number.any():
-        last_other = np.maximum.accumulate(np.where(number, 0, np.arange(kind.size)))
-        if (kind[last_other[number]] != 3).any():
-            return False
-    space = kind == 2
-    both = space[:-1] & space[1:]
-    return not (both & (np.diff(pos) > 1)).any()
-
-
-def _parse_chunk_fast(lines: list[bytes], first: int, colmap: np.ndarray | None) -> _Chunk | None:
-    """Vectorised parse of a block of lines; None when anything looks off (then the strict parser
-    re-reads the block and either raises on the first bad line or returns the same result)."""
-    labels: list[bytes] = []
-    qids: list[bytes] = []
-    rests: list[bytes] = []
-    linenos: list[int] = []
-    comments = blanks = 0
-    for lineno, line in enumerate(lines, start=first):
-        cut = line.find(b"#")
-        if cut >= 0:
-            comments += 1
-            line = line[:cut]
-        parts = line.split(None, 2)
-        if not parts:
-            blanks += cut < 0
-            continue
-        if len(parts) < 2 or not parts[1].startswith(b"qid:"):
-            return None
-        labels.append(parts[0])
-        qids.append(parts[1][4:])
-        rests.append(parts[2] if len(parts) > 2 else b"")
-        linenos.append(lineno)
-    n = len(labels)
-    pairs = np.array([r.count(b":") for r in rests], dtype=np.int64)
-    total = int(pairs.sum())
-    if b" ".join(labels).translate(None, b"0123456789eE+-. ") or b" ".join(qids).translate(None, b"0123456789 "):
-        return None
-    try:
-        label = np.array([float(t) for t in labels], dtype=np.float64)
-        qid = np.array([int(t) for t in qids], dtype=np.int64)
-    except (ValueError, OverflowError):
-        return None
-    if n and (not np.isfinite(label).all() or label.min() < 0):
-        return None
-    joined = b" ".join(rests)
-    if joined.strip() and not _pairs_well_formed(joined):
-        return None
-    if total == 0:
-        empty = np.zeros(0, dtype=np.int64)
-        features = _fill(n, empty, empty, np.zeros(0), colmap)
-        max_index = 0
-    else:
-        width = int(pairs[0])
-        rectangular = bool((pairs == width).all())
-        try:
-            if rectangular:  # every line has the same number of pairs: one fast 2-d read
-                text = b"\n".join(rests).translate(_TO_SPACE).decode("latin-1")
-                nums = np.loadtxt(io.StringIO(text), dtype=np.float64, ndmin=2)
-                if nums.shape != (n, 2 * width):
-                    return None
-            else:
-                nums = np.fromstring(joined.translate(_TO_SPACE), sep=" ")
-                if nums.size != 2 * total:
-                    return None
-        except ValueError:
-            return None
-        idx_f = nums[..., 0::2]
-        val = nums[..., 1::2]
-        if idx_f.min() < 1 or idx_f.max() > MAX_FEATURE_INDEX or not np.isfinite(val).all():
-            return None
-        idx = idx_f.astype(np.int64)
-        max_index = int(idx.max())
-        if rectangular:
-            if width > 1 and (np.diff(idx, axis=1) <= 0).any():
-                return None
-            features = _fill_rectangular(idx, val, colmap)
-        else:
-            line_of = np.repeat(np.arange(n, dtype=np.int64), pairs)
-            if ((np.diff(idx) <= 0) & (line_of[1:] == line_of[:-1])).any():
-                return None
-            features = _fill(n, line_of, idx, val, colmap)
-    return _Chunk(
-        labels=label,
-        qids=qid,
-        lines=np.array(linenos, dtype=np.int64),
-        pairs=pairs,
-        features=features,
-        max_index=max_index,
-        comment_lines=comments,
-        blank_lines=blanks,
-    )
+# -- reading -----------------------------------------------------------------------------------
 
 
 def _blocks(path: Path, chunk_bytes: int) -> Iterator[tuple[list[bytes], bool]]:
@@ -538,68 +278,91 @@ def read_svmlight(
     paths = [Path(f) for f in files]
     if not paths:
         raise ValueError("no input files")
-    colmap: np.ndarray | None = None
-    cols: np.ndarray | None = None
-    if columns is not None:
-        cols = np.asarray(columns, dtype=np.int64).reshape(-1)
-        if cols.size == 0 or cols.min() < 1 or cols.max() > MAX_FEATURE_INDEX or np.unique(cols).size != cols.size:
-            raise ValueError(f"columns must be distinct 1-based feature indices, got {columns!r}")
-        colmap = np.full(int(cols.max()) + 1, -1, dtype=np.int64)
-        colmap[cols] = np.arange(cols.size)
+    cols, colmap = _column_map(columns)
     acc = _Accumulator(check_int("capacity", capacity, low=0) or 1 << 16, 0 if cols is None else cols.size)
-    summaries: list[FileSummary] = []
-    max_index = 0
-    for file_index, path in enumerate(paths):
-        acc.current = None
-        docs0, queries0 = acc.n_docs, len(acc.q_id)
-        n_lines = data_lines = comment_lines = blank_lines = file_max = 0
-        ends_with_newline = True
-        cut_data_line = False  # the file ends without a newline on a data line
-        prev_pairs: int | None = None  # pairs of the last line seen so far
-        uniform: int | None = None  # common pair count of all earlier lines, -1 if they differ
-        for lines, unterminated in _blocks(path, chunk_bytes):
-            first = n_lines + 1
-            n_lines += len(lines)
-            ends_with_newline = not unterminated
-            chunk = _parse_chunk_fast(lines, first, colmap)
-            if chunk is None:
-                chunk = _parse_chunk_strict(lines, first, colmap, path, unterminated)
-            acc.add(chunk, file_index, path, lines, first)
-            cut_data_line = unterminated and chunk.labels.size > 0
-            data_lines += chunk.labels.size
-            comment_lines += chunk.comment_lines
-            blank_lines += chunk.blank_lines
-            file_max = max(file_max, chunk.max_index)
-            if chunk.pairs.size:
-                earlier = chunk.pairs[:-1] if prev_pairs is None else np.concatenate([[prev_pairs], chunk.pairs[:-1]])
-                if earlier.size:
-                    lo, hi = int(earlier.min()), int(earlier.max())
-                    common = lo if lo == hi else -1
-                    uniform = common if uniform is None or uniform == common else -1
-                prev_pairs = int(chunk.pairs[-1])
-        dropped = None
-        if len(acc.q_id) > queries0:
-            reason = _truncation_reason(
-                truncated_last_query, n_lines, ends_with_newline, prev_pairs if cut_data_line else None, uniform
-            )
-            if reason:
-                qid, n, line = acc.drop_last_query()
-                dropped = DroppedQuery(str(path), qid, n, line, reason)
-        max_index = max(max_index, file_max)
-        summaries.append(
-            FileSummary(
-                file=str(path),
-                lines=n_lines,
-                data_lines=data_lines,
-                comment_lines=comment_lines,
-                blank_lines=blank_lines,
-                queries=len(acc.q_id) - queries0,
-                docs=acc.n_docs - docs0,
-                max_feature_index=file_max,
-                ends_with_newline=ends_with_newline,
-                dropped=dropped,
-            )
-        )
+    summaries = [
+        _read_file(acc, file_index, path, colmap, chunk_bytes, truncated_last_query)
+        for file_index, path in enumerate(paths)
+    ]
+    return _collected(acc, cols, summaries)
+
+
+def _column_map(columns: Sequence[int] | np.ndarray | None) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The chosen 1-based ``columns`` and the map from a feature index to its column (-1: not kept);
+    both None for every column."""
+    if columns is None:
+        return None, None
+    cols = np.asarray(columns, dtype=np.int64).reshape(-1)
+    if cols.size == 0 or cols.min() < 1 or cols.max() > MAX_FEATURE_INDEX or np.unique(cols).size != cols.size:
+        raise ValueError(f"columns must be distinct 1-based feature indices, got {columns!r}")
+    colmap = np.full(int(cols.max()) + 1, -1, dtype=np.int64)
+    colmap[cols] = np.arange(cols.size)
+    return cols, colmap
+
+
+def _read_file(
+    acc: _Accumulator, file_index: int, path: Path, colmap: np.ndarray | None, chunk_bytes: int, rule: str
+) -> FileSummary:
+    """Stream one file into ``acc`` block by block and summarise it; its last query is dropped when
+    the truncation ``rule`` says so (:func:`_truncation_reason`)."""
+    acc.current = None
+    docs0, queries0 = acc.n_docs, len(acc.q_id)
+    n_lines = data_lines = comment_lines = blank_lines = file_max = 0
+    ends_with_newline = True
+    cut_data_line = False  # the file ends without a newline on a data line
+    prev_pairs: int | None = None  # pairs of the last line seen so far
+    uniform: int | None = None  # common pair count of all earlier lines, -1 if they differ
+    for lines, unterminated in _blocks(path, chunk_bytes):
+        first = n_lines + 1
+        n_lines += len(lines)
+        ends_with_newline = not unterminated
+        chunk = _parse_chunk_fast(lines, first, colmap)
+        if chunk is None:
+            chunk = _parse_chunk_strict(lines, first, colmap, path, unterminated)
+        acc.add(chunk, file_index, path, lines, first)
+        cut_data_line = unterminated and chunk.labels.size > 0
+        data_lines += chunk.labels.size
+        comment_lines += chunk.comment_lines
+        blank_lines += chunk.blank_lines
+        file_max = max(file_max, chunk.max_index)
+        if chunk.pairs.size:
+            uniform = _common_pairs(chunk.pairs, prev_pairs, uniform)
+            prev_pairs = int(chunk.pairs[-1])
+    dropped = None
+    if len(acc.q_id) > queries0:
+        reason = _truncation_reason(rule, n_lines, ends_with_newline, prev_pairs if cut_data_line else None, uniform)
+        if reason:
+            qid, n, line = acc.drop_last_query()
+            dropped = DroppedQuery(str(path), qid, n, line, reason)
+    return FileSummary(
+        file=str(path),
+        lines=n_lines,
+        data_lines=data_lines,
+        comment_lines=comment_lines,
+        blank_lines=blank_lines,
+        queries=len(acc.q_id) - queries0,
+        docs=acc.n_docs - docs0,
+        max_feature_index=file_max,
+        ends_with_newline=ends_with_newline,
+        dropped=dropped,
+    )
+
+
+def _common_pairs(pairs: np.ndarray, prev_pairs: int | None, uniform: int | None) -> int | None:
+    """The common pair count of a file's data lines so far, the last one left out (-1 if they differ,
+    None if there are none): ``uniform`` updated with a block of ``pairs`` per data line, where
+    ``prev_pairs`` is the pair count of the last data line before the block."""
+    earlier = pairs[:-1] if prev_pairs is None else np.concatenate([[prev_pairs], pairs[:-1]])
+    if earlier.size:
+        lo, hi = int(earlier.min()), int(earlier.max())
+        common = lo if lo == hi else -1
+        uniform = common if uniform is None or uniform == common else -1
+    return uniform
+
+
+def _collected(acc: _Accumulator, cols: np.ndarray | None, summaries: list[FileSummary]) -> SvmlightData:
+    """The documents and queries gathered in ``acc``, with the chosen columns (None: every index ``1..max``)."""
+    max_index = max(s.max_feature_index for s in summaries)
     if cols is None:
         cols = np.arange(1, max_index + 1, dtype=np.int64)
     features = acc.features[: acc.n_docs, : cols.size]
