@@ -3,12 +3,8 @@
 Liu, Zhang, Wang, Li & Lui (2022), "Federated online clustering of bandits", Algorithms 1-5.
 Line numbers below refer to those algorithms.  This module holds the policies (:class:`FCLUBBase`
 and its variants); their parameters and the guarantee label are in
-:mod:`fedbandits.algorithms.fclub_params`, the state of one run in :mod:`fedbandits.algorithms.fclub_state`.
-
-Why this module is above ~600 lines: it is one algorithm, :class:`FCLUBBase` (~480 lines: the
-phases, cluster detection, the two communication modes and their privacy), and this docstring that
-maps it to the paper line by line; splitting the class would separate steps the paper runs in one
-loop.
+:mod:`fedbandits.algorithms.fclub_params`, the state of one run in :mod:`fedbandits.algorithms.fclub_state`,
+the report's merge rules, counts and privacy spent in :mod:`fedbandits.algorithms.fclub_report`.
 
 Time and phases
 ---------------
@@ -98,6 +94,7 @@ from fedbandits.algorithms.clustering import (
     confidence_width_f,
 )
 from fedbandits.algorithms.fclub_params import CDPFCLUBDCParams, privacy_guarantee
+from fedbandits.algorithms.fclub_report import REPORT_MERGE, communication_report, epsilon_per_server_cluster
 from fedbandits.algorithms.fclub_state import LOG_CAPACITY, FCLUBRunState
 from fedbandits.core.clipping import ROUNDING
 from fedbandits.privacy.cluster_tree import (
@@ -124,41 +121,7 @@ class FCLUBBase(ClusteredPolicy):
     sync = False
     clustering = True
     private = False
-    report_merge: ClassVar[Mapping[str, MergeRule]] = {
-        # means over runs of per-run counts and of the detection's outcome
-        "uploads": "mean",
-        "downloads": "mean",
-        "phase_uploads": "mean",
-        "async_uploads": "mean",
-        "async_downloads": "mean",
-        "renewal_downloads": "mean",
-        "clusters_detected": "mean",
-        "ari_final": "mean",
-        # detections happen before arrivals 2^s - 1: the same times in every run
-        "ari_by_phase": "mean-series",
-        # privacy (cdp-fclub-dc): the calibration comes from the config, the spending is a max over runs
-        "protocol": "same",
-        "epsilon": "same",
-        "epsilon_spent": "max",
-        "guarantee": "derived",
-        "guarantee_reason": "derived",
-        "epsilon_target_per_tree": "same",
-        "delta": "same",
-        "calibration": "same",
-        "nu": "same",
-        "uploads_per_tree_bound": "same",
-        "noise_std": "same",
-        "rho": "same",
-        "epsilon_per_tree_exact": "same",
-        "epsilon_spent_max": "max",
-        "epsilon_spent_per_server_cluster": "max-elementwise",
-        "compositions_max": "max",
-        "observations": "sum",
-        "feature_norm_max": "max",
-        "clipped_features": "sum",
-        "clipped_rewards": "sum",
-        "non_pd": "sum",
-    }
+    report_merge: ClassVar[Mapping[str, MergeRule]] = REPORT_MERGE
 
     def __init__(
         self,
@@ -532,35 +495,11 @@ class FCLUBBase(ClusteredPolicy):
     def privacy_spent(self, r: int = 0) -> np.ndarray:
         """Exact epsilon at delta per (server, true cluster), (L, m): Definition 1's (l', j')."""
         p: CDPFCLUBDCParams = self.params  # type: ignore[assignment]
-        comp = self.privacy_compositions(r)
-        s, m = self.users.n_servers, self.users.n_clusters
-        worst = np.zeros((s, m), dtype=np.int64)
-        np.maximum.at(worst, (self.users.user_server, self.users.user_cluster), comp)
-        eps = np.zeros((s, m))
-        cache: dict[int, float] = {}
-        for idx, c in np.ndenumerate(worst):
-            if int(c) not in cache:
-                cache[int(c)] = composed_epsilon(int(c), self.noise_std, p.delta, p.feature_bound, p.reward_bound)
-            eps[idx] = cache[int(c)]
-        return eps
+        return epsilon_per_server_cluster(self.privacy_compositions(r), self.users, self.noise_std, p)
 
     def report(self) -> dict[str, object]:
         sts = self.states
-        mean = lambda vals: float(np.mean(vals))  # noqa: E731
-        times = [t for t, _ in sts[0].ari]
-        if any([t for t, _ in s.ari] != times for s in sts):  # detections depend on the arrival count only
-            raise RuntimeError(f"{self.name}: the runs detected clusters at different times")
-        out: dict[str, object] = {
-            "uploads": mean([s.uploads_phase + s.uploads_async for s in sts]),
-            "downloads": mean([s.downloads_async + s.downloads_renewal for s in sts]),
-            "phase_uploads": mean([s.uploads_phase for s in sts]),
-            "async_uploads": mean([s.uploads_async for s in sts]),
-            "async_downloads": mean([s.downloads_async for s in sts]),
-            "renewal_downloads": mean([s.downloads_renewal for s in sts]),
-            "clusters_detected": mean([s.n_gc for s in sts]),
-            "ari_final": mean([s.ari[-1][1] for s in sts]) if times else float("nan"),
-            "ari_by_phase": [[t, mean([s.ari[i][1] for s in sts])] for i, t in enumerate(times)],
-        }
+        out = communication_report(self.name, sts)
         if self.private:
             p: CDPFCLUBDCParams = self.params  # type: ignore[assignment]
             eps = np.max([self.privacy_spent(r) for r in range(self.n_runs)], axis=0)

@@ -272,7 +272,35 @@ class DecentralizedFedUCB(Policy, ClipCounts):
         R = n_runs
         self.gamma = G
 
-        # graph, delay bound, cliques of G^gamma
+        self._init_graph(params, M, G)  # graph, delay bound, cliques of G^gamma
+
+        # privacy: one stream per (agent, set), at most ceil(T/gamma) releases each
+        self.stream_capacity = math.ceil(horizon / G)
+        self._init_privacy(params, horizon, R, M, d, G, noise_rngs)
+        if isinstance(params.threshold, str):
+            self.threshold = theorem1_threshold(
+                self.stream_capacity, d, self.rho_min, self.rho_max, params.feature_bound
+            )
+        else:
+            self.threshold = float(params.threshold)
+        self.radius = params.confidence_radius()
+        self.scorer = UCBScorer(R * M, n_arms, d)
+
+        self._init_statistics(R, M, d, G)
+
+        # transport and counters
+        self._requests = _Floods(M, None)
+        self._stats = _Floods(M, (d + 1, d + 1))
+        self._stats_bytes = symmetric_payload_floats(d) * FLOAT_BYTES
+        self.signals = np.zeros(R, dtype=np.int64)  # sync requests issued
+        self.releases = np.zeros(R, dtype=np.int64)  # statistics released (privatizer calls)
+        self.request_transmissions = np.zeros(R, dtype=np.int64)
+        self.stats_transmissions = np.zeros(R, dtype=np.int64)
+        self.delivered = np.zeros((R, M, M), dtype=np.int64)  # statistics messages [run, source, holder]
+        self.init_clipping()
+
+    def _init_graph(self, params: DecentralizedFedUCBParams, M: int, G: int) -> None:
+        """The graph, its delay bound and distances, the cliques of G^gamma (refused if unusable)."""
         self.graph = params.build_graph(M)
         parts = self.graph.components()
         if parts > 1:
@@ -293,8 +321,18 @@ class DecentralizedFedUCB(Policy, ClipCounts):
         self._adjacency = self.graph.adjacency.astype(np.float64)
         self._degrees = self.graph.degrees.astype(np.float64)
 
-        # privacy: one stream per (agent, set), at most ceil(T/gamma) releases each
-        self.stream_capacity = math.ceil(horizon / G)
+    def _init_privacy(
+        self,
+        params: DecentralizedFedUCBParams,
+        horizon: int,
+        R: int,
+        M: int,
+        d: int,
+        G: int,
+        noise_rngs: Sequence[np.random.Generator] | None,
+    ) -> None:
+        """The calibration, shifts and tree privatizer of the M gamma streams (private), or the
+        ridge regulariser's shift (non-private)."""
         if self.private:
             if noise_rngs is None:
                 raise ValueError("a private feducb-decentralized needs one noise Generator per run")
@@ -314,15 +352,9 @@ class DecentralizedFedUCB(Policy, ClipCounts):
             self.per_agent_shift = params.reg
             self.kappa = 0.0
             self.privatizer = None
-        if isinstance(params.threshold, str):
-            self.threshold = theorem1_threshold(
-                self.stream_capacity, d, self.rho_min, self.rho_max, params.feature_bound
-            )
-        else:
-            self.threshold = float(params.threshold)
-        self.radius = params.confidence_radius()
-        self.scorer = UCBScorer(R * M, n_arms, d)
 
+    def _init_statistics(self, R: int, M: int, d: int, G: int) -> None:
+        """The per (run, agent, set) statistics before any round."""
         # per (run, agent, set): synced S (raw sum + shift, and the PSD-repaired one in use), local
         # batch Q-hat, the acting V = S + U and its inverse, log-dets, uses since the last release
         base = (self.clique_size * self.per_agent_shift)[None, :, None, None, None] * np.eye(d)
@@ -340,17 +372,6 @@ class DecentralizedFedUCB(Policy, ClipCounts):
         self.uses = np.zeros(shape, dtype=np.int64)
         self.own_prefix = np.zeros((*shape, d + 1, d + 1))  # last prefix released by the stream
         self.pending = np.zeros(shape, dtype=bool)
-
-        # transport and counters
-        self._requests = _Floods(M, None)
-        self._stats = _Floods(M, (d + 1, d + 1))
-        self._stats_bytes = symmetric_payload_floats(d) * FLOAT_BYTES
-        self.signals = np.zeros(R, dtype=np.int64)  # sync requests issued
-        self.releases = np.zeros(R, dtype=np.int64)  # statistics released (privatizer calls)
-        self.request_transmissions = np.zeros(R, dtype=np.int64)
-        self.stats_transmissions = np.zeros(R, dtype=np.int64)
-        self.delivered = np.zeros((R, M, M), dtype=np.int64)  # statistics messages [run, source, holder]
-        self.init_clipping()
 
     # -- acting -----------------------------------------------------------------------------
     def current_set(self) -> int:

@@ -279,6 +279,12 @@ def default_cases() -> list[AuditCase]:
     only) and the factorized release of ldp and distributed-dp, FedUCB's Privatizer
     with the private schedule, decentralized FedUCB (epsilon = 1, delta = 1e-5, tight); and every
     private plugin protocol (:func:`plugin_cases`)."""
+    cases = [*_fedlinucb_cases(), *_user_level_cases(), *_other_learner_cases()]
+    return cases + plugin_cases()
+
+
+def _fedlinucb_cases() -> list[AuditCase]:
+    """FedLinUCB's private protocols, lazy and not, and the factorized release of ldp and distributed-dp."""
     cases = []
     fedlinucb_modes = (
         ("ldp", "messages", 1),
@@ -323,6 +329,12 @@ def default_cases() -> list[AuditCase]:
             agents=2,
         )
     )
+    return cases
+
+
+def _user_level_cases() -> list[AuditCase]:
+    """FedLinUCB's user-level rows: a returning victim with ``USER_HISTORY`` visits, lazy."""
+    cases = []
     for protocol, view, agents, mechanism in (
         ("ldp", "messages", 1, "tree"),
         ("distributed-dp", "aggregate", 2, "tree"),
@@ -339,33 +351,34 @@ def default_cases() -> list[AuditCase]:
                 history=USER_HISTORY,
             )
         )
-    cases.append(
+    return cases
+
+
+def _other_learner_cases() -> list[AuditCase]:
+    """FedLinUCB-async's own ldp-prefix trees, FedUCB's Privatizer with the private schedule and
+    decentralized FedUCB's."""
+    return [
         AuditCase(
             "FedLinUCB-async ldp-prefix lazy, period trigger",
             _async_fedlinucb(trigger="period"),
             "messages",
             dataset="full-sensitivity",
-        )
-    )
-    cases.append(
+        ),
         AuditCase(
             "FedUCB Privatizer, private schedule",
             _feducb("feducb", schedule="private", threshold=1.0),
             "privatizer",
             agents=2,
             batches=1,
-        )
-    )
-    cases.append(
+        ),
         AuditCase(
             "FedUCB decentralized Privatizer",
             _feducb("feducb-decentralized", threshold=0.1),
             "privatizer",
             agents=2,
             batches=1,
-        )
-    )
-    return cases + plugin_cases()
+        ),
+    ]
 
 
 #: silos of an audited plugin protocol, by the view its entry declares (as the built-ins of that view:

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 
 from fedbandits.core.validation import check_choice, check_float, check_int
 from fedbandits.privacy import accounting, shuffle_amplification
-from fedbandits.privacy.factorization import MECHANISMS, factorize
+from fedbandits.privacy.factorization import MECHANISMS, Factorization, factorize
 from fedbandits.privacy.guarantee import certified
 from fedbandits.privacy.sensitivity import ADJACENCIES, Sensitivity, stream_sensitivity
 from fedbandits.privacy.tree import max_nodes_per_datum
@@ -155,6 +155,17 @@ def gaussian_tree_mu(sigma_cov: float, sigma_bias: float, sens: Sensitivity, nod
     return math.sqrt(nodes * ((sens.cov / sigma_cov) ** 2 + (sens.bias / sigma_bias) ** 2))
 
 
+@dataclass(frozen=True)
+class _Noise:
+    """One branch's result in :func:`calibrate`: the noise per stream and what it certifies."""
+
+    sigma_cov: float
+    sigma_bias: float
+    epsilon_spent: float
+    epsilon_silo: float
+    certificate: str
+
+
 @functools.lru_cache(maxsize=256)
 def calibrate(spec: PrivacySpec, *, agents: int, horizon: int, batch: int) -> NoiseCalibration:
     """Calibrate a Gaussian tree protocol (``ldp``, ``ldp-prefix``, ``sdp-amplification``).
@@ -178,104 +189,15 @@ def calibrate(spec: PrivacySpec, *, agents: int, horizon: int, batch: int) -> No
     }
     prefix_factor = float(nodes)
     if spec.mechanism == "factorized":
-        # one Gaussian mechanism with l2 sensitivity ||B[:, 1]|| per unit (module factorization);
-        # sigma = z ||B[:, 1]|| Delta per stream gives mu = sqrt(2) / z, as two compositions at z
         factor = factorize(releases)
-        z = accounting.tight_noise_multiplier(spec.epsilon, spec.delta, 2)
-        scale = math.sqrt(factor.sensitivity_sq)
-        sigma_cov, sigma_bias = z * scale * sens.cov, z * scale * sens.bias
+        noise = _factorized_noise(spec, sens, factor, releases, details)
         nodes = factor.band  # releases one batch enters
         prefix_factor = float(factor.prefix_variance().max())
-        details.update(
-            {
-                "noise_multiplier": z * scale,
-                "factorization": "square root of the prefix-sum matrix"
-                + ("" if factor.band == releases else f", banded to {factor.band}"),
-                "factor_band": factor.band,
-                "factor_sensitivity_sq": factor.sensitivity_sq,
-            }
-        )
-        mu = gaussian_tree_mu(sigma_cov, sigma_bias, sens, factor.sensitivity_sq)
-        epsilon_spent = accounting.gaussian_epsilon(mu, spec.delta)
-        epsilon_silo = epsilon_spent
-        certificate = (
-            "Gaussian mechanism with the factor's column norm as sensitivity, adaptive streams "
-            "(Denisov et al. 2022, Thm 2.1)"
-        )
     elif spec.protocol in ("ldp", "ldp-prefix"):
-        if spec.calibration in ("paper", "code"):
-            # Theorem 5.1 (and the code, Agents.py:190) is stated for sensitivity 1 per stream (L = 1);
-            # scale by the paper's per-user norms L^2 and L B so that L = B = 1 gives sigma_0 exactly.
-            if spec.calibration == "paper":
-                sigma0 = accounting.ldp_sigma_paper(spec.epsilon, spec.delta, releases)
-            else:
-                sigma0 = accounting.ldp_sigma_code(spec.epsilon, spec.delta, releases)
-            sigma_cov = sigma0 * spec.feature_bound**2
-            sigma_bias = sigma0 * spec.feature_bound * spec.reward_bound
-            details[f"sigma0_{spec.calibration}"] = sigma0
-        else:
-            z = accounting.tight_noise_multiplier(spec.epsilon, spec.delta, 2 * nodes)
-            sigma_cov, sigma_bias = z * sens.cov, z * sens.bias
-            details["noise_multiplier"] = z
-        mu = gaussian_tree_mu(sigma_cov, sigma_bias, sens, nodes)
-        epsilon_spent = accounting.gaussian_epsilon(mu, spec.delta)
-        epsilon_silo = epsilon_spent
-        certificate = f"exact Gaussian composition over {nodes} tree nodes per stream"
+        noise = _ldp_noise(spec, sens, releases, nodes, details)
     else:  # sdp-amplification
-        n_points = batch * (1 << (nodes - 1))  # the most data points one p-sum may hold
-        details["points_per_psum"] = n_points
-        if spec.calibration in ("paper", "code"):
-            if spec.calibration == "paper":
-                sigma0 = accounting.sdp_amplification_sigma_heuristic(
-                    spec.epsilon, spec.delta, releases, horizon, agents
-                )
-                details["note"] = "paper heuristic noise (Theorem 5.3's O(.) with constant 1): no formal guarantee"
-            else:
-                sigma0 = accounting.sdp_amplification_sigma_code(spec.epsilon, spec.delta, releases, horizon, agents)
-                details["note"] = "the public code's noise (Alphasxd/DPLCB, Agents.py:135-136): no formal guarantee"
-            sigma_cov = sigma0 * spec.feature_bound**2
-            sigma_bias = sigma0 * spec.feature_bound * spec.reward_bound
-            details[f"sigma0_{spec.calibration}"] = sigma0
-            z_equiv = min(sigma_cov / sens.cov, sigma_bias / sens.bias)
-            try:
-                epsilon_amp = shuffle_amplification.amplification_epsilon(z_equiv, n_points, agents, nodes, spec.delta)
-            except shuffle_amplification.AmplificationError as exc:
-                epsilon_amp = math.inf
-                details["amplification_refused"] = str(exc)
-        else:
-            # the shuffled release is also silo-level LDP (which implies SDP): the smaller of the
-            # amplification multiplier and the plain-composition one is certified
-            z_ldp = accounting.tight_noise_multiplier(spec.epsilon, spec.delta, 2 * nodes)
-            try:
-                z_amp = shuffle_amplification.amplification_noise_multiplier(
-                    spec.epsilon, spec.delta, n_points, agents, nodes
-                )
-            except shuffle_amplification.AmplificationError as exc:
-                raise shuffle_amplification.AmplificationError(
-                    f"{exc}; (silo-level LDP, protocol = 'ldp', meets ({spec.epsilon}, {spec.delta}) with noise "
-                    f"multiplier {z_ldp:.4g})"
-                ) from None
-            z = min(z_amp, z_ldp)
-            sigma_cov, sigma_bias = z * sens.cov, z * sens.bias
-            details["noise_multiplier"] = z
-            details["noise_multiplier_amplification"] = z_amp
-            details["noise_multiplier_composition"] = z_ldp
-            details["certified_by"] = "amplification (Lemma F.2)" if z_amp < z_ldp else "plain composition"
-            try:
-                epsilon_amp = shuffle_amplification.amplification_epsilon(z, n_points, agents, nodes, spec.delta)
-            except shuffle_amplification.AmplificationError:
-                epsilon_amp = math.inf  # z = z_ldp is below what the lemma can certify
-        epsilon_silo = accounting.gaussian_epsilon(gaussian_tree_mu(sigma_cov, sigma_bias, sens, nodes), spec.delta)
-        # both are theorems about the same release: Lemma F.2 + composition, or plain Gaussian
-        # composition (silo-level LDP, which implies SDP); report the better one
-        details["epsilon_amplification"] = None if math.isinf(epsilon_amp) else epsilon_amp
-        epsilon_spent = min(epsilon_amp, epsilon_silo)
-        certificate = (
-            "amplification (Lemma F.2) and advanced composition"
-            if epsilon_amp < epsilon_silo
-            else f"exact Gaussian composition over {nodes} tree nodes per stream (silo-level LDP implies SDP)"
-        )
-    guarantee, guarantee_reason = certified(epsilon_spent, spec.epsilon, spec.delta, certificate)
+        noise = _sdp_amplification_noise(spec, sens, agents, horizon, batch, releases, nodes, details)
+    guarantee, guarantee_reason = certified(noise.epsilon_spent, spec.epsilon, spec.delta, noise.certificate)
     return NoiseCalibration(
         protocol=spec.protocol,
         calibration=spec.calibration,
@@ -283,13 +205,150 @@ def calibrate(spec: PrivacySpec, *, agents: int, horizon: int, batch: int) -> No
         delta=spec.delta,
         releases=releases,
         nodes=nodes,
-        sigma_cov=sigma_cov,
-        sigma_bias=sigma_bias,
-        epsilon_spent=epsilon_spent,
+        sigma_cov=noise.sigma_cov,
+        sigma_bias=noise.sigma_bias,
+        epsilon_spent=noise.epsilon_spent,
         guarantee=guarantee,
         guarantee_reason=guarantee_reason,
-        epsilon_silo=epsilon_silo,
+        epsilon_silo=noise.epsilon_silo,
         details=details,
         mechanism=spec.mechanism,
         prefix_factor=prefix_factor,
     )
+
+
+def _factorized_noise(
+    spec: PrivacySpec, sens: Sensitivity, factor: Factorization, releases: int, details: dict[str, object]
+) -> _Noise:
+    """The factorized release of ``ldp``/``ldp-prefix`` (tight only), its details added to ``details``."""
+    # one Gaussian mechanism with l2 sensitivity ||B[:, 1]|| per unit (module factorization);
+    # sigma = z ||B[:, 1]|| Delta per stream gives mu = sqrt(2) / z, as two compositions at z
+    z = accounting.tight_noise_multiplier(spec.epsilon, spec.delta, 2)
+    scale = math.sqrt(factor.sensitivity_sq)
+    sigma_cov, sigma_bias = z * scale * sens.cov, z * scale * sens.bias
+    details.update(
+        {
+            "noise_multiplier": z * scale,
+            "factorization": "square root of the prefix-sum matrix"
+            + ("" if factor.band == releases else f", banded to {factor.band}"),
+            "factor_band": factor.band,
+            "factor_sensitivity_sq": factor.sensitivity_sq,
+        }
+    )
+    mu = gaussian_tree_mu(sigma_cov, sigma_bias, sens, factor.sensitivity_sq)
+    epsilon_spent = accounting.gaussian_epsilon(mu, spec.delta)
+    certificate = (
+        "Gaussian mechanism with the factor's column norm as sensitivity, adaptive streams "
+        "(Denisov et al. 2022, Thm 2.1)"
+    )
+    return _Noise(sigma_cov, sigma_bias, epsilon_spent, epsilon_spent, certificate)
+
+
+def _ldp_noise(spec: PrivacySpec, sens: Sensitivity, releases: int, nodes: int, details: dict[str, object]) -> _Noise:
+    """The tree of ``ldp``/``ldp-prefix``: Theorem 5.1 (paper), the public code's constant, or tight."""
+    if spec.calibration in ("paper", "code"):
+        # Theorem 5.1 (and the code, Agents.py:190) is stated for sensitivity 1 per stream (L = 1);
+        # scale by the paper's per-user norms L^2 and L B so that L = B = 1 gives sigma_0 exactly.
+        if spec.calibration == "paper":
+            sigma0 = accounting.ldp_sigma_paper(spec.epsilon, spec.delta, releases)
+        else:
+            sigma0 = accounting.ldp_sigma_code(spec.epsilon, spec.delta, releases)
+        sigma_cov = sigma0 * spec.feature_bound**2
+        sigma_bias = sigma0 * spec.feature_bound * spec.reward_bound
+        details[f"sigma0_{spec.calibration}"] = sigma0
+    else:
+        z = accounting.tight_noise_multiplier(spec.epsilon, spec.delta, 2 * nodes)
+        sigma_cov, sigma_bias = z * sens.cov, z * sens.bias
+        details["noise_multiplier"] = z
+    mu = gaussian_tree_mu(sigma_cov, sigma_bias, sens, nodes)
+    epsilon_spent = accounting.gaussian_epsilon(mu, spec.delta)
+    certificate = f"exact Gaussian composition over {nodes} tree nodes per stream"
+    return _Noise(sigma_cov, sigma_bias, epsilon_spent, epsilon_spent, certificate)
+
+
+def _sdp_amplification_noise(
+    spec: PrivacySpec,
+    sens: Sensitivity,
+    agents: int,
+    horizon: int,
+    batch: int,
+    releases: int,
+    nodes: int,
+    details: dict[str, object],
+) -> _Noise:
+    """The shuffled tree of ``sdp-amplification``: certified by Lemma F.2 or by plain composition."""
+    n_points = batch * (1 << (nodes - 1))  # the most data points one p-sum may hold
+    details["points_per_psum"] = n_points
+    if spec.calibration in ("paper", "code"):
+        sigma_cov, sigma_bias, epsilon_amp = _sdp_published_noise(
+            spec, sens, agents, horizon, releases, nodes, n_points, details
+        )
+    else:
+        sigma_cov, sigma_bias, epsilon_amp = _sdp_tight_noise(spec, sens, agents, nodes, n_points, details)
+    epsilon_silo = accounting.gaussian_epsilon(gaussian_tree_mu(sigma_cov, sigma_bias, sens, nodes), spec.delta)
+    # both are theorems about the same release: Lemma F.2 + composition, or plain Gaussian
+    # composition (silo-level LDP, which implies SDP); report the better one
+    details["epsilon_amplification"] = None if math.isinf(epsilon_amp) else epsilon_amp
+    epsilon_spent = min(epsilon_amp, epsilon_silo)
+    certificate = (
+        "amplification (Lemma F.2) and advanced composition"
+        if epsilon_amp < epsilon_silo
+        else f"exact Gaussian composition over {nodes} tree nodes per stream (silo-level LDP implies SDP)"
+    )
+    return _Noise(sigma_cov, sigma_bias, epsilon_spent, epsilon_silo, certificate)
+
+
+def _sdp_published_noise(
+    spec: PrivacySpec,
+    sens: Sensitivity,
+    agents: int,
+    horizon: int,
+    releases: int,
+    nodes: int,
+    n_points: int,
+    details: dict[str, object],
+) -> tuple[float, float, float]:
+    """(sigma_cov, sigma_bias, epsilon by Lemma F.2) of the paper's heuristic or the public code's noise."""
+    if spec.calibration == "paper":
+        sigma0 = accounting.sdp_amplification_sigma_heuristic(spec.epsilon, spec.delta, releases, horizon, agents)
+        details["note"] = "paper heuristic noise (Theorem 5.3's O(.) with constant 1): no formal guarantee"
+    else:
+        sigma0 = accounting.sdp_amplification_sigma_code(spec.epsilon, spec.delta, releases, horizon, agents)
+        details["note"] = "the public code's noise (Alphasxd/DPLCB, Agents.py:135-136): no formal guarantee"
+    sigma_cov = sigma0 * spec.feature_bound**2
+    sigma_bias = sigma0 * spec.feature_bound * spec.reward_bound
+    details[f"sigma0_{spec.calibration}"] = sigma0
+    z_equiv = min(sigma_cov / sens.cov, sigma_bias / sens.bias)
+    try:
+        epsilon_amp = shuffle_amplification.amplification_epsilon(z_equiv, n_points, agents, nodes, spec.delta)
+    except shuffle_amplification.AmplificationError as exc:
+        epsilon_amp = math.inf
+        details["amplification_refused"] = str(exc)
+    return sigma_cov, sigma_bias, epsilon_amp
+
+
+def _sdp_tight_noise(
+    spec: PrivacySpec, sens: Sensitivity, agents: int, nodes: int, n_points: int, details: dict[str, object]
+) -> tuple[float, float, float]:
+    """(sigma_cov, sigma_bias, epsilon by Lemma F.2) of the smaller of the two certified noise multipliers."""
+    # the shuffled release is also silo-level LDP (which implies SDP): the smaller of the
+    # amplification multiplier and the plain-composition one is certified
+    z_ldp = accounting.tight_noise_multiplier(spec.epsilon, spec.delta, 2 * nodes)
+    try:
+        z_amp = shuffle_amplification.amplification_noise_multiplier(spec.epsilon, spec.delta, n_points, agents, nodes)
+    except shuffle_amplification.AmplificationError as exc:
+        raise shuffle_amplification.AmplificationError(
+            f"{exc}; (silo-level LDP, protocol = 'ldp', meets ({spec.epsilon}, {spec.delta}) with noise "
+            f"multiplier {z_ldp:.4g})"
+        ) from None
+    z = min(z_amp, z_ldp)
+    sigma_cov, sigma_bias = z * sens.cov, z * sens.bias
+    details["noise_multiplier"] = z
+    details["noise_multiplier_amplification"] = z_amp
+    details["noise_multiplier_composition"] = z_ldp
+    details["certified_by"] = "amplification (Lemma F.2)" if z_amp < z_ldp else "plain composition"
+    try:
+        epsilon_amp = shuffle_amplification.amplification_epsilon(z, n_points, agents, nodes, spec.delta)
+    except shuffle_amplification.AmplificationError:
+        epsilon_amp = math.inf  # z = z_ldp is below what the lemma can certify
+    return sigma_cov, sigma_bias, epsilon_amp

@@ -346,20 +346,7 @@ def calibrate_distributed(
     Raises ``ValueError`` naming the parameter when the request cannot be met (paper calibration,
     too many colluders/dropouts, a grid too coarse for Prop. 14, a modulus that could overflow).
     """
-    if spec.calibration != "tight":
-        raise ValueError("calibration must be 'tight' for protocol 'distributed-dp' (no paper defines it)")
-    check_int("agents", agents, low=1)
-    check_int("horizon", horizon, low=1)
-    check_int("batch", batch, low=1, high=horizon)
-    check_int("dim", dim, low=1)
-    check_int("colluders", colluders, low=0)
-    check_int("dropouts", dropouts, low=0)
-    honest = agents - colluders - dropouts
-    if honest < 1:
-        raise ValueError(
-            f"colluders + dropouts must be <= agents - 1 = {agents - 1} (one honest silo's noise must arrive), "
-            f"got {colluders} + {dropouts}"
-        )
+    honest = _honest_shares(spec, agents, horizon, batch, dim, colluders, dropouts)
     releases = horizon // batch
     tree_nodes = max_nodes_per_datum(releases)
     sens = spec.sensitivity()
@@ -373,64 +360,19 @@ def calibrate_distributed(
     r = sens.cov / g
     l2 = math.sqrt(2.0) * r + math.sqrt(width)
     l1 = (math.sqrt(n_tri) + math.sqrt(dim)) * r + width
-    profile: tuple[tuple[float, float], ...] = ()
     if spec.mechanism == "factorized":
-        # message k carries b_{k-j} times the user's change (rounded: + the rounding term), for the
-        # releases k >= j within the band; j = 1 enters the most, with the largest coefficients
-        column = factorize(releases).encoder
-        profile = tuple(
-            (math.sqrt(2.0) * r * b + math.sqrt(width), (math.sqrt(n_tri) + math.sqrt(dim)) * r * b + width)
-            for b in column
-        )
+        profile = _factorized_profile(releases, r, n_tri, dim, width)
         one: tuple[tuple[float, float, int], ...] = tuple((a, b, 1) for a, b in profile)
         nodes = len(profile)
     else:
+        profile = ()
         one = ((l2, l1, tree_nodes),)
         nodes = tree_nodes
     sensitivities = user_releases(one, width, spec.contributions)
-
-    def spent(log_sigma: float) -> float:
-        return composed_epsilon(math.exp(log_sigma), honest, sensitivities, width, spec.delta)
-
-    lo = math.log(0.5)
-    if spent(lo) > spec.epsilon:
-        hi = lo + 1.0
-        while spent(hi) > spec.epsilon:
-            lo, hi = hi, hi + 1.0
-        root = optimize.brentq(lambda s: spent(s) - spec.epsilon, lo, hi, xtol=1e-9)
-        while spent(root) > spec.epsilon:  # never optimistic
-            root += 1e-9
-        share_sigma = math.exp(root)
-    else:
-        share_sigma = 0.5  # Prop. 14's smallest parameter already meets the target
-    needed = required_bits(
-        data_bound(agents, horizon, spec, g, g_bias), noise_bound(agents, tree_nodes, share_sigma, width, releases)
-    )
-    if needed > MAX_BITS:
-        raise ValueError(
-            f"granularity = {g:.4g} needs a {needed}-bit modulus for T = {horizon}, M = {agents}; the limit is "
-            f"{MAX_BITS}: choose a granularity >= {g * 2.0 ** (needed - MAX_BITS):.4g}"
-        )
-    if bits is None:
-        bits = needed
-    elif check_int("modulus_bits", bits, low=2, high=MAX_BITS) < needed:
-        raise ValueError(
-            f"modulus_bits must be an integer in [{needed}, {MAX_BITS}] for these bounds (a sum could overflow "
-            f"2^{bits}), got {bits}"
-        )
+    share_sigma = _smallest_share_sigma(spec, honest, sensitivities, width)
+    bits = _modulus_bits(bits, spec, agents, horizon, g, g_bias, tree_nodes, share_sigma, width, releases)
     epsilon_worst = composed_epsilon(share_sigma, honest, sensitivities, width, spec.delta)
-    releases_entered = (
-        f"{nodes} factorized messages (square-root factor, DMRST22 Thm 2.1 for adaptive streams)"
-        if profile
-        else f"{nodes} tree nodes"
-    )
-    guarantee, reason = certified(
-        epsilon_worst,
-        spec.epsilon,
-        spec.delta,
-        f"distributed discrete Gaussian (KLS21 Prop. 14) over {releases_entered}, {honest} honest shares "
-        f"({colluders} colluders, {dropouts} dropouts tolerated)",
-    )
+    guarantee, reason = _certify(epsilon_worst, spec, nodes, profile, honest, colluders, dropouts)
     return DistributedCalibration(
         protocol="distributed-dp",
         calibration=spec.calibration,
@@ -457,6 +399,114 @@ def calibrate_distributed(
         profile=profile,
         contributions=spec.contributions,
     )
+
+
+def _honest_shares(
+    spec: PrivacySpec, agents: int, horizon: int, batch: int, dim: int, colluders: int, dropouts: int
+) -> int:
+    """The checked request of :func:`calibrate_distributed`: the honest shares M - colluders - dropouts."""
+    if spec.calibration != "tight":
+        raise ValueError("calibration must be 'tight' for protocol 'distributed-dp' (no paper defines it)")
+    check_int("agents", agents, low=1)
+    check_int("horizon", horizon, low=1)
+    check_int("batch", batch, low=1, high=horizon)
+    check_int("dim", dim, low=1)
+    check_int("colluders", colluders, low=0)
+    check_int("dropouts", dropouts, low=0)
+    honest = agents - colluders - dropouts
+    if honest < 1:
+        raise ValueError(
+            f"colluders + dropouts must be <= agents - 1 = {agents - 1} (one honest silo's noise must arrive), "
+            f"got {colluders} + {dropouts}"
+        )
+    return honest
+
+
+def _certify(
+    epsilon_worst: float,
+    spec: PrivacySpec,
+    nodes: int,
+    profile: tuple[tuple[float, float], ...],
+    honest: int,
+    colluders: int,
+    dropouts: int,
+) -> tuple[str, str]:
+    """(guarantee, reason) of the calibrated worst case: ``honest`` shares over the releases one user enters."""
+    releases_entered = (
+        f"{nodes} factorized messages (square-root factor, DMRST22 Thm 2.1 for adaptive streams)"
+        if profile
+        else f"{nodes} tree nodes"
+    )
+    return certified(
+        epsilon_worst,
+        spec.epsilon,
+        spec.delta,
+        f"distributed discrete Gaussian (KLS21 Prop. 14) over {releases_entered}, {honest} honest shares "
+        f"({colluders} colluders, {dropouts} dropouts tolerated)",
+    )
+
+
+def _factorized_profile(releases: int, r: float, n_tri: int, dim: int, width: int) -> tuple[tuple[float, float], ...]:
+    """(l2, l1) of the factorized messages one user enters, grid steps (r = Delta_cov / granularity)."""
+    # message k carries b_{k-j} times the user's change (rounded: + the rounding term), for the
+    # releases k >= j within the band; j = 1 enters the most, with the largest coefficients
+    column = factorize(releases).encoder
+    return tuple(
+        (math.sqrt(2.0) * r * b + math.sqrt(width), (math.sqrt(n_tri) + math.sqrt(dim)) * r * b + width) for b in column
+    )
+
+
+def _smallest_share_sigma(
+    spec: PrivacySpec, honest: int, sensitivities: tuple[tuple[float, float, int], ...], width: int
+) -> float:
+    """The smallest share parameter (>= 1/2, Prop. 14) whose ``honest`` shares meet (epsilon, delta)."""
+
+    def spent(log_sigma: float) -> float:
+        return composed_epsilon(math.exp(log_sigma), honest, sensitivities, width, spec.delta)
+
+    lo = math.log(0.5)
+    if spent(lo) > spec.epsilon:
+        hi = lo + 1.0
+        while spent(hi) > spec.epsilon:
+            lo, hi = hi, hi + 1.0
+        root = optimize.brentq(lambda s: spent(s) - spec.epsilon, lo, hi, xtol=1e-9)
+        while spent(root) > spec.epsilon:  # never optimistic
+            root += 1e-9
+        share_sigma = math.exp(root)
+    else:
+        share_sigma = 0.5  # Prop. 14's smallest parameter already meets the target
+    return share_sigma
+
+
+def _modulus_bits(
+    bits: int | None,
+    spec: PrivacySpec,
+    agents: int,
+    horizon: int,
+    g: float,
+    g_bias: float,
+    tree_nodes: int,
+    share_sigma: float,
+    width: int,
+    releases: int,
+) -> int:
+    """The modulus bits: ``bits`` checked against the overflow bound (module docstring), or the smallest."""
+    needed = required_bits(
+        data_bound(agents, horizon, spec, g, g_bias), noise_bound(agents, tree_nodes, share_sigma, width, releases)
+    )
+    if needed > MAX_BITS:
+        raise ValueError(
+            f"granularity = {g:.4g} needs a {needed}-bit modulus for T = {horizon}, M = {agents}; the limit is "
+            f"{MAX_BITS}: choose a granularity >= {g * 2.0 ** (needed - MAX_BITS):.4g}"
+        )
+    if bits is None:
+        bits = needed
+    elif check_int("modulus_bits", bits, low=2, high=MAX_BITS) < needed:
+        raise ValueError(
+            f"modulus_bits must be an integer in [{needed}, {MAX_BITS}] for these bounds (a sum could overflow "
+            f"2^{bits}), got {bits}"
+        )
+    return bits
 
 
 def sample_shares(rng: np.random.Generator, share_sigma: float, size: int) -> np.ndarray:

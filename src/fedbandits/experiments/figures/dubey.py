@@ -75,18 +75,13 @@ def _sqrt_m_threshold(horizon: int, dim: int, agents: int, rho_ratio: float, rho
     return 4.0 * dim * horizon * log_term / (math.sqrt(agents) - 4.0) ** 2
 
 
-def dubey_fig1b(scale: str = "quick", runs: int | None = None) -> Experiment:
-    """Figure 1B: communication n = O(M^1.5), O(M log T), O(M T), private (eps = 1) vs non-private."""
+def _fig1b_algorithms(horizon: int, agents: int, dim: int) -> tuple[list[dict[str, Any]], dict[str, list[str]]]:
+    """Figure 1B's FedUCB tables (eps = 1, delta = 0.1) and their labels by kind (private, non-private).
 
-    check_scale(scale, runs)
-    sizes = {
-        "published": (10_000_000, 100, 100),
-        "paper": (*PAPER_SCALE, 100),
-        "quick": (2_000, 4, 100),
-        "tiny": (60, 2, 20),
-    }
-    horizon, n_runs, agents = sized(sizes, scale)
-    dim, eps, delta = 10, 1.0, 0.1
+    Per kind one table per amount of communication n = O(M^1.5), O(M log T), O(MT), in that order;
+    then our tight calibration at n = O(MT).
+    """
+    eps, delta = 1.0, 0.1
     common = {
         "name": "feducb",
         "radius": "constant",
@@ -124,12 +119,12 @@ def dubey_fig1b(scale: str = "quick", runs: int | None = None) -> Experiment:
             "label": "private (tight) n=O(MT)",
         }
     )
-    config = {
-        "experiment": {"name": "dubey-fig1b", "seed": SEED, "runs": runs or n_runs, "horizon": horizon},
-        "environment": {"name": "gap-instance", "agents": agents, "arms": 10, "dim": dim, "gap": 0.1},
-        "algorithms": algs,
-    }
-    claims = (
+    return algs, labels
+
+
+def _fig1b_claims(labels: dict[str, list[str]]) -> tuple[Claim, ...]:
+    """Figure 1B's claims on the labels of :func:`_fig1b_algorithms`."""
+    return (
         Claim(
             "private (eps = 1): more communication, lower regret (n = O(M^1.5) -> O(M log T) -> O(MT))",
             "decreasing",
@@ -151,6 +146,27 @@ def dubey_fig1b(scale: str = "quick", runs: int | None = None) -> Experiment:
             ("private (tight) n=O(MT)", labels["private"][2]),
         ),
     )
+
+
+def dubey_fig1b(scale: str = "quick", runs: int | None = None) -> Experiment:
+    """Figure 1B: communication n = O(M^1.5), O(M log T), O(M T), private (eps = 1) vs non-private."""
+
+    check_scale(scale, runs)
+    sizes = {
+        "published": (10_000_000, 100, 100),
+        "paper": (*PAPER_SCALE, 100),
+        "quick": (2_000, 4, 100),
+        "tiny": (60, 2, 20),
+    }
+    horizon, n_runs, agents = sized(sizes, scale)
+    dim = 10
+    algs, labels = _fig1b_algorithms(horizon, agents, dim)
+    config = {
+        "experiment": {"name": "dubey-fig1b", "seed": SEED, "runs": runs or n_runs, "horizon": horizon},
+        "environment": {"name": "gap-instance", "agents": agents, "arms": 10, "dim": dim, "gap": 0.1},
+        "algorithms": algs,
+    }
+    claims = _fig1b_claims(labels)
     shrunk = {
         "published": "",
         "paper": _largest_honest("dubey-fig1b"),
