@@ -203,37 +203,6 @@ def test_client_app_defaults_are_secret_noise_and_no_report(tmp_path: Path) -> N
     assert trial.noise_source == "derived" and trial.share_report is True
 
 
-def test_the_supernode_runs_with_its_idle_waits_shortened(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every SuperNode fedbandits starts runs ``fedbandits.federation.supernode``: Flower's SuperNode
-    with its 3 s idle pull at 0.5 s and its 0.5 s reply check at 0.1 s.  Flower 1.42 must still wait
-    as the module says (else the shim changes nothing, and this test says so); every other wait is
-    Flower's own; a bad ``FEDBANDITS_SUPERNODE_PULL`` is refused in one line."""
-    pytest.importorskip("flwr")
-    import inspect
-    import sys
-
-    from flwr.supernode import start_client_internal
-
-    from fedbandits.federation import supernode
-
-    source = inspect.getsource(start_client_internal)
-    assert source.count("time.sleep(3)") == 1 and source.count("time.sleep(0.5)") == 2
-    slept: list[float] = []
-    monkeypatch.setattr(supernode.time, "sleep", slept.append)
-    clock = supernode.shortened(supernode.pull_seconds())
-    for seconds in (3, 0.5, 1.0, 0.2):
-        clock.sleep(seconds)
-    assert slept == [0.5, 0.1, 1.0, 0.2] and clock.time is supernode.time.time
-    monkeypatch.setenv(supernode.PULL_VARIABLE, "0.25")
-    assert supernode.pull_seconds() == 0.25
-    for bad in ("0", "5", "fast"):
-        monkeypatch.setenv(supernode.PULL_VARIABLE, bad)
-        with pytest.raises(SystemExit, match=r"FEDBANDITS_SUPERNODE_PULL must be a number of seconds in \[0.05, 3\]"):
-            supernode.pull_seconds()
-    cmd = supernode_command("127.0.0.1:1", Path("ca.pem"), Path("k"), 0, Path("s"), 2)
-    assert cmd[:3] == [sys.executable, "-m", "fedbandits.federation.supernode"]
-
-
 def test_a_reply_stored_just_before_the_round_expires_is_still_collected(monkeypatch: pytest.MonkeyPatch) -> None:
     """The server counts a silo as missing only after a last pull past its requests' expiry: a reply
     the SuperLink stored after the server's last poll inside the deadline is still taken (a silo

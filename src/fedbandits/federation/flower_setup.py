@@ -97,11 +97,8 @@ def supernode_command(
 ) -> list[str]:
     node_config = f'silo-id={silo} state-dir="{check_quotable("the state folder", state_dir)}"'
     node_config += f" {extra}" if extra else ""
-    flower_bin("flower-supernode")  # the deploy extra is installed (else a one-line DeployError)
     return [
-        sys.executable,
-        "-m",
-        "fedbandits.federation.supernode",  # flower-supernode, its idle waits shortened
+        flower_bin("flower-supernode"),
         "--superlink",
         superlink,
         "--root-certificates",
