@@ -8,9 +8,8 @@ rejected message is logged with its reason and counts as missing.  When the roun
 (all silos answered, or the deadline passed) the federation's round ledger
 (:class:`fedbandits.online.Rounds`, the service's coordinator's too) closes it: the analyzer A of
 Algorithm 2 adds the accepted p-sums -- in silo order, exactly like the simulator -- and releases
-the synced prefix; the whole
-server state is then written atomically, so a restarted server resumes after the last
-completed round and never loses or redoes one.
+the synced prefix; the whole server state is then written atomically, so a restarted server
+resumes after the last completed round and never loses or redoes one.
 """
 
 from __future__ import annotations
@@ -367,7 +366,6 @@ class Coordinator:
         except SecAggError as exc:
             log.warning("round %d: the masks cannot be removed (%s); closing without data", k, exc)
             return self.close_without_data(k, rejected)
-        self._check(k)
         node, prefix = self.state.ledger.close_sum(total)
         return self._record(k, node.copy(), accepted, rejected, prefix)
 
