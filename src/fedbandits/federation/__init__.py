@@ -19,7 +19,6 @@
   :mod:`fedbandits.cli.deploy`.
 
 Only the Flower apps and the deployment modules (deployment, serving_deployment, processes,
-flower_setup) need Flower;
-the rest is plain numpy.
+flower_setup) need Flower; the rest is plain numpy.
 See docs/deployment.md.
 """

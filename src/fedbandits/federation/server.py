@@ -427,7 +427,7 @@ def migrated(state: ServerState, spec: DeploySpec) -> ServerState:
     completed, prefix = old.pop("completed"), old.pop("prefix")
     aggregator.rounds = completed
     ledger = Rounds(spec.setup)
-    ledger.aggregator, ledger.closed, ledger.round, ledger.prefix = aggregator, completed, completed, prefix
+    ledger.aggregator, ledger.round, ledger.prefix = aggregator, completed, prefix
     ledger.finished = spec.setup.releases is not None and completed == spec.setup.releases
     state.ledger = ledger
     return state

@@ -8,10 +8,11 @@ Algorithm 2 of Li & Song 2022 for a tree, the exact sum for ``none``, the modula
 ``distributed-dp``), the synced prefix of the earlier epochs, and what happens after an epoch's
 last release -- the budget policy:
 
-* ``stop`` (the default): the noise covers K releases (K = T // B); after the K-th round nothing is synced again
-  (the silos keep serving from the last prefix).  A deployment is one such epoch.
-* ``renew`` (``renew=True``): the K-th round ends budget epoch e; epoch e + 1 starts a new tree on both sides and
-  its prefixes are added to epoch e's last one (the lifetime epsilon adds up: basic composition).
+* ``stop`` (the default): the noise covers K releases (K = T // B); after the K-th round nothing
+  is synced again (the silos keep serving from the last prefix).  A deployment is one such epoch.
+* ``renew`` (``renew=True``): the K-th round ends budget epoch e; epoch e + 1 starts a new tree on
+  both sides and its prefixes are added to epoch e's last one (the lifetime epsilon adds up: basic
+  composition).
 
 The numbering is the same for both: round r (0-based) of epoch e; the deployment names its
 synchronisation k = r + 1 of its one epoch.  The object pickles whole (the deployment's durable
@@ -38,11 +39,16 @@ class Rounds:
         self.renew = renew
         self.epoch = 0
         self.round = 0  # the open round of the epoch (0-based)
-        self.closed = 0  # rounds closed, over every epoch
         self.finished = False  # ``stop``: the epoch's last release is synced; nothing more will be
         self.aggregator = Aggregator(setup)
         self.base = np.zeros(setup.width)  # the final prefix of the earlier epochs
         self.prefix: np.ndarray | None = None  # the newest synced prefix (None before the first)
+
+    @property
+    def closed(self) -> int:
+        """Rounds closed, over every epoch (an epoch before the open one closed all K of its own)."""
+        releases = self.setup.releases
+        return self.round if releases is None else self.epoch * releases + self.round
 
     def close(self, payloads: Sequence[np.ndarray]) -> np.ndarray:
         """Close the open round with one release per silo (silo order); the synced prefix."""
@@ -79,7 +85,6 @@ class Rounds:
         """Past the open round: the next one, or after the epoch's last release the policy's."""
         prefix = self.base + epoch_prefix
         self.prefix = prefix.copy()
-        self.closed += 1
         self.round += 1
         releases = self.setup.releases
         if releases is not None and self.round == releases:

@@ -314,7 +314,7 @@ class ServingSilo:
             roster, self.signing[1], self.agent.silo, keys, cal.colluders, self.setup.silos - cal.dropouts
         )
         if reason is not None:
-            raise ServeError(422, reason if reason.startswith("roster") else f"roster: {reason}")
+            raise ServeError(422, reason)
         try:
             shares = client.share(roster)
         except SecAggError as exc:
