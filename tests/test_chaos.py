@@ -1,8 +1,9 @@
 """Chaos test of the deployment: 13 silos on loopback while a seeded schedule SIGKILLs processes.
 
 Thirteen silos are enough for tight ``sdp-amplification`` (Lemma F.2 certifies amplification only
-from N > 11.09 silos).  Two deployments, 15 synchronisations each (30 rounds in all, the issue's minimum): ``ldp``, and
-``sdp-amplification`` with the shuffler as a process of its own.  In each, a schedule drawn from a
+from N > 11.09 silos).  Two deployments, 15 synchronisations each (30 rounds in all, the issue's
+minimum; CI's trial is shorter: ``ROUNDS``): ``ldp``, and ``sdp-amplification`` with the shuffler as
+a process of its own.  In each, a schedule drawn from a
 fixed seed SIGKILLs (no goodbye to anybody) and at once restarts:
 
 * ``ldp``: three random silos during one round, later the server (SuperLink with its ServerApp)
@@ -50,7 +51,9 @@ from fedbandits.federation.silo import load_silo_results
 from fedbandits.federation.spec import DeploySpec, make_spec
 from fedbandits.sim.backends import process_alive
 
-SILOS, ROUNDS, BATCH = 13, 15, 5
+#: CI runs a shorter trial (FEDBANDITS_CHAOS_ROUNDS=8 in .ci/run, both kill events still in it); by
+#: hand it is the issue's 15 synchronisations per deployment
+SILOS, ROUNDS, BATCH = 13, int(os.environ.get("FEDBANDITS_CHAOS_ROUNDS", "15")), 5
 SEED = 20261125  # the kill schedule's seed
 #: a killed silo needs at most 60 s (the SuperLink's heartbeat patience) + ~10 s to rejoin and answer
 ROUND_TIMEOUT = 120.0
@@ -128,8 +131,8 @@ class Sampler:
 
 def _schedule(protocol: str, rng: np.random.Generator) -> list[tuple[int, float, list[str]]]:
     """(after round r closed, delay in s, processes to SIGKILL) -- two events, in order."""
-    r1 = int(rng.integers(2, 6))
-    r2 = int(rng.integers(r1 + 4, ROUNDS - 3))
+    r1 = int(rng.integers(2, max(3, ROUNDS // 3)))
+    r2 = int(rng.integers(r1 + 3, ROUNDS - 1))  # a round with no kill before each kill, and one after the last
     silos = [f"silo-{i}" for i in rng.permutation(SILOS)[:7]]
     first = silos[:3] if protocol == "ldp" else ["shuffler", *silos[:2]]
     return [(r1, float(rng.uniform(0, 3)), first), (r2, float(rng.uniform(0, 3)), ["superlink", *silos[3:5]])]
