@@ -55,6 +55,7 @@ import numpy as np
 from flwr.serverapp import ServerApp
 
 from fedbandits.federation import server_app as honest
+from fedbandits.crypto.double_masking import MaskingServer
 from fedbandits.crypto.secure_aggregation import prg, shamir_join
 from fedbandits.federation.server import Coordinator
 
@@ -69,11 +70,11 @@ def main(grid, context):
     registry = {int(n): int(s) for n, s in json.loads(Path(str(cfg["registry-file"])).read_text()).items()}
     node_of = {s: n for n, s in registry.items()}
     held = {}
-    close_messages, close_round = Coordinator.close_messages, Coordinator.close_masked_round
+    close_messages, close_round = MaskingServer.close_messages, Coordinator.close_masked_round
 
-    def hide_victim(self):
-        if self.next_round == ROUND and VICTIM in self.state.secagg.received:
-            held["m"] = self.state.secagg.received.pop(VICTIM)
+    def hide_victim(self):  # the secure round's server side, as the round ends taking messages
+        if self.round_ == ROUND and VICTIM in self.received:
+            held["m"] = self.received.pop(VICTIM)
         return close_messages(self)
 
     def attack(self, k, reveals, rejected):
@@ -120,7 +121,7 @@ def main(grid, context):
         }))
         return close_round(self, k, reveals, rejected)
 
-    Coordinator.close_messages, Coordinator.close_masked_round = hide_victim, attack
+    MaskingServer.close_messages, Coordinator.close_masked_round = hide_victim, attack
     honest.server_main(grid, context)
 '''
 
@@ -172,6 +173,7 @@ from pathlib import Path
 from flwr.serverapp import ServerApp
 
 from fedbandits.federation import server_app as honest
+from fedbandits.crypto.double_masking import MaskingServer
 from fedbandits.federation.server import Coordinator
 
 server_app = ServerApp()
@@ -184,12 +186,12 @@ def main(grid, context):
     state_dir = Path(str(context.run_config["state-dir"]))
     seen = {"phase": "A", "errors": []}
     close_messages, close_round, close_empty = (
-        Coordinator.close_messages, Coordinator.close_masked_round, Coordinator.close_without_data
+        MaskingServer.close_messages, Coordinator.close_masked_round, Coordinator.close_without_data
     )
 
     def hide_victim(self):  # epoch A, round 1: the victim "dropped", its message kept aside
-        if seen["phase"] == "A" and self.next_round == 1:
-            self.state.secagg.received.pop(VICTIM, None)
+        if seen["phase"] == "A" and self.round_ == 1:
+            self.received.pop(VICTIM, None)
         return close_messages(self)
 
     def keep_sum(self, k, reveals, rejected):
@@ -218,7 +220,7 @@ def main(grid, context):
             (state_dir / "cheat.json").write_text(json.dumps(seen))
         return honest_round(grid, coord, registry, spec_json, k, timeout, poll)
 
-    Coordinator.close_messages, Coordinator.close_masked_round = hide_victim, keep_sum
+    MaskingServer.close_messages, Coordinator.close_masked_round = hide_victim, keep_sum
     Coordinator.close_without_data = no_data
     honest._masked_round = cheating_round
     honest.server_main(grid, context)

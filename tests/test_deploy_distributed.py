@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from fedbandits.config import loads_config
-from fedbandits.crypto.double_masking import Masked
+from fedbandits.crypto.double_masking import Masked, secure_threshold
 from fedbandits.federation.certs import trial_signing
 from fedbandits.federation.deployment_results import deployment_results
 from fedbandits.federation.parity import compare, reference_run, run_loopback
@@ -73,8 +73,11 @@ def _setup(spec, tmp_path: Path) -> tuple[Coordinator, list[Silo]]:  # type: ign
     signing = trial_signing(tmp_path / "signing", spec.silos)
     coord = Coordinator(spec, tmp_path / "server", signing[0][1])
     silos = [Silo(spec, i, tmp_path / f"silo-{i}", "derived", signing=signing[i]) for i in range(spec.silos)]
-    epoch = coord.next_epoch
-    roster = coord.start_epoch({i: s.advertise(epoch) for i, s in enumerate(silos)}, NODES[: spec.silos])
+    secagg = coord.state.secagg
+    assert secagg is not None
+    adverts = {i: s.advertise(secagg.next_epoch) for i, s in enumerate(silos)}
+    roster = secagg.publish(adverts, secure_threshold(len(adverts), spec.params.colluders))
+    coord.record_epoch(roster, NODES[: spec.silos])
     for s in silos:
         s.join(roster)
     return coord, silos
@@ -85,20 +88,20 @@ NODES = [1000 + i for i in range(40)]
 
 def _send(coord: Coordinator, silos: list[Silo], k: int, present: tuple[int, ...]) -> dict[int, np.ndarray]:
     """Round ``k`` with the ``present`` silos' masked releases; their residues."""
-    coord.open_masked_round(k)
+    coord.state.secagg.open_round(k)
     residues = {}
     for i in present:
         silos[i].release(k, coord.state.prefix, k - 1)
         residues[i] = silos[i].state.messages[k]
-        assert coord.accept_masked(i, coord.state.secagg.epoch, k, silos[i].masked(k)) is None  # type: ignore[union-attr]
+        assert coord.state.secagg.accept(i, coord.state.secagg.epoch, k, silos[i].masked(k)) is None  # type: ignore[union-attr]
     return residues
 
 
 def _unmask(coord: Coordinator, silos: list[Silo], k: int) -> dict:  # type: ignore[type-arg]
     """The honest consistency check and unmask step of round ``k``."""
-    survivors, dropped = coord.close_messages(), coord.dropped()
+    survivors, dropped = coord.state.secagg.close_messages(), coord.state.secagg.dropped()
     for j in survivors:
-        assert coord.accept_signature(j, silos[j].sign_survivors(k, survivors)) is None
+        assert coord.state.secagg.accept_signature(j, silos[j].sign_survivors(k, survivors)) is None
     secagg = coord.state.secagg
     assert secagg is not None
     return {j: silos[j].unmask(k, survivors, dropped, dict(secagg.signatures), secagg.shares_for(j)) for j in survivors}
@@ -108,7 +111,7 @@ def test_a_silo_missing_from_a_round_is_removed_and_the_epoch_goes_on(tmp_path: 
     spec = _spec(extra="dropouts = 1")
     coord, silos = _setup(spec, tmp_path)
     residues = _send(coord, silos, 1, (0, 1, 3))  # silo 2 never answers
-    assert coord.dropped() == [2]
+    assert coord.state.secagg.dropped() == [2]
     prefix = coord.close_masked_round(1, _unmask(coord, silos, 1), [])
     codec = spec.distributed().codec(spec.dim())
     exact = codec.decode(codec.centred(np.sum([residues[i] for i in residues], axis=0, dtype=np.uint64) & codec.mask))
@@ -129,7 +132,7 @@ def test_an_unprovisioned_dropout_releases_nothing_and_keeps_the_guarantee(tmp_p
     spec = _spec()  # dropouts = 0
     coord, silos = _setup(spec, tmp_path)
     _send(coord, silos, 1, (0, 1, 2))
-    survivors = coord.close_messages()
+    survivors = coord.state.secagg.close_messages()
     with pytest.raises(SiloError, match="provisioned for sums of at least 4 silos"):
         silos[0].sign_survivors(1, survivors)
     prefix = coord.close_masked_round(1, {}, [])
@@ -145,7 +148,7 @@ def test_a_round_whose_masks_cannot_be_removed_closes_empty_and_costs_no_guarant
     spec = _spec()
     coord, silos = _setup(spec, tmp_path)
     _send(coord, silos, 1, (0, 1))
-    survivors = coord.close_messages()
+    survivors = coord.state.secagg.close_messages()
     with pytest.raises(SiloError, match="fewer than the threshold 3"):
         silos[0].sign_survivors(1, survivors)
     prefix = coord.close_masked_round(1, {}, [])
@@ -161,7 +164,7 @@ def test_a_round_whose_masks_cannot_be_removed_closes_empty_and_costs_no_guarant
 def test_masked_messages_are_validated_and_replays_refused(tmp_path: Path) -> None:
     spec = _spec()
     coord, silos = _setup(spec, tmp_path)
-    coord.open_masked_round(1)
+    coord.state.secagg.open_round(1)
     silos[0].release(1, None, 0)
     good = silos[0].masked(1)
     width = coord.width
@@ -175,13 +178,15 @@ def test_masked_messages_are_validated_and_replays_refused(tmp_path: Path) -> No
     assert "expected exactly one array 'masked'" in str(check({"psum": good.masked.astype(np.float64)}))
     assert "uint64 residues" in str(check({"masked": good.masked.astype(np.int64)}))
     assert "uint64 residues" in str(check({"masked": good.masked[:-1]}))
-    assert "self-mask share for each" in str(coord.accept_masked(0, 1, 1, Masked(good.masked, {}, good.commitment)))
+    assert "self-mask share for each" in str(
+        coord.state.secagg.accept(0, 1, 1, Masked(good.masked, {}, good.commitment))
+    )
     res = check({"masked": good.masked})
     assert not isinstance(res, str) and res[0] == 0 and np.array_equal(res[1], good.masked)  # type: ignore[arg-type]
-    assert coord.accept_masked(0, 1, 1, good) is None
-    assert "second masked message" in str(coord.accept_masked(0, 1, 1, good))
-    assert "not the current epoch" in str(coord.accept_masked(1, 7, 1, good))
-    assert "stale or replayed" in str(coord.accept_masked(1, 1, 2, good))
+    assert coord.state.secagg.accept(0, 1, 1, good) is None
+    assert "second masked message" in str(coord.state.secagg.accept(0, 1, 1, good))
+    assert "not the current epoch" in str(coord.state.secagg.accept(1, 7, 1, good))
+    assert "stale or replayed" in str(coord.state.secagg.accept(1, 1, 2, good))
 
 
 def test_a_restarted_silo_resends_the_same_residues_and_mask(tmp_path: Path) -> None:

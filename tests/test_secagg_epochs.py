@@ -67,8 +67,11 @@ dropouts = 1
 
 
 def _epoch(coord: Coordinator, silos: list[Silo], members: list[int]) -> None:
-    e = coord.next_epoch
-    roster = coord.start_epoch({i: silos[i].advertise(e) for i in members}, [NODES[i] for i in members])
+    secagg = coord.state.secagg
+    assert secagg is not None
+    adverts = {i: silos[i].advertise(secagg.next_epoch) for i in members}
+    roster = secagg.publish(adverts, secure_threshold(len(members), coord.spec.params.colluders))
+    coord.record_epoch(roster, [NODES[i] for i in members])
     for i in members:
         silos[i].join(roster)
 
@@ -79,15 +82,15 @@ def _sum(coord: Coordinator, silos: list[Silo], k: int, present: list[int], hide
     and the raw modular sum of the survivors' residues.  A silo's refusal propagates."""
     secagg = coord.state.secagg
     assert secagg is not None
-    coord.open_masked_round(k)
+    coord.state.secagg.open_round(k)
     for i in present:
         silos[i].release(k, coord.state.prefix if k > 1 else None, k - 1)  # the stored message if made already
-        assert coord.accept_masked(i, secagg.epoch, k, silos[i].masked(k)) is None
+        assert coord.state.secagg.accept(i, secagg.epoch, k, silos[i].masked(k)) is None
     if hide is not None:
         secagg.received.pop(hide)
-    survivors, dropped = coord.close_messages(), coord.dropped()
+    survivors, dropped = coord.state.secagg.close_messages(), coord.state.secagg.dropped()
     for j in survivors if dropped else []:
-        assert coord.accept_signature(j, silos[j].sign_survivors(k, survivors)) is None
+        assert coord.state.secagg.accept_signature(j, silos[j].sign_survivors(k, survivors)) is None
     reveals = {
         j: silos[j].unmask(k, survivors, dropped, dict(secagg.signatures), secagg.shares_for(j)) for j in survivors
     }
@@ -332,7 +335,7 @@ def _deployment(tmp_path: Path) -> tuple[Coordinator, list[Silo], list]:  # type
 def test_a_server_restarted_mid_round_closes_it_with_data_in_the_epoch_in_force(tmp_path: Path, stopped: str) -> None:
     coord, silos, signing = _deployment(tmp_path)
     sent = {}
-    coord.open_masked_round(1)
+    coord.state.secagg.open_round(1)
     for s in silos:
         s.release(1, None, 0)
         sent[s.silo_id] = s.masked(1)
@@ -340,20 +343,20 @@ def test_a_server_restarted_mid_round_closes_it_with_data_in_the_epoch_in_force(
         secagg = coord.state.secagg
         assert secagg is not None
         for i, m in sent.items():
-            coord.accept_masked(i, secagg.epoch, 1, m)
-        survivors = coord.close_messages()
+            coord.state.secagg.accept(i, secagg.epoch, 1, m)
+        survivors = coord.state.secagg.close_messages()
         answered = {j: silos[j].unmask(1, survivors, [], {}, secagg.shares_for(j)) for j in survivors}
     # the server process dies here; a new one starts from its durable state
     again = Coordinator(coord.spec, tmp_path / "server", signing[0][1])
     assert not again.needs_epoch(NODES) and again.delivered_epoch == 0  # same epoch; roster re-delivered
     secagg = again.state.secagg
     assert secagg is not None and secagg.round_ is None and secagg.epoch == 1
-    again.open_masked_round(1)
+    again.state.secagg.open_round(1)
     for s in silos:
         resent = s.masked(1)  # the stored message, byte for byte: no second masking
         assert resent is s.state.secagg.rounds[1].message and np.array_equal(resent.masked, sent[s.silo_id].masked)  # type: ignore[union-attr]
-        assert again.accept_masked(s.silo_id, secagg.epoch, 1, resent) is None
-    survivors = again.close_messages()
+        assert again.state.secagg.accept(s.silo_id, secagg.epoch, 1, resent) is None
+    survivors = again.state.secagg.close_messages()
     reveals = {j: silos[j].unmask(1, survivors, [], {}, secagg.shares_for(j)) for j in survivors}
     if stopped == "after the unmask answers":
         assert all(reveals[j] is answered[j] for j in survivors)  # the stored answers, nothing new revealed
@@ -363,7 +366,7 @@ def test_a_server_restarted_mid_round_closes_it_with_data_in_the_epoch_in_force(
 
 def test_a_server_restarted_mid_round_into_a_new_epoch_closes_it_without_data(tmp_path: Path) -> None:
     coord, silos, signing = _deployment(tmp_path)
-    coord.open_masked_round(1)
+    coord.state.secagg.open_round(1)
     for s in silos:
         s.release(1, None, 0)
         s.masked(1)
@@ -376,13 +379,13 @@ def test_a_server_restarted_mid_round_into_a_new_epoch_closes_it_without_data(tm
     prefix = again.close_without_data(1, [])
     assert not prefix.any() and again.state.rounds[0].accepted == []
     # the next round is whole again
-    again.open_masked_round(2)
+    again.state.secagg.open_round(2)
     secagg = again.state.secagg
     assert secagg is not None
     for s in silos:
         s.release(2, prefix, 1)
-        assert again.accept_masked(s.silo_id, secagg.epoch, 2, s.masked(2)) is None
-    survivors = again.close_messages()
+        assert again.state.secagg.accept(s.silo_id, secagg.epoch, 2, s.masked(2)) is None
+    survivors = again.state.secagg.close_messages()
     reveals = {j: silos[j].unmask(2, survivors, [], {}, secagg.shares_for(j)) for j in survivors}
     again.close_masked_round(2, reveals, [])
     assert again.state.rounds[1].accepted == list(range(M))

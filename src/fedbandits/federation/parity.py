@@ -8,16 +8,19 @@ prefix, every agent's regret.  :func:`compare` checks a deployment against it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from fedbandits.crypto.secure_round import KEYS, MASKED, SURVIVORS, UNMASK, Ask, Epoch, Replies, Step
 from fedbandits.federation.certs import trial_signing
 from fedbandits.federation.server import Coordinator, Incoming, validate_release
 from fedbandits.federation.shuffler import SERVER_ROLE, ShufflerCore
 from fedbandits.federation.shuffler_client import encode_array
-from fedbandits.federation.silo import Silo, load_silo_results
+from fedbandits.federation.silo import Silo, SiloError, load_silo_results
 from fedbandits.federation.spec import DeploySpec
 from fedbandits.privacy.mechanisms import pack
 from fedbandits.registry import ALGORITHMS, PolicyContext
@@ -152,43 +155,44 @@ def run_loopback(
 
 
 def _masked_round(spec: DeploySpec, coord: Coordinator, silos: list[Silo], registry: dict[int, int], k: int) -> None:
-    """One ``distributed-dp`` round in process: key set-up if needed, masked messages, consistency
-    check, unmask step, the decoded sum (as :func:`fedbandits.federation.server_app._masked_round`)."""
-    if coord.needs_epoch(sorted(registry)):
-        epoch = coord.next_epoch
-        adverts = {i: silo.advertise(epoch) for i, silo in enumerate(silos)}
-        assert all(coord.check_advert(i, a) is None for i, a in adverts.items())
-        roster = coord.start_epoch(adverts, sorted(registry))
-        for silo in silos:
-            silo.join(roster)
-    coord.open_masked_round(k)
-    rejected: list[tuple[int, str]] = []
-    seen: set[int] = set()
-    epoch = coord.state.secagg.epoch if coord.state.secagg is not None else 0
-    for i, silo in enumerate(silos):
+    """One ``distributed-dp`` round in process: every silo's release, then the protocol layer's
+    secure round (as the ServerApp carries it over Flower) with the messages handed over in memory."""
+    for silo in silos:
         silo.release(k, coord.state.prefix, k - 1)
-        masked = silo.masked(k)
-        meta = {"silo_id": i, "digest": spec.digest, "phase": "sync", "round": k, "epoch": epoch}
-        res = validate_release(
-            spec,
-            Incoming(1000 + i, meta, {"masked": masked.masked}),
-            phase="sync",
-            round_=k,
-            registry=registry,
-            seen=seen,
-            width=coord.width,
-        )
-        reason = res if isinstance(res, str) else coord.accept_masked(i, epoch, k, masked)
-        if reason is not None:
-            rejected.append((1000 + i, reason))
-        else:
-            seen.add(i)
-    survivors, dropped = coord.close_messages(), coord.dropped()
-    for j in survivors if dropped else []:  # the consistency check, only if somebody dropped
-        assert coord.accept_signature(j, silos[j].sign_survivors(k, survivors)) is None
-    assert coord.state.secagg is not None
-    signatures = dict(coord.state.secagg.signatures)
-    reveals = {
-        j: silos[j].unmask(k, survivors, dropped, signatures, coord.state.secagg.shares_for(j)) for j in survivors
-    }
-    coord.close_masked_round(k, reveals, rejected)
+    coord.secure_round(k, sorted(registry), carry_in_memory(coord, silos, k), [])
+
+
+def carry_in_memory(
+    coord: Coordinator, silos: list[Silo], k: int, present: set[int] | None = None
+) -> Callable[[Step], Replies | None]:
+    """A transport for :meth:`Coordinator.secure_round` that hands each step to the silo objects
+    themselves (``present``: the silos that answer, the others dropped; node ``1000 + i`` is silo i).
+    A silo's refusal becomes its answer's reason, as the Flower transport's error reply does."""
+    answering = set(range(len(silos))) if present is None else present
+
+    def answer(silo: Silo, step: Ask) -> Any:
+        f = step.fields
+        if step.phase == KEYS:
+            return silo.advertise(f["epoch"])
+        if step.phase == MASKED:
+            return f["epoch"], silo.masked(k)
+        if step.phase == SURVIVORS:
+            return silo.sign_survivors(k, f["survivors"])
+        assert step.phase == UNMASK
+        return silo.unmask(k, f["survivors"], f["dropped"], f["signatures"], step.per_silo[silo.silo_id]["held"])
+
+    def carry(step: Step) -> Replies | None:
+        if isinstance(step, Epoch):
+            coord.record_epoch(step.roster, list(step.tags.values()))
+            for i in step.roster.members:
+                silos[i].join(step.roster)
+            return None
+        replies: Replies = {}
+        for i in sorted(answering if step.to is None else answering & set(step.to)):
+            try:
+                replies[i] = (1000 + i, answer(silos[i], step))
+            except SiloError as exc:
+                replies[i] = (1000 + i, str(exc))
+        return replies
+
+    return carry

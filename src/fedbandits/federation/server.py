@@ -16,22 +16,15 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from fedbandits.crypto.double_masking import (
-    Advert,
-    Masked,
-    MaskingServer,
-    Reveal,
-    SecAggError,
-    SignedRoster,
-    check_advert,
-    secure_threshold,
-)
+from fedbandits.crypto.double_masking import MaskingServer, Reveal, SecAggError, SignedRoster
+from fedbandits.crypto.secure_round import Outcome, Replies, Step, drive, secure_round
 from fedbandits.crypto.signing import Authority
 from fedbandits.federation.spec import DeploySpec, load_pickle, save_pickle, shown
 from fedbandits.federation.wire import WITHHELD
@@ -260,7 +253,7 @@ class Coordinator:
             self.state.secagg.authority = authority  # the CA as configured now (e.g. renewed)
         if self.state.secagg is not None:
             # A round in flight when the server stopped is asked again in the epoch in force (its
-            # roster is durable from start_epoch on): each silo resends its stored message of that
+            # roster is durable from record_epoch on): each silo resends its stored message of that
             # round, byte for byte, and repeats its unmask answer for the same list, so the round
             # closes with data.  If a new epoch is needed instead (a node changed), every silo that
             # masked the round refuses to mask it again -- a release enters one masked sum, ever --
@@ -317,42 +310,37 @@ class Coordinator:
         mid-round), or a ``connected`` node is not in the roster (a silo that came back, or joined late)."""
         return self._secagg().roster is None or not set(connected) <= set(self.state.epoch_nodes)
 
-    @property
-    def next_epoch(self) -> int:
-        return self._secagg().next_epoch
+    def secure_round(
+        self, k: int, connected: list[int], carry: Callable[[Step], Replies | None], rejected: list[tuple[int, str]]
+    ) -> Outcome:
+        """Round ``k`` of secure aggregation (:func:`fedbandits.crypto.secure_round.secure_round`;
+        a key set-up first if :meth:`needs_epoch` for the ``connected`` nodes), each step taken to
+        the silos by the transport's ``carry``, then closed, with its data or without;
+        ``rejected``: the transport's own refusals (the protocol's are added)."""
+        steps = secure_round(
+            self._secagg(), k, new_epoch=self.needs_epoch(connected), colluders=self.spec.params.colluders
+        )
+        outcome = drive(steps, carry)
+        for node, why in outcome.rejected:
+            log.warning("round %d: rejected a message from node %s: %s", k, node, why)
+        rejected.extend(outcome.rejected)
+        if outcome.reveals is None:
+            log.warning("round %d: %s; closing without data", k, outcome.why)
+            self.close_without_data(k, rejected)
+            return outcome
+        self.close_masked_round(k, outcome.reveals, rejected)
+        log.info(
+            "round %d closed: %d masked message(s), dropped %s, %d signature(s), %d unmask answer(s), %d rejected",
+            k, len(outcome.survivors), outcome.dropped, len(outcome.signers), len(outcome.reveals), len(rejected),
+        )  # fmt: skip
+        return outcome
 
-    def check_advert(self, silo: int, advert: Advert) -> str | None:
-        """Why silo ``silo``'s signed keys for the next epoch are refused, or None."""
-        secagg = self._secagg()
-        return check_advert(secagg.authority, secagg.context, secagg.next_epoch, silo, advert)
-
-    def start_epoch(self, adverts: dict[int, Advert], nodes: list[int]) -> SignedRoster:
-        """Publish the roster of the silos whose checked ``adverts`` came from ``nodes`` (threshold:
-        :func:`~fedbandits.crypto.double_masking.secure_threshold`)."""
-        t = secure_threshold(len(adverts), self.spec.params.colluders)
-        roster = self._secagg().publish(adverts, t)
+    def record_epoch(self, roster: SignedRoster, nodes: list[int]) -> None:
+        """Keep the epoch the round published (its silos' ``nodes``) in the durable state."""
         self.state.epochs += 1
         self.state.epoch_nodes = sorted(nodes)
         self.save()
         log.info("secure aggregation epoch %d: silos %s, threshold %d", roster.epoch, roster.members, roster.threshold)
-        return roster
-
-    def open_masked_round(self, k: int) -> None:
-        self._secagg().open_round(k)
-
-    def accept_masked(self, silo: int, epoch: object, k: int, message: Masked) -> str | None:
-        """Keep a validated silo's masked message, or say why it is rejected."""
-        return self._secagg().accept(silo, epoch, k, message)
-
-    def close_messages(self) -> list[int]:
-        """The round's survivors: the silos whose masked message the server holds."""
-        return self._secagg().close_messages()
-
-    def accept_signature(self, silo: int, signature: object) -> str | None:
-        return self._secagg().accept_signature(silo, signature)
-
-    def dropped(self) -> list[int]:
-        return self._secagg().dropped()
 
     def close_masked_round(self, k: int, reveals: dict[int, Reveal], rejected: list[tuple[int, str]]) -> np.ndarray:
         """Close ``distributed-dp`` round ``k``: the survivors' modular sum (self-masks and the

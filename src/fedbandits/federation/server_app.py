@@ -22,6 +22,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from fedbandits.crypto.double_masking import Advert, Masked, Reveal, SignedRoster
 from fedbandits.crypto.secure_aggregation import KEY_BYTES, SHARE_BYTES
+from fedbandits.crypto.secure_round import KEYS, MASKED, SURVIVORS, UNMASK, Ask, Epoch, Replies, Step
 from fedbandits.crypto.signing import Authority
 from fedbandits.federation.deployment_results import deployment_results
 from fedbandits.federation.server import Coordinator, Incoming, validate_release
@@ -242,13 +243,14 @@ def _masked_round(
     timeout: float,
     poll: float,
 ) -> None:
-    """One ``distributed-dp`` synchronisation: key set-up if the epoch needs one, masked releases,
-    the consistency check, the unmask step, the decoded sum (module docstring)."""
+    """One ``distributed-dp`` synchronisation: the secure round of the protocol layer
+    (:func:`fedbandits.crypto.secure_round.secure_round`) carried over Flower, then closed."""
     _MaskedRound(grid, coord, registry, spec_json, k, timeout, poll).run()
 
 
 class _MaskedRound:
-    """The phases of one :func:`_masked_round`, with the round's rejected messages."""
+    """Flower's carriage of one secure round: each step a request to the silos, their replies
+    validated (sender, round, deployment) and parsed; the round's rejected messages."""
 
     def __init__(
         self,
@@ -263,132 +265,91 @@ class _MaskedRound:
         self.grid, self.coord, self.registry, self.k, self.timeout, self.poll = grid, coord, registry, k, timeout, poll
         self.base = {"round": k, "digest": coord.spec.digest, "prefix_round": k - 1, "spec": spec_json}
         self.rejected: list[tuple[int, str]] = []
+        self.nodes: dict[int, int] = {}  # silo -> the node its masked message came from
 
-    def ask(
-        self, meta: dict[str, Any], phase: str, only: list[int], per_node: dict[int, dict[str, Any]] | None = None
-    ) -> dict[int, tuple[int, dict[str, Any]]]:
-        message = {**self.base, **meta, "phase": phase}
+    def run(self) -> None:
+        self.coord.secure_round(self.k, _targets(self.grid, self.registry), self.carry, self.rejected)
+
+    def carry(self, step: Step) -> Replies | None:
+        if isinstance(step, Epoch):
+            self.coord.record_epoch(step.roster, list(step.tags.values()))
+            return None
+        if step.phase == MASKED:
+            return self.masked(step)
+        only = None if step.to is None else [self.nodes[i] for i in step.to]
+        if only is None:
+            only = _targets(self.grid, self.registry)
+        fields = {key: value for key, value in step.fields.items() if key != "round"}
+        per_node = {self.nodes[i]: _per_node(extra) for i, extra in step.per_silo.items()}
+        if step.phase == UNMASK:
+            signatures = fields.pop("signatures")
+            fields.update(signers=sorted(signatures), signatures=[signatures[i] for i in sorted(signatures)])
+        message = {**self.base, **fields, "phase": step.phase}
         replies = _exchange(
             self.grid, self.coord, self.registry, "query", message, self.k, self.timeout, self.poll, per_node, only=only
         )
-        got, bad = _collect(self.coord, self.registry, replies, phase, self.k)
+        got, bad = _collect(self.coord, self.registry, replies, step.phase, self.k)
         self.rejected.extend(bad)
-        return got
+        return {silo: (node, _PARSE[step.phase](silo, meta)) for silo, (node, meta) in got.items()}
 
-    def close_without_data(self, why: str, *args: object) -> None:
-        log.warning("round %d: " + why + "; closing without data", self.k, *args)
-        self.coord.close_without_data(self.k, self.rejected)
-
-    def run(self) -> None:
-        coord, k = self.coord, self.k
-        if coord.needs_epoch(_targets(self.grid, self.registry)) and not self.key_setup():
-            return self.close_without_data("no silo answered the secure-aggregation key set-up")
-        coord.open_masked_round(k)
-        secagg = coord.state.secagg
-        assert secagg is not None and secagg.roster is not None
-        epoch, t = secagg.epoch, secagg.roster.threshold
-        nodes = self.masked_messages(epoch)
-        survivors, dropped = coord.close_messages(), coord.dropped()
-        if len(survivors) < t:
-            return self.close_without_data("%d masked message(s), fewer than t = %d", len(survivors), t)
-        # consistency check (only if somebody dropped: round seeds are revealed only on a signed list)
-        if dropped:
-            only = [nodes[i] for i in survivors]
-            for silo, (node, meta) in self.ask({"epoch": epoch, "survivors": survivors}, "survivors", only).items():
-                refused = coord.accept_signature(silo, meta.get("signature"))
-                if refused is not None:
-                    self.rejected.append((node, refused))
-        signers = sorted(secagg.signatures)
-        if dropped and len(signers) < t:
-            return self.close_without_data("%d survivor signature(s), fewer than t = %d", len(signers), t)
-        reveals = self.unmask(epoch, survivors, dropped, signers, nodes)
-        coord.close_masked_round(k, reveals, self.rejected)
-        log.info(
-            "round %d closed: %d masked message(s), dropped %s, %d signature(s), %d unmask answer(s), %d rejected",
-            k, len(survivors), dropped, len(signers), len(reveals), len(self.rejected),
-        )  # fmt: skip
-        return None
-
-    def key_setup(self) -> bool:
-        """A new epoch: every connected silo's signed keys, checked; the roster published."""
-        coord = self.coord
-        adverts = {}
-        got = self.ask({"epoch": coord.next_epoch}, "keys", _targets(self.grid, self.registry))
-        for silo, (node, meta) in got.items():
-            advert = Advert(*(meta.get(key) for key in ("c_public", "s_public", "cert", "signature")))  # type: ignore[arg-type]
-            refused = coord.check_advert(silo, advert)
-            if refused is None:
-                adverts[silo] = advert
-            else:
-                log.warning("round %d: refused the keys of silo %d: %s", self.k, silo, refused)
-                self.rejected.append((node, refused))
-        if adverts:
-            coord.start_epoch(adverts, [got[silo][0] for silo in adverts])
-        return bool(adverts)
-
-    def masked_messages(self, epoch: int) -> dict[int, int]:
+    def masked(self, step: Ask) -> Replies:
         """The sync request (with the roster, the epoch's first from this process) and the masked
-        replies, validated and kept by the coordinator; silo -> node of each kept one."""
+        replies, validated and parsed."""
         coord, k = self.coord, self.k
-        secagg = coord.state.secagg
-        assert secagg is not None and secagg.roster is not None
+        roster: SignedRoster = step.fields["roster"]
+        epoch = step.fields["epoch"]
         roster_meta: dict[str, Any] = {}
         if coord.delivered_epoch != epoch:  # the epoch's first request from this process carries the roster
-            roster_meta = {f"roster_{key}": value for key, value in _roster_meta(secagg.roster).items()}
+            roster_meta = {f"roster_{key}": value for key, value in _roster_meta(roster).items()}
         meta = {**self.base, "phase": "sync", "epoch": epoch, **roster_meta}
         replies = _exchange(self.grid, coord, self.registry, "train", meta, k, self.timeout, self.poll)
         coord.delivered_epoch = epoch
-        nodes: dict[int, int] = {}
+        out: Replies = {}
         for inc in replies:
             res = validate_release(
-                coord.spec, inc, phase="sync", round_=k, registry=self.registry, seen=set(), width=coord.width
+                coord.spec, inc, phase="sync", round_=k, registry=self.registry, seen=set(out), width=coord.width
             )
             if isinstance(res, str):
-                reason: str | None = res
-            else:
-                got = inc.meta or {}
-                to, blobs = int_list(got, "b_to"), byte_list(got, "b_blobs")
-                if to is None or blobs is None or len(to) != len(blobs):
-                    reason = f"silo {res[0]}: self-mask shares must pair b_to (integers) with b_blobs (bytes)"
-                else:
-                    message = Masked(res[1], dict(zip(to, blobs, strict=True)), got.get("b_commit"))  # type: ignore[arg-type]
-                    reason = coord.accept_masked(res[0], got.get("epoch"), k, message)
-                    if reason is None:
-                        nodes[res[0]] = inc.node_id
-            if reason is not None:
-                log.warning("round %d: rejected a message from node %d: %s", k, inc.node_id, reason)
-                self.rejected.append((inc.node_id, reason))
-        return nodes
-
-    def unmask(
-        self, epoch: int, survivors: list[int], dropped: list[int], signers: list[int], nodes: dict[int, int]
-    ) -> dict[int, Reveal]:
-        """The unmask step: each survivor's self-mask shares of the survivors and its round seeds
-        with the dropped."""
-        secagg = self.coord.state.secagg
-        assert secagg is not None
-        unmask = {
-            "epoch": epoch,
-            "survivors": survivors,
-            "dropped": dropped,
-            "signers": signers,
-            "signatures": [secagg.signatures[i] for i in signers],
-        }
-        per_node = {}
-        for silo in survivors:
-            held = secagg.shares_for(silo)
-            per_node[nodes[silo]] = {"held_from": sorted(held), "held": [held[j] for j in sorted(held)]}
-        reveals: dict[int, Reveal] = {}
-        for silo, (node, meta) in self.ask(unmask, "unmask", [nodes[i] for i in survivors], per_node).items():
-            owners, shares = int_list(meta, "b_owners"), byte_list(meta, "b_shares", SHARE_BYTES)
-            seed_for, seeds = int_list(meta, "seed_for"), byte_list(meta, "seeds", KEY_BYTES)
-            if None in (owners, shares, seed_for, seeds) or len(owners) != len(shares) or len(seed_for) != len(seeds):  # type: ignore[arg-type]
-                self.rejected.append(
-                    (node, f"silo {silo}: an unmask answer pairs b_owners with b_shares, seed_for with seeds")
-                )
+                log.warning("round %d: rejected a message from node %d: %s", k, inc.node_id, res)
+                self.rejected.append((inc.node_id, res))
                 continue
-            reveals[silo] = Reveal(dict(zip(owners, shares, strict=True)), dict(zip(seed_for, seeds, strict=True)))  # type: ignore[arg-type]
-        return reveals
+            got = inc.meta or {}
+            to, blobs = int_list(got, "b_to"), byte_list(got, "b_blobs")
+            if to is None or blobs is None or len(to) != len(blobs):
+                answer: Any = f"silo {res[0]}: self-mask shares must pair b_to (integers) with b_blobs (bytes)"
+            else:
+                answer = (got.get("epoch"), Masked(res[1], dict(zip(to, blobs, strict=True)), got.get("b_commit")))  # type: ignore[arg-type]
+                self.nodes[res[0]] = inc.node_id
+            out[res[0]] = (inc.node_id, answer)
+        return out
+
+
+def _per_node(extra: dict[str, Any]) -> dict[str, Any]:
+    """A silo's own fields of the unmask request, on the wire: the self-mask shares addressed to it."""
+    held: dict[int, bytes] = extra["held"]
+    return {"held_from": sorted(held), "held": [held[j] for j in sorted(held)]}
+
+
+def _advert(silo: int, meta: dict[str, Any]) -> Advert:
+    return Advert(*(meta.get(key) for key in ("c_public", "s_public", "cert", "signature")))  # type: ignore[arg-type]
+
+
+def _signature(silo: int, meta: dict[str, Any]) -> object:
+    return meta.get("signature")
+
+
+def _reveal(silo: int, meta: dict[str, Any]) -> Reveal | str:
+    owners, shares = int_list(meta, "b_owners"), byte_list(meta, "b_shares", SHARE_BYTES)
+    seed_for, seeds = int_list(meta, "seed_for"), byte_list(meta, "seeds", KEY_BYTES)
+    if owners is None or shares is None or seed_for is None or seeds is None:
+        return f"silo {silo}: an unmask answer pairs b_owners with b_shares, seed_for with seeds"
+    if len(owners) != len(shares) or len(seed_for) != len(seeds):
+        return f"silo {silo}: an unmask answer pairs b_owners with b_shares, seed_for with seeds"
+    return Reveal(dict(zip(owners, shares, strict=True)), dict(zip(seed_for, seeds, strict=True)))
+
+
+#: each query phase's reply, parsed into what the protocol layer takes (a str: why it cannot be)
+_PARSE = {KEYS: _advert, SURVIVORS: _signature, UNMASK: _reveal}
 
 
 def _targets(grid: Grid, registry: dict[int, int] | None) -> list[int]:
