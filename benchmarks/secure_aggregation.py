@@ -3,8 +3,9 @@
 ``--micro`` (default): per silo and per round, at M = 3, 13 and 50 silos, P = 230 residues (d = 20),
 the CPU seconds and the bytes of
 
-* *pairwise*: the all-present pairwise masking the serving silos use, which is what a round of the
-  previous deployment protocol cost when nobody dropped (mask; the server adds);
+* *pairwise*: pairwise masks alone (one X25519 agreement and one mask per other member; the
+  server adds), the all-present masking the serving silos ran until issue #45 and the floor of any
+  pairwise masking;
 * *double masking*: :mod:`fedbandits.crypto.double_masking` (mask with a fresh self-mask and
   its encrypted Shamir shares; sign the survivor list; check t signatures, decrypt M - 1 shares and
   answer the unmask step), and the server's part (check M signatures, rebuild M self-masks, sum);
@@ -56,7 +57,7 @@ def _best(fn, repeat: int) -> float:  # type: ignore[no-untyped-def]
 def micro(folder: Path, m: int, repeat: int) -> dict[str, float]:
     # imported here: --deployed also runs against checkouts older than these modules
     from fedbandits.crypto.double_masking import MaskingServer, MaskingSilo, secure_threshold
-    from fedbandits.crypto.secure_aggregation import SecAggClient, SecAggServer
+    from fedbandits.crypto.secure_aggregation import _agree, keypair, prg
     from fedbandits.federation.certs import trial_signing
 
     signing = trial_signing(folder, m)
@@ -64,14 +65,16 @@ def micro(folder: Path, m: int, repeat: int) -> dict[str, float]:
     x = np.random.default_rng(0).integers(0, 1 << BITS, size=(m, WIDTH)).astype(np.uint64)
     out: dict[str, float] = {}
 
-    # pairwise, all present (one epoch, then rounds)
-    pserver = SecAggServer(CONTEXT, BITS, WIDTH)
-    pclients = [SecAggClient(i, BITS, WIDTH) for i in range(m)]
-    roster = pserver.publish({c.silo: c.advertise() for c in pclients}, secure_threshold(m, 0))
-    routed = pserver.route({c.silo: c.share(roster) for c in pclients})
-    for c in pclients:
-        c.receive(routed[c.silo])
-    out["pairwise_silo_s"] = _best(lambda: pclients[0].mask(1, x[0]), repeat)
+    # pairwise masks alone, all present: silo 0's agreement and mask with each other member
+    own, others = keypair()[0], [keypair()[1] for _ in range(m - 1)]
+
+    def pairwise() -> np.ndarray:
+        y = x[0].copy()
+        for j, public in enumerate(others, start=1):
+            y = y + prg(_agree(own, public, b"mask|0|%d" % j), 1, WIDTH, BITS)
+        return y & np.uint64((1 << BITS) - 1)
+
+    out["pairwise_silo_s"] = _best(pairwise, repeat)
     out["pairwise_up_bytes"] = WIDTH * 8
 
     # double masking: epoch set-up

@@ -17,6 +17,8 @@ Needs the deploy and serve extras (CI's deployment step); about 3 minutes.
 
 from __future__ import annotations
 
+import base64
+import json
 import sqlite3
 import threading
 import time
@@ -211,9 +213,10 @@ def test_distributed_dp_sets_up_secure_aggregation_over_flower(tmp_path):
             process.stop()
     # the coordinator holds exactly what each silo released: its stored (masked) residues, byte for byte
     coordinator = sqlite3.connect(tmp_path / "server" / "state" / "server" / "coordinator.sqlite")
-    rows = coordinator.execute("SELECT silo, epoch, round, payload FROM payloads").fetchall()
+    rows = coordinator.execute("SELECT silo, epoch, round, message FROM masked WHERE message IS NOT NULL").fetchall()
     assert rows
-    for silo, epoch, round_, payload in rows:
+    for silo, epoch, round_, message in rows:
+        payload = base64.b64decode(json.loads(message)["payload"])
         log = sqlite3.connect(tmp_path / f"fed-{silo}" / "events.sqlite")
         stored = log.execute("SELECT payload FROM releases WHERE epoch = ? AND round = ?", (epoch, round_)).fetchone()
         assert stored is not None and bytes(stored[0]) == bytes(payload)

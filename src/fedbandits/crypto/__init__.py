@@ -2,10 +2,12 @@
 of ours but the cryptographic ones, and no fedbandits module but its own.
 
 * :mod:`~fedbandits.crypto.secure_aggregation` -- the primitives (X25519, HKDF, the mask generator,
-  Shamir shares) and the all-present pairwise masking the serving silos run;
-* :mod:`~fedbandits.crypto.double_masking` -- the actively secure protocol the Flower deployment
-  runs (Bonawitz et al. 2017 with self-masks and signed survivor lists; a release enters one
-  masked sum, ever);
+  Shamir shares, the roster);
+* :mod:`~fedbandits.crypto.double_masking` -- the actively secure protocol both transports run
+  (Bonawitz et al. 2017 with self-masks and signed survivor lists; a release enters one masked
+  sum, ever);
+* :mod:`~fedbandits.crypto.secure_round` -- its round on the server's side, written once with no
+  transport in it (the Flower ServerApp and the serving coordinator carry its steps);
 * :mod:`~fedbandits.crypto.signing` -- the silos' long-term Ed25519 identities under the signing CA.
 
 Both transports (``federation/``, the Flower deployment; ``serve/``, the HTTP service) import these

@@ -95,7 +95,6 @@ from fedbandits.crypto.secure_aggregation import (
     SecAggError,
     _agree,
     keypair,
-    message_problem,
     prg,
     shamir_join,
     shamir_split,
@@ -241,10 +240,15 @@ class Reveal:
 
 
 @dataclass
-class _RoundRecord:
+class RoundRecord:
+    """What a silo keeps of a round it masked (a retry gets the same message)."""
+
     digest: bytes  # SHA-256 of the residues that were masked (a retry with other data is refused)
     message: Masked
     own_share: bytes
+
+
+_RoundRecord = RoundRecord  # the name silo state files pickled before issue #45 refer to
 
 
 def _survivor_list(value: object, members: list[int], name: str = "survivors") -> list[int]:
@@ -282,7 +286,7 @@ class MaskingSilo:
     #: once, so it enters at most one masked sum (never reset by a new epoch)
     last_round: int = 0
     masked_epoch: int = 0
-    rounds: dict[int, _RoundRecord] = field(default_factory=dict)
+    rounds: dict[int, RoundRecord] = field(default_factory=dict)
     signed: dict[int, list[int]] = field(default_factory=dict)
     answered: dict[int, Reveal] = field(default_factory=dict)
 
@@ -381,7 +385,7 @@ class MaskingSilo:
                 m = prg(self._pair_round_seed(j, round_), 0, self.width, self.bits)
                 out = out + m if self.silo < j else out - m
         message = Masked(out & np.uint64((1 << self.bits) - 1), blobs, _commitment(roster, round_, self.silo, b))
-        self.rounds[round_] = _RoundRecord(digest, message, shares[self.silo])
+        self.rounds[round_] = RoundRecord(digest, message, shares[self.silo])
         self.last_round, self.masked_epoch = round_, roster.epoch
         for old in [r for r in self.rounds if r <= round_ - KEPT_ROUNDS]:
             self.rounds.pop(old)
@@ -472,12 +476,16 @@ class MaskingSilo:
 # -- server ---------------------------------------------------------------------------------------
 @dataclass
 class MaskingServer:
-    """The server's side: roster, validation of messages and signatures, unmasking, the sum."""
+    """The server's side: roster, validation of messages and signatures, unmasking, the sum.
+
+    ``authority``: the silos' signing CA, to refuse a bad advert or signature at once; a server
+    without it (the serving coordinator) leaves those checks to the silos, which make them all
+    before they join a roster or reveal anything."""
 
     context: bytes
     bits: int
     width: int
-    authority: Authority
+    authority: Authority | None
     epoch: int = 0
     roster: SignedRoster | None = None
     round_: int | None = None
@@ -508,7 +516,7 @@ class MaskingServer:
         if self.roster is None or self.round_ is None or self.survivors is not None:
             return "no round is taking messages"
         x = message.masked
-        problem = message_problem(self, sender, epoch, round_, x)
+        problem = self._problem(sender, epoch, round_, x)
         if problem is not None:
             return problem
         others = set(self.roster.members) - {sender}
@@ -519,6 +527,24 @@ class MaskingServer:
         if not isinstance(message.commitment, bytes) or len(message.commitment) != 32:
             return f"silo {sender}: the self-mask commitment must be 32 bytes"
         self.received[sender] = Masked(x.copy(), dict(message.blobs), message.commitment)  # type: ignore[index]
+        return None
+
+    def _problem(self, sender: object, epoch: object, round_: object, masked: object) -> str | None:
+        """Why a masked message cannot be taken in the server's open round, or None: its epoch and round,
+        its sender (a roster member, first message), its residues (``width`` uint64 below 2^bits)."""
+        assert self.roster is not None
+        if epoch != self.epoch:
+            return f"epoch {epoch!r} is not the current epoch {self.epoch} (foreign or replayed)"
+        if round_ != self.round_:
+            return f"round {round_!r} is not the current round {self.round_} (stale or replayed)"
+        if sender not in self.roster.s_public:
+            return f"sender {sender!r} is not in the roster of epoch {self.epoch} (foreign)"
+        if sender in self.received:
+            return f"silo {sender}: a second masked message in round {round_}"
+        if not isinstance(masked, np.ndarray) or masked.dtype != np.uint64 or masked.shape != (self.width,):
+            return f"silo {sender}: a masked message must be {self.width} uint64 residues"
+        if (masked >> np.uint64(self.bits)).any():
+            return f"silo {sender}: residues must be below 2^{self.bits}"
         return None
 
     def close_messages(self) -> list[int]:
@@ -535,9 +561,12 @@ class MaskingServer:
         assert self.roster is not None and self.round_ is not None and self.survivors is not None
         if silo not in self.survivors:
             return f"silo {silo} is not a survivor of round {self.round_}"
+        if not isinstance(signature, bytes) or len(signature) != 64:
+            return f"silo {silo}: a signature must be 64 bytes"
         try:
             message = survivors_bytes(self.roster, self.round_, self.survivors)
-            self.authority.verify(self.roster.certs[silo], silo, message, signature)
+            if self.authority is not None:
+                self.authority.verify(self.roster.certs[silo], silo, message, signature)
         except SigningError as exc:
             return f"round {self.round_}: {exc} (the survivor list)"
         self.signatures[silo] = signature  # type: ignore[assignment]

@@ -87,18 +87,20 @@ Step = Ask | Epoch
 
 
 def secure_round(
-    server: MaskingServer, round_: int, *, new_epoch: bool, colluders: int
+    server: MaskingServer, round_: int, *, new_epoch: bool, colluders: int, least: int = 1
 ) -> Generator[Step, Replies | None, Outcome]:
-    """Round ``round_`` of the epoch in force (after a key set-up first when ``new_epoch``)."""
+    """Round ``round_`` of the epoch in force (after a key set-up first when ``new_epoch``);
+    ``least``: the fewest survivors whose sum the noise is calibrated for (M - dropouts: the honest
+    silos refuse to sign a shorter list, so such a round closes without data at once)."""
     out = Outcome()
     if new_epoch:
         adverts: dict[int, Advert] = {}
         tags: dict[int, Any] = {}
         got = yield Ask(KEYS, {"epoch": server.next_epoch})
         for silo, (tag, advert) in _replies(got):
-            why = _refusal(advert, Advert) or check_advert(
-                server.authority, server.context, server.next_epoch, silo, advert
-            )
+            why = _refusal(advert, Advert)
+            if why is None and server.authority is not None:
+                why = check_advert(server.authority, server.context, server.next_epoch, silo, advert)
             if why is None:
                 adverts[silo], tags[silo] = advert, tag
             else:
@@ -120,6 +122,8 @@ def secure_round(
     out.survivors, out.dropped = server.close_messages(), server.dropped()
     if len(out.survivors) < t:
         return out.without_data(f"{len(out.survivors)} masked message(s), fewer than t = {t}")
+    if len(out.survivors) < least:
+        return out.without_data(f"{len(out.survivors)} masked message(s); the noise needs sums of at least {least}")
     if out.dropped:  # consistency check: round seeds are revealed only on a signed list
         got = yield Ask(SURVIVORS, {"epoch": epoch, "round": round_, "survivors": out.survivors}, out.survivors)
         for silo, (tag, signature) in _replies(got):

@@ -317,9 +317,9 @@ class Coordinator:
         a key set-up first if :meth:`needs_epoch` for the ``connected`` nodes), each step taken to
         the silos by the transport's ``carry``, then closed, with its data or without;
         ``rejected``: the transport's own refusals (the protocol's are added)."""
-        steps = secure_round(
-            self._secagg(), k, new_epoch=self.needs_epoch(connected), colluders=self.spec.params.colluders
-        )
+        params = self.spec.params
+        new_epoch, least = self.needs_epoch(connected), self.spec.silos - params.dropouts
+        steps = secure_round(self._secagg(), k, new_epoch=new_epoch, colluders=params.colluders, least=least)
         outcome = drive(steps, carry)
         for node, why in outcome.rejected:
             log.warning("round %d: rejected a message from node %s: %s", k, node, why)

@@ -26,7 +26,7 @@ from fedbandits.serve.links import SYNC_PATHS
 
 client_app = ClientApp()
 
-#: the most a request or an answer may carry (a roster and shares at M = 100 are ~100 KB)
+#: the most a request or an answer may carry (a roster at M = 100 is ~100 KB)
 MAX_TEXT = 1 << 20
 
 

@@ -12,6 +12,10 @@ coordinator works on the open round ``(epoch, round)``:
    which adds the final prefix of the earlier epochs and applies the budget policy;
 3. it sends the newest closed prefix to every silo that does not have it (``POST /v1/sync/prefix``).
 
+``distributed-dp`` runs the deployment's secure aggregation and its round, written once in the
+protocol layer (:mod:`fedbandits.serve.masked_sync` carries it): the releases are masked, and the
+round closes with the sum the unmask step opens.
+
 A silo that is down is asked again at the next tick; the round stays open until every silo has
 answered (its releases already made are stored on both sides, a retried request gets the same
 bytes).  Silos serve from their last prefix meanwhile.  Everything the coordinator receives and
@@ -26,7 +30,6 @@ on both sides; the lifetime epsilon is the sum of the epochs').
 from __future__ import annotations
 
 import base64
-import json
 import logging
 import math
 import sqlite3
@@ -40,12 +43,10 @@ from typing import Any
 import numpy as np
 
 from fedbandits.config import Config
-from fedbandits.crypto.double_masking import SignedRoster, secure_threshold
-from fedbandits.crypto.secure_aggregation import SecAggServer
 from fedbandits.online import AgentSetup, Rounds
-from fedbandits.privacy.distributed_noise import DistributedCalibration
 from fedbandits.serve import masking
 from fedbandits.serve.links import Request, Requests, SiloLink, exchange_one
+from fedbandits.serve.masked_sync import MaskedSync
 from fedbandits.serve.options import POLICIES
 from fedbandits.serve.shuffling import ServerShuffling
 
@@ -111,6 +112,8 @@ class Coordinator:
         self.db = sqlite3.connect(state_dir / "coordinator.sqlite", isolation_level=None, check_same_thread=False)
         self.db.execute("PRAGMA journal_mode = WAL")
         self.db.executescript(_TABLES)
+        #: distributed-dp: secure aggregation's rounds over the link (the deployment's protocol and round)
+        self.masking = MaskedSync(self.db, link, setup, self.context) if setup.masked else None
         self.history: list[dict[str, Any]] = []
         self.stopped = threading.Event()
         self._resume()
@@ -167,6 +170,10 @@ class Coordinator:
                 "SELECT batch FROM shuffled WHERE epoch = ? AND round = ?", (epoch, round_)
             ).fetchone()
             return self.ledger.close_batch(np.frombuffer(got[0], dtype="<f8").reshape(-1, self.setup.width))
+        total = None if self.masking is None else self.masking.total(epoch, round_)
+        if total is not None:  # distributed-dp: the survivors' modular sum the secure round opened
+            return self.ledger.close_sum(total)[1]
+        # (a distributed-dp round closed before issue #45: the all-present protocol's masks cancel in the sum)
         rows = self.db.execute(
             "SELECT silo, payload FROM payloads WHERE epoch = ? AND round = ? ORDER BY silo", (epoch, round_)
         ).fetchall()
@@ -184,23 +191,30 @@ class Coordinator:
     def tick(self) -> Tick:
         started = time.monotonic()
         epoch, round_ = self.epoch, self.round
+        run = self._plain_tick if self.masking is None else self._masked_tick
+        released, unreachable, closed, delivered = run(epoch, round_)
+        record = Tick(epoch, round_, released, unreachable, closed, delivered, time.monotonic() - started)
+        self.history.append({"at": time.time(), **record.__dict__})
+        del self.history[:-200]
+        self._status = self._report()
+        return record
+
+    def _plain_tick(self, epoch: int, round_: int) -> tuple[list[int], list[int], bool, list[int]]:
+        """``none``, ``ldp`` and shuffled rounds: the releases, the close, the prefix."""
         released: list[int] = []
         unreachable: list[int] = []
         closed = False
-        # distributed-dp: no round before secure aggregation is set up (advanced as far as the silos answer)
-        ready = not self.setup.masked or self.finished or self._secagg_setup(unreachable)
         delivered: list[int] = []
         asks: Requests = {s: [] for s in self.silos}
         # a bundling link: the last closed round's prefix goes with this tick's release requests
-        prefix = self._deliveries() if ready and self.link.bundles else {}
+        prefix = self._deliveries() if self.link.bundles else {}
         for s, request in prefix.items():
             asks[s].append(request)
         have = {
             s for (s,) in self.db.execute("SELECT silo FROM payloads WHERE epoch = ? AND round = ?", (epoch, round_))
         }
-        releasing = ready and not self.finished
         for s in self.silos:
-            if releasing and s not in have:
+            if not self.finished and s not in have:
                 asks[s].append(("/v1/sync/release", {"epoch": epoch, "round": round_}))
         for silo, answers in sorted(self.link.exchange({s: a for s, a in asks.items() if a}).items()):
             if silo in prefix:
@@ -220,85 +234,47 @@ class Coordinator:
             )
             released.append(silo)
             have.add(silo)
-        if releasing and len(have) == self.link.silos:
+        if not self.finished and len(have) == self.link.silos:
             closed = True
             self._close(epoch, round_)
-        if ready and not self.link.bundles:  # at once, in a message of its own
-            deliveries = self._deliveries()
-            for silo, got in sorted(exchange_one(self.link, deliveries).items()):
-                got_prefix = self._delivered(silo, deliveries[silo], got)
-                delivered += got_prefix
-                if not got_prefix and silo not in unreachable:
-                    unreachable.append(silo)
-        record = Tick(epoch, round_, released, unreachable, closed, delivered, time.monotonic() - started)
-        self.history.append({"at": time.time(), **record.__dict__})
-        del self.history[:-200]
-        self._status = self._report()
-        return record
+        if not self.link.bundles:  # at once, in a message of its own
+            delivered += self._deliver_now(unreachable)
+        return released, unreachable, closed, delivered
 
-    # -- secure aggregation set-up (distributed-dp; fedbandits.serve.masking) -----------------------
-    def _secagg_setup(self, unreachable: list[int]) -> bool:
-        """Advance the set-up as far as the silos answer; True once every silo holds its shares."""
-        kv = dict(self.db.execute("SELECT key, value FROM secagg").fetchall())
-        if kv.get("done") == "yes":
-            return True
-        epoch = int(kv.get("epoch", "1"))
-        self._put(kv, "epoch", str(epoch))
-        silos = self.silos
-        asks: dict[int, Request] = {
-            s: ("/v1/sync/keys", {"secagg_epoch": epoch}) for s in silos if f"keys:{s}" not in kv
-        }
-        for silo, got in sorted(exchange_one(self.link, asks).items()):  # 1. every silo's public keys
-            try:
-                keys = {k: masking.unb64(got[k], k) for k in ("c_public", "s_public", "cert", "signature")}  # type: ignore[index]
-                assert len(keys["c_public"]) == len(keys["s_public"]) == 32 and len(keys["signature"]) == 64
-            except (TypeError, KeyError, ValueError, AssertionError):
-                unreachable.append(silo)
-                continue
-            self._put(kv, f"keys:{silo}", json.dumps(got))
-        if any(f"keys:{i}" not in kv for i in silos):
-            return False
-        if "roster" not in kv:  # 2. the roster
-            public = {i: json.loads(kv[f"keys:{i}"]) for i in silos}
-            cal = self.setup.calibration
-            assert isinstance(cal, DistributedCalibration)
-            roster = SignedRoster(
-                self.context,
-                epoch,
-                secure_threshold(self.link.silos, cal.colluders),
-                *(
-                    {i: masking.unb64(k[f], f) for i, k in public.items()}
-                    for f in ("c_public", "s_public", "cert", "signature")
-                ),
-            )
-            self._put(kv, "roster", json.dumps(masking.roster_to_json(roster)))
-        roster_json = json.loads(kv["roster"])
-        asks = {s: ("/v1/sync/roster", {"roster": roster_json}) for s in silos if f"out:{s}" not in kv}
-        for silo, got in sorted(exchange_one(self.link, asks).items()):  # 3. every silo's encrypted shares
-            try:
-                shares = masking.keyed(got["shares"], "shares")  # type: ignore[index]
-                assert set(shares) == set(silos)
-            except (TypeError, KeyError, ValueError, AssertionError):
-                unreachable.append(silo)
-                continue
-            self._put(kv, f"out:{silo}", json.dumps(got["shares"]))  # type: ignore[index]
-        if any(f"out:{i}" not in kv for i in silos):
-            return False
-        routed = SecAggServer.route({i: masking.keyed(json.loads(kv[f"out:{i}"]), "shares") for i in silos})
-        asks = {s: ("/v1/sync/shares", {"shares": masking.unkeyed(routed[s])}) for s in silos if f"in:{s}" not in kv}
-        for silo, got in sorted(exchange_one(self.link, asks).items()):  # 4. the shares addressed to each silo
-            if got is None:
-                unreachable.append(silo)
-                continue
-            self._put(kv, f"in:{silo}", "yes")
-        if any(f"in:{i}" not in kv for i in silos):
-            return False
-        self._put(kv, "done", "yes")
-        return True
+    def _masked_tick(self, epoch: int, round_: int) -> tuple[list[int], list[int], bool, list[int]]:
+        """``distributed-dp``: the round's secure aggregation (:mod:`fedbandits.serve.masked_sync`),
+        the close, the prefix (bundled with the tick's first requests on a bundling link)."""
+        assert self.masking is not None
+        prefix = self._deliveries() if self.link.bundles else {}
+        delivered: list[int] = []
+        released: list[int] = []
+        unreachable: list[int] = []
+        closed = False
+        if not self.finished:
+            tick = self.masking.run(epoch, round_, {s: [request] for s, request in prefix.items()})
+            for silo, answers in sorted(tick.extra_answers.items()):
+                delivered += self._delivered(silo, prefix[silo], answers[0] if answers else None)
+            prefix = {s: r for s, r in prefix.items() if s not in tick.extra_answers}  # (not sent)
+            released, unreachable, closed = tick.released, tick.unreachable, tick.closed
+            if closed:
+                self._close(epoch, round_)
+        if prefix:
+            for silo, got in sorted(exchange_one(self.link, prefix).items()):
+                delivered += self._delivered(silo, prefix[silo], got)
+        if not self.link.bundles:
+            delivered += self._deliver_now(unreachable)
+        return released, unreachable, closed, delivered
 
-    def _put(self, kv: dict[str, str], key: str, value: str) -> None:
-        self.db.execute("INSERT OR REPLACE INTO secagg VALUES (?, ?)", (key, value))
-        kv[key] = value
+    def _deliver_now(self, unreachable: list[int]) -> list[int]:
+        """The newest closed prefix to every silo that lacks it, in a message of its own."""
+        delivered: list[int] = []
+        deliveries = self._deliveries()
+        for silo, got in sorted(exchange_one(self.link, deliveries).items()):
+            got_prefix = self._delivered(silo, deliveries[silo], got)
+            delivered += got_prefix
+            if not got_prefix and silo not in unreachable:
+                unreachable.append(silo)
+        return delivered
 
     def _check_release(self, silo: int, got: dict[str, Any] | None) -> np.ndarray | None:
         if got is None:
@@ -335,8 +311,9 @@ class Coordinator:
                 (epoch, round_, np.ascontiguousarray(batch, dtype="<f8").tobytes(), int(withheld)),
             )
         prefix = self._close_stored(epoch, round_)
+        table = "payloads" if self.masking is None else "sums"
         samples = self.db.execute(
-            "SELECT SUM(samples) FROM payloads WHERE epoch = ? AND round = ?", (epoch, round_)
+            f"SELECT SUM(samples) FROM {table} WHERE epoch = ? AND round = ?", (epoch, round_)
         ).fetchone()[0]
         self.db.execute(
             "INSERT INTO closed VALUES (?, ?, ?, ?, ?)", (epoch, round_, time.time(), prefix.tobytes(), int(samples))
@@ -417,9 +394,7 @@ class Coordinator:
                 for e, r, at, n in closed
             ],
             "open_round": None if self.finished else f"{self.epoch}.{self.round}",
-            "secure_aggregation": None
-            if not self.setup.masked
-            else ("set up" if self.db.execute("SELECT 1 FROM secagg WHERE key = 'done'").fetchone() else "setting up"),
+            "secure_aggregation": None if self.masking is None else ("set up" if self.masking.set_up else "setting up"),
             "finished": self.finished,
             "budget_policy": self.policy,
             "sync_seconds": self.sync_seconds,

@@ -10,8 +10,8 @@
     GET  /dashboard         the silo's dashboard page (no data in it; its script reads /v1/status with the token)
     POST /v1/sync/release   {"epoch": e, "round": r}            (the server's token)
     POST /v1/sync/prefix    {"epoch": e, "round": r, "prefix": base64 float64}  (the server's token)
-    POST /v1/sync/keys, /v1/sync/roster, /v1/sync/shares   distributed-dp's secure-aggregation set-up
-                            (the server's token; fedbandits.serve.masking)
+    POST /v1/sync/keys, /v1/sync/roster, /v1/sync/survivors, /v1/sync/unmask
+                            distributed-dp's secure aggregation (the server's token; fedbandits.serve.masking)
 
 Every request but ``/healthz`` needs ``Authorization: Bearer <token>``: the traffic token for the
 first four, the federation's sync token for ``/v1/sync/*``.  A bad request gets a 4xx whose body
@@ -163,7 +163,8 @@ class Service:
                 Route("/v1/sync/prefix", self._guard(self.prefix, self.sync_token, "sync"), methods=["POST"]),
                 Route("/v1/sync/keys", self._guard(self.keys, self.sync_token, "sync"), methods=["POST"]),
                 Route("/v1/sync/roster", self._guard(self.roster, self.sync_token, "sync"), methods=["POST"]),
-                Route("/v1/sync/shares", self._guard(self.shares, self.sync_token, "sync"), methods=["POST"]),
+                Route("/v1/sync/survivors", self._guard(self.survivors, self.sync_token, "sync"), methods=["POST"]),
+                Route("/v1/sync/unmask", self._guard(self.unmask, self.sync_token, "sync"), methods=["POST"]),
             ],
         )
 
@@ -300,6 +301,12 @@ class Service:
     async def release(self, request: Request) -> Response:
         body = _object(await _body(request), {"epoch", "round"}, {"epoch", "round"})
         epoch, round_ = _integer(body, "epoch"), _integer(body, "round")
+        if self.silo.secagg is not None:  # distributed-dp: the masked message, or the release withdrawn
+            message, samples, withdrawn = self.silo.masked_release(epoch, round_)
+            if message is None:
+                return JSONResponse({"withdrawn": withdrawn, "samples": samples})
+            answer = {**masking.masked_to_json(message), "secagg_epoch": self.silo.secagg.joined}
+            return JSONResponse({**answer, "samples": samples})
         payload, samples = self.silo.release(epoch, round_)
         if self.shuffling is not None:  # committed first: a retry sends the same bytes to the shuffler
             status = await asyncio.to_thread(self.shuffling.send, epoch, round_, payload)
@@ -314,10 +321,12 @@ class Service:
         adopted = self.silo.adopt(_integer(body, "epoch"), _integer(body, "round"), prefix)
         return JSONResponse({"adopted": adopted})
 
-    # -- secure aggregation set-up (distributed-dp; fedbandits.serve.masking) -----------------------
+    # -- secure aggregation (distributed-dp; fedbandits.serve.masking) -----------------------------
     async def keys(self, request: Request) -> Response:
         body = _object(await _body(request), {"secagg_epoch"}, {"secagg_epoch"})
         advert = self.silo.secagg_keys(_integer(body, "secagg_epoch"))
+        if isinstance(advert, int):  # an older set-up than this silo's: where a new one must start
+            return JSONResponse({"next_epoch": advert})
         fields = {"c_public": advert.c_public, "s_public": advert.s_public, "cert": advert.cert}
         return JSONResponse(
             {**{k: masking.b64(v) for k, v in fields.items()}, "signature": masking.b64(advert.signature)}
@@ -329,16 +338,25 @@ class Service:
             roster = masking.roster_from_json(body["roster"], self.silo.setup.silos)
         except ValueError as exc:
             raise BadRequest(str(exc)) from None
-        return JSONResponse({"shares": masking.unkeyed(self.silo.secagg_roster(roster))})
+        self.silo.secagg_roster(roster)
+        return JSONResponse({"joined": roster.epoch})
 
-    async def shares(self, request: Request) -> Response:
-        body = _object(await _body(request), {"shares"}, {"shares"})
+    async def survivors(self, request: Request) -> Response:
+        body = _object(await _body(request), {"epoch", "round", "survivors"}, {"epoch", "round", "survivors"})
+        signature = self.silo.secagg_survivors(_integer(body, "epoch"), _integer(body, "round"), body["survivors"])
+        return JSONResponse({"signature": masking.b64(signature)})
+
+    async def unmask(self, request: Request) -> Response:
+        keys = {"epoch", "round", "survivors", "dropped", "signatures", "held"}
+        body = _object(await _body(request), keys, keys)
         try:
-            shares = masking.keyed(body["shares"], "shares")
+            signatures = masking.keyed(body["signatures"], "signatures", 64)
+            held = masking.keyed(body["held"], "held")
         except ValueError as exc:
             raise BadRequest(str(exc)) from None
-        self.silo.secagg_shares(shares)
-        return JSONResponse({"held": len(shares)})
+        epoch, round_ = _integer(body, "epoch"), _integer(body, "round")
+        reveal = self.silo.secagg_unmask(epoch, round_, body["survivors"], body["dropped"], signatures, held)
+        return JSONResponse(masking.reveal_to_json(reveal))
 
 
 OPENAPI = openapi.document(MAX_ARMS, MAX_BATCH, MAX_BODY)

@@ -1,7 +1,7 @@
 """How the coordinator reaches the serving silos' sync API: straight over HTTPS, or through Flower.
 
 The coordinator (:mod:`fedbandits.serve.coordinator`) speaks to the silos in phases: the requests
-for every silo that still owes an answer (a release, its keys, its shares; the prefix it lacks), all
+for every silo that still owes an answer (a release, its keys, an unmask answer; the prefix it lacks), all
 at once.  A :class:`SiloLink` carries such a phase: :meth:`SiloLink.exchange` takes
 ``{silo: [(path, body), ...]}`` (a silo's requests, served in order) and returns
 ``{silo: [answer, ...]}``, each answer the silo's JSON object or None (unreachable, refused or
@@ -31,7 +31,14 @@ import httpx
 log = logging.getLogger("fedbandits.serve")
 
 #: the silo's sync routes (fedbandits.serve.http); nothing else is ever forwarded to a silo
-SYNC_PATHS = ("/v1/sync/release", "/v1/sync/prefix", "/v1/sync/keys", "/v1/sync/roster", "/v1/sync/shares")
+SYNC_PATHS = (
+    "/v1/sync/release",
+    "/v1/sync/prefix",
+    "/v1/sync/keys",
+    "/v1/sync/roster",
+    "/v1/sync/survivors",
+    "/v1/sync/unmask",
+)
 
 Request = tuple[str, dict[str, Any]]
 Answer: TypeAlias = dict[str, Any] | None

@@ -1,37 +1,38 @@
-"""Secure aggregation for serving silos (``distributed-dp``): the deployment's pairwise masking
-(:mod:`fedbandits.crypto.secure_aggregation`, Bonawitz et al. 2017) carried over the sync API.
+"""Secure aggregation for serving silos (``distributed-dp``): the deployment's protocol
+(:mod:`fedbandits.crypto.double_masking`, Bonawitz et al. 2017 with signed keys, self-masks and
+signed survivor lists) and its round, written once (:mod:`fedbandits.crypto.secure_round`), carried
+over the sync API.  This module holds the JSON forms of its messages and of a silo's durable state.
 
-Set-up, driven by the coordinator before the first round (and again only if its state is lost):
+The coordinator (:mod:`fedbandits.serve.coordinator`) carries each step of the round:
 
-1. ``POST /v1/sync/keys {"secagg_epoch": e}``: each silo draws its two X25519 key pairs (kept in
-   its event log, the private halves never sent) and answers with the public halves, signed with
-   its long-term Ed25519 key for set-up e (``cert``, ``signature``; the deployment's signing CA,
-   :mod:`fedbandits.crypto.signing`);
-2. the coordinator publishes the roster (every member's public keys, certificate and signature, the
-   threshold t with 2t > M + colluders); each silo checks it as the deployment's silos do
-   (:func:`fedbandits.crypto.double_masking.roster_problem`: every entry against its pinned signing
-   CA, its own keys, the threshold) before it answers;
-   ``POST /v1/sync/roster``: each silo answers with its Shamir shares of its mask key, each encrypted
-   for one member (the coordinator reads none of them);
-3. ``POST /v1/sync/shares``: the coordinator hands each silo the shares addressed to it.
+1. a key set-up, before the first round (and again only if its state is lost):
+   ``POST /v1/sync/keys {"secagg_epoch": e}``: each silo draws its two X25519 key pairs (kept in its
+   event log, the private halves never sent) and answers with the public halves, signed with its
+   long-term Ed25519 key for set-up e (``cert``, ``signature``; the deployment's signing CA,
+   :mod:`fedbandits.crypto.signing`); once every silo has answered the coordinator publishes the
+   roster (every member's keys, certificate and signature; the threshold t with
+   2t > M + colluders) and ``POST /v1/sync/roster`` hands it to each silo, which checks it as the
+   deployment's silos do (:func:`fedbandits.crypto.double_masking.roster_problem`);
+2. ``POST /v1/sync/release {"epoch", "round"}``: each silo's noisy residues of round (epoch, round),
+   masked with pairwise masks and a fresh self-mask, with its encrypted Shamir shares of the
+   self-mask seed and a commitment to it;
+3. ``POST /v1/sync/survivors``, only if a silo withdrew its release (below): each survivor signs
+   the survivor list;
+4. ``POST /v1/sync/unmask``: each survivor's shares of the survivors' self-mask seeds (and, if a
+   silo withdrew, its round seeds with it); the coordinator removes the masks and has the sum.
 
-Each round a silo sends its noisy residues masked with the pairwise masks of round
-``(epoch, round)``; the masks cancel in the modular sum, so the coordinator learns the sum and no
-single silo's residues.  Every step is idempotent: a retried request gets the stored answer.
-
-Dropouts: a round closes only when every silo has released (the coordinator waits), so masks never
-need to be removed and no key is ever revealed; the recovery step of the protocol is not used.
+Every step is idempotent: a retried request gets the stored answer (the silo's state is in its
+event log, committed before it answers).  The coordinator asks again at its next tick until every
+silo has answered a step, so a round waits for a silo that is down.
 
 A release enters one masked sum, ever (issue #44): a silo masks release ``(epoch, round)`` once,
-when it makes it, and stores the masked bytes; asked again -- after a new key set-up too -- it
-answers those bytes, never a fresh masking under other keys.  And every roster lists every silo,
-so the one sum a release can enter is the sum over all M (tests/test_serve_masking.py).
-Trust model: nothing is ever revealed (no recovery step), so a coordinator that deviates can learn
-a silo's residues only by sharing its pairwise seeds, i.e. by putting keys of its own in the roster:
-the signatures stop that (a key not signed under a certificate the signing CA issued to that member
-is refused, as is a roster for a set-up the silo did not advertise for).  Or by a threshold low
-enough that the colluding silos' shares rebuild another silo's mask key: the threshold check stops
-that.  It can still deny service.
+when it makes it.  Asked for it again under the same key set-up it answers the same message; under
+another set-up (after the coordinator lost its state), or for a release masked by the earlier,
+all-present protocol (an event log from before issue #45), it *withdraws* the release: it answers
+``{"withdrawn": reason, "samples": n}`` and the round goes on without it, as with a dropout in the
+deployment -- the survivors' sum if the noise provisions for the loss (``dropouts``), else the round
+closes without data.  Trust model: :mod:`fedbandits.crypto.double_masking`'s (a coordinator that
+cheats learns no silo's release; it can still deny service).
 """
 
 from __future__ import annotations
@@ -42,8 +43,10 @@ import hashlib
 import json
 from typing import Any
 
-from fedbandits.crypto.double_masking import SignedRoster
-from fedbandits.crypto.secure_aggregation import SecAggClient
+import numpy as np
+
+from fedbandits.crypto.double_masking import BLOB_BYTES, Masked, MaskingSilo, Reveal, RoundRecord, SignedRoster
+from fedbandits.crypto.secure_aggregation import KEY_BYTES, SHARE_BYTES
 from fedbandits.online import AgentSetup
 
 #: the round number the masks of (budget epoch e, round r) are drawn for: unique per release
@@ -58,7 +61,9 @@ def federation_context(setup: AgentSetup) -> bytes:
 
 
 def mask_round(epoch: int, round_: int) -> int:
-    return epoch * ROUNDS_PER_EPOCH + round_
+    """Secure aggregation's number for sync round ``(epoch, round_)``: increasing, from 1 (the
+    deployment's numbering: a silo has masked no round 0)."""
+    return epoch * ROUNDS_PER_EPOCH + round_ + 1
 
 
 def b64(raw: bytes) -> str:
@@ -125,32 +130,79 @@ def roster_from_json(value: Any, silos: int) -> SignedRoster:
     return SignedRoster(unb64(value["context"], "roster.context"), epoch, threshold, c, s, certs, signatures)
 
 
-def client_to_text(client: SecAggClient) -> str:
+def silo_state_to_text(silo: MaskingSilo) -> str:
     """A silo's secure-aggregation state as JSON (its private keys: the log is as secret as the data)."""
-    roster = client.roster
-    assert roster is None or isinstance(roster, SignedRoster)  # a serving silo takes signed rosters only
     return json.dumps(
         {
-            "silo": client.silo,
-            "bits": client.bits,
-            "width": client.width,
-            "roster": None if roster is None else roster_to_json(roster),
-            "c_private": b64(client.c_private),
-            "s_private": b64(client.s_private),
-            "held": unkeyed(client.held),
+            "roster": None if silo.roster is None else roster_to_json(silo.roster),
+            "offered": silo.offered,
+            "joined": silo.joined,
+            "keys": {k: b64(getattr(silo, k)) for k in KEY_FIELDS},
+            "last_round": silo.last_round,
+            "masked_epoch": silo.masked_epoch,
+            "rounds": {
+                str(r): {
+                    "digest": b64(rec.digest),
+                    "message": masked_to_json(rec.message),
+                    "own_share": b64(rec.own_share),
+                }
+                for r, rec in silo.rounds.items()
+            },
+            "signed": {str(r): listed for r, listed in silo.signed.items()},
+            "answered": {str(r): reveal_to_json(v) for r, v in silo.answered.items()},
         }
     )
 
 
-def client_from_text(text: str, silos: int) -> SecAggClient:
+KEY_FIELDS = ("c_private", "s_private", "c_offer", "s_offer")
+
+
+def silo_state_from_text(text: str, silo: MaskingSilo, silos: int) -> MaskingSilo:
+    """``silo`` (made with its identity and CA) with the state ``text`` holds."""
     data = json.loads(text)
-    roster = None if data["roster"] is None else roster_from_json(data["roster"], silos)
-    return SecAggClient(
-        int(data["silo"]),
-        int(data["bits"]),
-        int(data["width"]),
-        roster,
-        unb64(data["c_private"], "c_private"),
-        unb64(data["s_private"], "s_private"),
-        keyed(data["held"], "held"),
-    )
+    silo.roster = None if data["roster"] is None else roster_from_json(data["roster"], silos)
+    silo.offered, silo.joined = int(data["offered"]), int(data["joined"])
+    for key in KEY_FIELDS:
+        setattr(silo, key, unb64(data["keys"][key], key))
+    silo.last_round, silo.masked_epoch = int(data["last_round"]), int(data["masked_epoch"])
+    silo.rounds = {
+        int(r): RoundRecord(
+            unb64(rec["digest"], "digest"),
+            masked_from_json(rec["message"], silo.width),
+            unb64(rec["own_share"], "own_share"),
+        )
+        for r, rec in data["rounds"].items()
+    }
+    silo.signed = {int(r): [int(i) for i in listed] for r, listed in data["signed"].items()}
+    silo.answered = {int(r): reveal_from_json(v) for r, v in data["answered"].items()}
+    return silo
+
+
+def masked_to_json(message: Masked) -> dict[str, Any]:
+    return {
+        "payload": b64(np.ascontiguousarray(message.masked, dtype="<u8").tobytes()),
+        "dtype": "<u8",
+        "b_blobs": unkeyed(message.blobs),
+        "b_commit": b64(message.commitment),
+    }
+
+
+def masked_from_json(value: Any, width: int) -> Masked:
+    """A masked release from its JSON form, checked (a ValueError names the field)."""
+    if not isinstance(value, dict) or value.get("dtype") != "<u8":
+        raise ValueError("masked release: must be an object with dtype '<u8'")
+    raw = unb64(value.get("payload"), "payload")
+    if len(raw) != 8 * width:
+        raise ValueError(f"payload: must be {width} uint64 values, got {len(raw)} bytes")
+    blobs = keyed(value.get("b_blobs"), "b_blobs", BLOB_BYTES)
+    return Masked(np.frombuffer(raw, dtype="<u8").astype(np.uint64), blobs, unb64(value.get("b_commit"), "b_commit"))
+
+
+def reveal_to_json(reveal: Reveal) -> dict[str, Any]:
+    return {"b_shares": unkeyed(reveal.b_shares), "seeds": unkeyed(reveal.seeds)}
+
+
+def reveal_from_json(value: Any) -> Reveal:
+    if not isinstance(value, dict):
+        raise ValueError("unmask answer: must be an object")
+    return Reveal(keyed(value.get("b_shares"), "b_shares", SHARE_BYTES), keyed(value.get("seeds"), "seeds", KEY_BYTES))

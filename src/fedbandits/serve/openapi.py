@@ -133,7 +133,10 @@ def document(max_arms: int, max_batch: int, max_body: int) -> dict[str, Any]:
                 (400, 422, 503),
             ),
             "/v1/sync/keys": _post("secure aggregation: this silo's public keys, signed", obj, obj, (400, 409)),
-            "/v1/sync/roster": _post("secure aggregation: encrypted shares for the roster", obj, obj, (400, 409, 422)),
-            "/v1/sync/shares": _post("secure aggregation: the shares addressed to this silo", obj, obj, (400, 409)),
+            "/v1/sync/roster": _post("secure aggregation: check and join the roster", obj, obj, (400, 409, 422)),
+            "/v1/sync/survivors": _post(
+                "secure aggregation: sign the round's survivor list", obj, obj, (400, 409, 422)
+            ),
+            "/v1/sync/unmask": _post("secure aggregation: this silo's unmask answer", obj, obj, (400, 409, 422)),
         },
     }

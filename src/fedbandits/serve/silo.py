@@ -30,21 +30,22 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
-from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from fedbandits.config import Config
-from fedbandits.crypto.double_masking import Advert, SignedRoster, advert_bytes, roster_problem
-from fedbandits.crypto.secure_aggregation import SecAggClient, SecAggError
+from fedbandits.crypto.double_masking import Advert, Masked, MaskingSilo, Reveal, SecAggError, SignedRoster
 from fedbandits.crypto.signing import Authority, Identity
 from fedbandits.online import Agent, AgentError, AgentSetup
 from fedbandits.online.inputs import AlreadyRewarded, ExpiredDecision
 from fedbandits.privacy.discrete_gaussian import SecretTreeRandomizer
 from fedbandits.privacy.distributed_noise import DistributedCalibration
-from fedbandits.serve.masking import client_from_text, client_to_text, federation_context, keyed, mask_round, unkeyed
+from fedbandits.serve.masking import federation_context, mask_round, silo_state_from_text, silo_state_to_text
 from fedbandits.serve.options import POLICIES
 from fedbandits.serve.store import Store, StoreError
+
+_T = TypeVar("_T")
 
 
 class ServeError(ValueError):
@@ -53,10 +54,6 @@ class ServeError(ValueError):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
-
-
-def public_key(private: bytes) -> bytes:
-    return X25519PrivateKey.from_private_bytes(private).public_key().public_bytes_raw()
 
 
 class Clock:
@@ -155,11 +152,19 @@ class ServingSilo:
         self.last_contact: float | None = None
         #: (epoch, round, time) of the prefix in force, as the log has it (read once here, kept by adopt)
         self.prefix_in_force = self.store.last_prefix()
-        #: distributed-dp: this silo's side of secure aggregation, kept in the log (meta "secagg")
-        self.secagg: SecAggClient | None = None
-        text = self.store.meta("secagg") if setup.masked else None
-        if text is not None:
-            self.secagg = client_from_text(text, setup.silos)
+        #: distributed-dp: this silo's side of secure aggregation, kept in the log (meta "masking"; a
+        #: log from before issue #45 holds the all-present protocol's state as "secagg": not used)
+        self.secagg: MaskingSilo | None = None
+        if signing is not None:
+            cal = setup.calibration
+            assert isinstance(cal, DistributedCalibration)
+            least = setup.silos - cal.dropouts
+            self.secagg = MaskingSilo(
+                silo, cal.bits, setup.width, self.context, *signing, colluders=cal.colluders, min_survivors=least
+            )
+            text = self.store.meta("masking")
+            if text is not None:
+                silo_state_from_text(text, self.secagg, setup.silos)
 
     # -- recovery ----------------------------------------------------------------------------
     def _replay(self, seq: int, state: bytes) -> Agent:
@@ -259,92 +264,94 @@ class ServingSilo:
         if (epoch, round_) != expected:
             raise ServeError(409, f"round: this silo's next release is epoch {expected[0]} round {expected[1]}")
         secagg = self.secagg
-        if self.setup.masked and (secagg is None or secagg.roster is None or not secagg.held):
-            raise ServeError(409, "secure aggregation is not set up yet (keys, roster, shares)")
+        if secagg is not None and secagg.roster is None:
+            raise ServeError(409, "secure aggregation is not set up yet (keys, roster)")
         if renew:
             agent.new_epoch()
         samples = len(agent.completed)
         payload = agent.sync_payload()
         if secagg is not None:  # the residues leave the silo masked: the coordinator learns only their sum
-            payload = secagg.mask(mask_round(epoch, round_), payload)
+            payload = secagg.mask(mask_round(epoch, round_), payload).masked
 
         def write() -> None:
             self.store.add_release(epoch, round_, payload, samples)
+            if secagg is not None:
+                self._keep_secagg()
             self._snapshot()
 
         self._commit(write)
         return payload, samples
 
     # -- secure aggregation (distributed-dp; fedbandits.serve.masking) -----------------------------
-    def secagg_keys(self, secagg_epoch: int) -> Advert:
-        """Step 1: this silo's public keys for set-up ``secagg_epoch``, signed (the same ones when asked again)."""
-        self._masked()
-        self.last_contact = self.clock.now()
-        client = self.secagg
-        if client is None or self.store.meta("secagg_epoch") != str(secagg_epoch):
-            cal = self.setup.calibration
-            assert isinstance(cal, DistributedCalibration)
-            client = SecAggClient(self.agent.silo, cal.bits, self.setup.width)
-            client.advertise()
-            self._commit(lambda: self._keep_secagg(client, {"secagg_epoch": str(secagg_epoch), "secagg_shares": ""}))
-            self.secagg = client
-        assert self.signing is not None
-        identity = self.signing[0]
-        c_public, s_public = public_key(client.c_private), public_key(client.s_private)
-        signature = identity.sign(advert_bytes(self.context, secagg_epoch, self.agent.silo, c_public, s_public))
-        return Advert(c_public, s_public, identity.cert, signature)
+    def masked_release(self, epoch: int, round_: int) -> tuple[Masked | None, int, str]:
+        """Release ``(epoch, round_)`` masked, with its sample count; or None and why it is withdrawn:
+        it was masked under an earlier key set-up or protocol, and it enters one masked sum, ever."""
+        secagg = self._masked()
+        payload, samples = self.release(epoch, round_)
+        record = secagg.rounds.get(mask_round(epoch, round_))
+        if record is None or not np.array_equal(record.message.masked, payload):
+            why = (
+                f"release {epoch}.{round_} was masked under an earlier key set-up or protocol: it enters one "
+                "masked sum, ever (withdrawn)"
+            )
+            return None, samples, why
+        return record.message, samples, ""
 
-    def secagg_roster(self, roster: SignedRoster) -> dict[int, bytes]:
-        """Step 2: check every member's signed keys, then this silo's encrypted shares of its mask key,
-        one per member (stored: a retry gets them)."""
-        self._masked()
-        client = self.secagg
-        if client is None or self.store.meta("secagg_epoch") != str(roster.epoch):
-            raise ServeError(409, f"roster: this silo has no keys for set-up {roster.epoch}")
-        stored = self.store.meta("secagg_shares")
-        if client.roster == roster and stored:
-            return keyed(json.loads(stored), "secagg_shares")
-        if roster.context != self.context:
+    def secagg_keys(self, secagg_epoch: int) -> Advert | int:
+        """This silo's public keys for set-up ``secagg_epoch``, signed (the same ones when asked again);
+        for a set-up older than one it has advertised or joined, the first it would advertise for
+        (a coordinator that lost its state learns where to start)."""
+        secagg = self._masked()
+        first = max(secagg.joined + 1, secagg.offered)
+        if isinstance(secagg_epoch, int) and 0 < secagg_epoch < first:
+            self.last_contact = self.clock.now()
+            return first
+        return self._secagg_step(lambda c: c.advertise(secagg_epoch), 409)
+
+    def secagg_roster(self, roster: SignedRoster) -> None:
+        """Check the roster (every member's signed keys, the threshold) and join it."""
+        if roster.context != self._masked().context:
             raise ServeError(422, "roster: it belongs to another federation (config or entry)")
-        assert self.signing is not None
-        cal = self.setup.calibration
-        assert isinstance(cal, DistributedCalibration)
-        keys = (public_key(client.c_private), public_key(client.s_private))
-        reason = roster_problem(
-            roster, self.signing[1], self.agent.silo, keys, cal.colluders, self.setup.silos - cal.dropouts
-        )
-        if reason is not None:
-            raise ServeError(422, reason)
+        self._secagg_step(lambda c: c.join(roster), 422)
+
+    def secagg_survivors(self, epoch: int, round_: int, survivors: object) -> bytes:
+        """This silo's signature of round ``(epoch, round_)``'s survivor list (one list per round)."""
+        return self._secagg_step(lambda c: c.sign_survivors(mask_round(epoch, round_), survivors), 422)
+
+    def secagg_unmask(
+        self,
+        epoch: int,
+        round_: int,
+        survivors: object,
+        dropped: object,
+        signatures: dict[int, bytes],
+        held: dict[int, bytes],
+    ) -> Reveal:
+        """This silo's unmask answer for round ``(epoch, round_)`` (:mod:`fedbandits.crypto.double_masking`)."""
+        r = mask_round(epoch, round_)
+        return self._secagg_step(lambda c: c.unmask(r, survivors, dropped, signatures, held), 422)
+
+    def _secagg_step(self, call: Callable[[MaskingSilo], _T], status: int) -> _T:
+        """One secure-aggregation step: refused with its reason (``status``; nothing changed), or
+        committed to the log before its answer leaves the silo."""
+        secagg = self._masked()
+        self.last_contact = self.clock.now()
         try:
-            shares = client.share(roster)
+            out = call(secagg)
         except SecAggError as exc:
-            raise ServeError(422, f"roster: {exc}") from None
-        self._commit(lambda: self._keep_secagg(client, {"secagg_shares": json.dumps(unkeyed(shares))}))
-        return shares
+            raise ServeError(status, str(exc)) from None
+        self._commit(self._keep_secagg)
+        return out
 
-    def secagg_shares(self, shares: dict[int, bytes]) -> None:
-        """Step 2, the other way: the shares the other members addressed to this silo."""
-        self._masked()
-        client = self.secagg
-        if client is None or client.roster is None:
-            raise ServeError(409, "shares: no roster yet")
-        if set(shares) != set(client.roster.members):
-            raise ServeError(400, f"shares: must hold one share from each of silos {client.roster.members}")
-        try:
-            client.receive(shares)
-        except SecAggError as exc:
-            raise ServeError(422, f"shares: {exc}") from None
-        self._commit(lambda: self._keep_secagg(client, {}))
+    def _keep_secagg(self) -> None:
+        assert self.secagg is not None
+        self.store.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", ("masking", silo_state_to_text(self.secagg)))
 
-    def _keep_secagg(self, client: SecAggClient, extra: dict[str, str]) -> None:
-        self.store.db.executemany(
-            "INSERT OR REPLACE INTO meta VALUES (?, ?)", [("secagg", client_to_text(client)), *extra.items()]
-        )
-
-    def _masked(self) -> None:
+    def _masked(self) -> MaskingSilo:
         self._usable()
-        if not self.setup.masked:
+        if self.secagg is None:
             raise ServeError(409, f"protocol {self.setup.protocol!r} does not use secure aggregation")
+        return self.secagg
 
     def adopt(self, epoch: int, round_: int, prefix: np.ndarray) -> bool:
         """Adopt the prefix of closed round ``(epoch, round_)``; False if a later one is already in force."""
