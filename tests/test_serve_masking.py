@@ -21,7 +21,7 @@ from fedbandits.crypto.double_masking import Advert, SignedRoster
 from fedbandits.serve import masking
 from fedbandits.serve.coordinator import Coordinator
 from fedbandits.serve.links import HttpLink
-from test_serve import LDP, SYNC, SYNC_AUTH, config, federation, traffic
+from test_serve import LDP, SYNC, SYNC_AUTH, Bundling, config, federation, traffic
 
 
 def _setup(clients: dict, secagg_epoch: int, members: list[int], context: bytes) -> list[int]:  # type: ignore[type-arg]
@@ -144,3 +144,31 @@ def test_logs_of_the_all_present_protocol_move_to_double_masking(tmp_path) -> No
     assert samples[0] == 0 and samples[1] > 0  # round 0.1 without data, round 0.2 summed
     assert all(s.secagg.joined == 2 for s in silos)  # type: ignore[union-attr]  # after the old set-up 1
     assert [s.status()["model_version"] for s in silos] == ["0.2"] * 3
+
+
+def test_a_bundling_link_carries_the_prefix_with_the_first_step_of_the_next_masked_round(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Through Flower every message costs a ClientApp process: a masked round is one message per silo
+    and step (keys and roster once, then the release and the unmask step), and a closed round's
+    prefix rides with the next round's first message."""
+    cfg = config({**LDP, "protocol": "distributed-dp"})
+    silos, clients, router, _ = federation(tmp_path, cfg=cfg)
+    link = Bundling([f"http://silo{i}" for i in range(3)], SYNC, transport=router)
+    coordinator = Coordinator(cfg, link, tmp_path / "bundled")
+    rng = np.random.default_rng(12)
+    traffic(clients, rng, 2)
+    tick = coordinator.tick()  # set-up and round 0.0; its prefix waits for the next tick
+    assert (tick.closed, tick.delivered) == (True, [])
+    everybody = range(3)
+    assert link.calls == [
+        {i: ["/v1/sync/keys"] for i in everybody},
+        {i: ["/v1/sync/roster", "/v1/sync/release"] for i in everybody},
+        {i: ["/v1/sync/unmask"] for i in everybody},
+    ]
+    traffic(clients, rng, 2)
+    tick = coordinator.tick()
+    assert link.calls[3:] == [
+        {i: ["/v1/sync/prefix", "/v1/sync/release"] for i in everybody},
+        {i: ["/v1/sync/unmask"] for i in everybody},
+    ]
+    assert (tick.closed, tick.delivered) == (True, [0, 1, 2])
+    assert [s.status()["model_version"] for s in silos] == ["0.0"] * 3

@@ -124,7 +124,8 @@ class MaskedSync:
     def _carry(self, tick: RoundTick, step: Step) -> Replies | None:
         if isinstance(step, Epoch):
             if step.roster.members != list(range(self.link.silos)):
-                raise Later  # (a silo's keys were refused: the next tick runs a new set-up)
+                self.server.roster = None  # (a silo's keys were refused: the next tick runs a new set-up)
+                raise Later
             self._put("roster", json.dumps(masking.roster_to_json(step.roster)))
             self._put("epoch", str(step.roster.epoch))
             self.db.execute("DELETE FROM secagg WHERE key LIKE 'joined:%'")
@@ -145,23 +146,22 @@ class MaskedSync:
         }
         return self._answers(tick, asks, _reveal)
 
-    def _exchange(self, tick: RoundTick, asks: dict[int, list[Request]]) -> dict[int, Answer]:
-        """The asks (with the tick's extra requests, the first time), each silo's last answer."""
-        if tick.extra:
-            for silo, requests in tick.extra.items():
-                asks[silo] = [*requests, *asks.get(silo, [])]
-        sent, tick.extra = {s: len(a) for s, a in tick.extra.items()}, {}
-        out: dict[int, Answer] = {}
-        for silo, answers in self.link.exchange(asks).items():
+    def _exchange(self, tick: RoundTick, asks: dict[int, list[Request]]) -> dict[int, list[Answer]]:
+        """The asks (with the tick's extra requests, the first time): each silo's answers to its asks."""
+        sent = {s: len(a) for s, a in tick.extra.items()}
+        together = {s: [*tick.extra.get(s, []), *asks.get(s, [])] for s in set(asks) | set(tick.extra)}
+        tick.extra = {}
+        out: dict[int, list[Answer]] = {}
+        for silo, answers in self.link.exchange(together).items():
             extra = sent.get(silo, 0)
             if extra:
                 tick.extra_answers[silo] = answers[:extra]
-            if len(answers) > extra:
-                out[silo] = answers[-1]
+            if silo in asks:
+                out[silo] = answers[extra:]
         return out
 
     def _answers(self, tick: RoundTick, asks: dict[int, list[Request]], parse: Any) -> Replies:
-        return self._replies(tick, asks, self._exchange(tick, asks), parse)
+        return self._replies(tick, asks, _last(self._exchange(tick, asks)), parse)
 
     def _replies(
         self, tick: RoundTick, asks: dict[int, list[Request]], answers: dict[int, Answer], parse: Any
@@ -185,7 +185,7 @@ class MaskedSync:
         set-up says which it would advertise for (this coordinator lost its state): the next tick
         asks for that one."""
         asks = {s: [("/v1/sync/keys", {"secagg_epoch": epoch})] for s in range(self.link.silos)}
-        got = self._exchange(tick, asks)
+        got = _last(self._exchange(tick, asks))
         later = [a["next_epoch"] for a in got.values() if a is not None and isinstance(a.get("next_epoch"), int)]
         if later:
             log.warning("secure aggregation: the silos have set up epochs up to %d before; starting after", max(later))
@@ -211,10 +211,10 @@ class MaskedSync:
             if s not in stored or (stored[s][1] is not None and stored[s][0] != secagg_epoch):
                 join = [] if s in joined else [("/v1/sync/roster", roster)]
                 asks[s] = [*join, ("/v1/sync/release", {"epoch": epoch, "round": round_})]
-        for silo, got in sorted(self._exchange(tick, asks).items()):
-            if len(asks[silo]) == 2 and got is not None:
-                self._put(f"joined:{silo}", "yes")  # (the release came: the roster was taken)
-            stored[silo] = self._keep(tick, silo, got, secagg_epoch)
+        for silo, answers in sorted(self._exchange(tick, asks).items()):
+            if len(asks[silo]) == 2 and len(answers) == 2 and answers[0] is not None:
+                self._put(f"joined:{silo}", "yes")  # (the silo took the roster)
+            stored[silo] = self._keep(tick, silo, answers[-1] if answers else None, secagg_epoch)
         tick.unreachable += [s for s in asks if s not in stored or stored[s] == (-1, None)]
         if tick.unreachable:
             raise Later
@@ -261,6 +261,10 @@ class RoundTick:
         self.unreachable: list[int] = []
         self.closed = False
         self.outcome: Outcome | None = None
+
+
+def _last(answers: dict[int, list[Answer]]) -> dict[int, Answer]:
+    return {silo: got[-1] if got else None for silo, got in answers.items()}
 
 
 def _advert(got: dict[str, Any]) -> Advert:
