@@ -33,9 +33,6 @@ from fedbandits.online.rounds import Rounds
 
 log = logging.getLogger("fedbandits.federation.server")
 
-PHASES = ("setup", "sync", "finish", "keys", "shares", "unmask")
-#: a silo's finish reply without its trial report (it did not opt in to share it)
-
 
 class ServerStateError(RuntimeError):
     """The server's durable state does not belong to this deployment."""
