@@ -4,8 +4,9 @@ The order of a round of :mod:`fedbandits.crypto.double_masking` is written here 
 when the epoch needs one (steps 1-2 of that module's docstring), the masked messages (3), the
 consistency check when somebody dropped (4) and the unmask step (5); the sum is
 :meth:`~fedbandits.crypto.double_masking.MaskingServer.total` of the round's reveals, which the
-coordinator takes when it closes the round.  A transport -- the Flower ServerApp, or
-:mod:`fedbandits.federation.parity`, which hands the messages between objects in memory -- drives it:
+coordinator takes when it closes the round.  A transport drives it -- the Flower ServerApp, the
+serving coordinator over the silos' sync API (:mod:`fedbandits.serve.masked_sync`), or
+:mod:`fedbandits.federation.parity`, which hands the messages between objects in memory:
 
     outcome = drive(secure_round(server, k, new_epoch=..., colluders=...), carry)
 
