@@ -329,6 +329,7 @@ def user_releases(
     return (*scaled, (b, b1, (m - 1) * sum(count for _, _, count in releases)))
 
 
+@functools.lru_cache(maxsize=256)  # a pure function of hashable, immutable inputs (as ``calibrate``)
 def calibrate_distributed(
     spec: PrivacySpec,
     *,
