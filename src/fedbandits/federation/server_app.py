@@ -276,9 +276,7 @@ class _MaskedRound:
             return None
         if step.phase == MASKED:
             return self.masked(step)
-        only = None if step.to is None else [self.nodes[i] for i in step.to]
-        if only is None:
-            only = _targets(self.grid, self.registry)
+        only = _targets(self.grid, self.registry) if step.to is None else [self.nodes[i] for i in step.to]
         fields = {key: value for key, value in step.fields.items() if key != "round"}
         per_node = {self.nodes[i]: _per_node(extra) for i, extra in step.per_silo.items()}
         if step.phase == UNMASK:
@@ -341,9 +339,14 @@ def _signature(silo: int, meta: dict[str, Any]) -> object:
 def _reveal(silo: int, meta: dict[str, Any]) -> Reveal | str:
     owners, shares = int_list(meta, "b_owners"), byte_list(meta, "b_shares", SHARE_BYTES)
     seed_for, seeds = int_list(meta, "seed_for"), byte_list(meta, "seeds", KEY_BYTES)
-    if owners is None or shares is None or seed_for is None or seeds is None:
-        return f"silo {silo}: an unmask answer pairs b_owners with b_shares, seed_for with seeds"
-    if len(owners) != len(shares) or len(seed_for) != len(seeds):
+    if (
+        owners is None
+        or shares is None
+        or seed_for is None
+        or seeds is None
+        or len(owners) != len(shares)
+        or len(seed_for) != len(seeds)
+    ):
         return f"silo {silo}: an unmask answer pairs b_owners with b_shares, seed_for with seeds"
     return Reveal(dict(zip(owners, shares, strict=True)), dict(zip(seed_for, seeds, strict=True)))
 
