@@ -276,12 +276,3 @@ def test_layers_only_import_downwards() -> None:
         if room_of(edge.imported) > room_of(edge.importer)
     )
     assert not upward, "a lower room imports a higher one:\n" + "\n".join(upward)
-
-
-def test_protocol_catalog_names_the_registry_protocols() -> None:
-    """protocols/catalog.py is the names-only list FedLinUCBParams validates against (it replaced
-    a late import of the registry): it must name the registry's protocols, in the same order."""
-    from fedbandits.protocols.catalog import PROTOCOL_NAMES
-    from fedbandits.registry import PROTOCOLS
-
-    assert tuple(PROTOCOLS) == PROTOCOL_NAMES

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import json
 import math
 import os
 import subprocess
@@ -208,8 +209,8 @@ BROKEN_ENTRY_POINTS = """\
 missing-module = fedbandits_no_such_module:ENTRY
 wrong-type = json:loads
 loose-params = fedbandits_broken_params:LOOSE
-fedlinucb = fedbandits.registry:BUILTIN_ALGORITHMS.fedlinucb
-misnamed = fedbandits.registry:BUILTIN_ALGORITHMS.feducb
+fedlinucb = fedbandits.algorithms.fedlinucb:ENTRY
+misnamed = fedbandits.algorithms.feducb:ENTRY
 
 [fedbandits.protocols]
 ldp = fedbandits.protocols.catalog:LDP
@@ -278,7 +279,6 @@ def test_a_broken_builtin_is_not_hidden(monkeypatch: pytest.MonkeyPatch) -> None
 REGISTRY_TESTS = (
     "tests/test_plugins.py",
     "tests/test_reports.py::test_every_registered_algorithm_is_covered",
-    "tests/test_imports.py::test_protocol_catalog_names_the_registry_protocols",
     "tests/test_cli.py::test_list_prints_every_name_and_parameter",
 )
 
@@ -466,3 +466,53 @@ def test_the_noise_aware_default_needs_a_calibration_that_states_its_noise(
         assert config.algorithms[0].params.regularizer == "fixed"
     finally:
         plugins.reload()
+
+
+def test_pyproject_declares_the_builtins_in_the_order_fedbandits_list_shows() -> None:
+    """``BUILTIN_ORDER`` is the order of ``fedbandits list`` (entry points are written sorted by name);
+    pyproject.toml declares the same names in the same order, so neither can drift."""
+    declared = tomllib.loads((EXAMPLE.parents[1] / "pyproject.toml").read_text(encoding="utf-8"))
+    groups = declared["project"]["entry-points"]
+    for kind, group in plugins.GROUPS.items():
+        assert tuple(groups[group]) == plugins.BUILTIN_ORDER[kind], kind
+    plugins.reload()
+    assert tuple(PROTOCOLS) == plugins.BUILTIN_ORDER["protocol"]
+    assert tuple(ALGORITHMS) == plugins.BUILTIN_ORDER["algorithm"]
+
+
+#: in a fresh interpreter: the modules a config naming fedlinucb on gaussian-sphere imports, before and
+#: after the tables are listed
+ONE_NAME = """
+import json, sys
+from fedbandits.config import config_from_dict
+config_from_dict({"experiment": {"horizon": 100}, "environment": {"name": "gaussian-sphere"},
+                  "algorithms": [{"name": "fedlinucb"}]})
+print(json.dumps(sorted(m for m in sys.modules if m.startswith("fedbandits."))))
+from fedbandits.registry import ALGORITHMS, ENVIRONMENTS
+list(ALGORITHMS), list(ENVIRONMENTS)
+print(json.dumps(sorted(m for m in sys.modules if m.startswith("fedbandits."))))
+"""
+#: modules of algorithms and environments the config above does not name
+OTHERS = {
+    "fedbandits.algorithms.cluster_catalog",
+    "fedbandits.algorithms.fclub",
+    "fedbandits.algorithms.club",
+    "fedbandits.algorithms.feducb",
+    "fedbandits.algorithms.feducb_decentralized",
+    "fedbandits.algorithms.hetofedbandit",
+    "fedbandits.algorithms.async_fedlinucb",
+    "fedbandits.envs.movielens",
+    "fedbandits.envs.ltr",
+    "fedbandits.envs.clustered",
+    "fedbandits.envs.heterogeneous",
+}
+
+
+def test_naming_one_builtin_imports_its_own_module_and_no_other() -> None:
+    """A Flower ClientApp process starts for every message and validates its config: it must pay for
+    the algorithm and environment it runs only (issue #45, "light where it runs per message")."""
+    run = subprocess.run([sys.executable, "-c", ONE_NAME], capture_output=True, text=True, timeout=120, check=True)
+    named, listed = (set(json.loads(line)) for line in run.stdout.splitlines())
+    assert {"fedbandits.algorithms.fedlinucb", "fedbandits.envs.synthetic"} <= named
+    assert not named & OTHERS, sorted(named & OTHERS)
+    assert OTHERS <= listed, sorted(OTHERS - listed)

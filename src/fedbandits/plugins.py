@@ -218,20 +218,50 @@ def _load_entry(ep: EntryPoint, kind: str) -> Entry:
     return obj
 
 
-def _definition_order(ep: EntryPoint) -> tuple[str, int]:
-    """Where a built-in entry is defined (its module or namespace, its position there): the order of
-    ``fedbandits list`` (build backends write entry points sorted by name, not as declared)."""
-    *path, last = ep.attr.split(".")
-    parent: Any = importlib.import_module(ep.module)
-    for part in path:
-        parent = getattr(parent, part)
-    names = list(vars(parent))
-    return ep.module + ":" + ".".join(path), names.index(last) if last in names else len(names)
+#: the order ``fedbandits list`` shows the built-ins in (build backends write entry points sorted by
+#: name, not as declared); a built-in not named here comes after them, by name
+BUILTIN_ORDER = {
+    "algorithm": (
+        "linucb-independent",
+        "linucb-super",
+        "fedlinucb",
+        "fedlinucb-async",
+        "feducb",
+        "feducb-decentralized",
+        "cdp-fclub-dc",
+        "fclub-dc",
+        "fclub",
+        "homo",
+        "homo-dc",
+        "club",
+        "sclub",
+        "linucb-per-user",
+        "hetofedbandit",
+    ),
+    "protocol": ("none", "ldp", "ldp-prefix", "sdp-amplification", "sdp-vector-sum", "distributed-dp"),
+    "environment": (
+        "gaussian-sphere",
+        "gap-instance",
+        "uniform-cube",
+        "movielens",
+        "movielens-clusters",
+        "learning-to-rank",
+        "data-files",
+        "heterogeneous-clients",
+        "clustered-synthetic",
+    ),
+}
+
+
+def _declared_order(kind: str, name: str) -> tuple[int, str]:
+    order = BUILTIN_ORDER[kind]
+    return (order.index(name), "") if name in order else (len(order), name)
 
 
 @functools.cache
-def load(kind: str) -> Catalog:
-    """The ``kind`` group (``"algorithm"``, ``"protocol"``, ``"environment"``), loaded and checked once."""
+def _scan(kind: str) -> tuple[dict[str, EntryPoint], tuple[tuple[EntryPoint, str], ...]]:
+    """The ``kind`` group's entry points, not loaded: the built-ins by name (in
+    :data:`BUILTIN_ORDER`) and the plugins with their distribution's label."""
     group = GROUPS[kind]
     builtins: list[EntryPoint] = []
     plugins: list[tuple[EntryPoint, str]] = []
@@ -246,14 +276,32 @@ def load(kind: str) -> Catalog:
             f"the installed metadata of fedbandits declares no {group!r} entry points: reinstall it "
             "(pip install -e . in a checkout) so its built-in names are registered"
         )
-    entries: dict[str, Entry] = {}
-    origin: dict[str, str] = {}
-    for ep in sorted(builtins, key=_definition_order):
-        try:
-            entries[ep.name] = _load_entry(ep, kind)
-        except ValueError as exc:  # a bug of fedbandits itself: never hidden
-            raise RuntimeError(f"built-in {kind} {ep.name!r} ({ep.value}): {exc}") from None
-        origin[ep.name] = BUILTIN
+    builtins.sort(key=lambda ep: _declared_order(kind, ep.name))
+    return {ep.name: ep for ep in builtins}, tuple(plugins)
+
+
+@functools.cache
+def builtin(kind: str, name: str) -> Entry:
+    """The built-in entry ``name`` of ``kind``, loaded alone: only its own module is imported (a
+    Flower ClientApp, started for every message, imports the algorithm and environment it runs and
+    no other).  Raises KeyError if fedbandits declares no such name, RuntimeError if it is broken."""
+    ep = _scan(kind)[0][name]
+    try:
+        return _load_entry(ep, kind)
+    except ValueError as exc:  # a bug of fedbandits itself: never hidden
+        raise RuntimeError(
+            f"built-in {kind} {ep.name!r} ({ep.value}): {exc} (if it names a moved module, the installed "
+            "metadata is stale: pip install -e . in a checkout)"
+        ) from None
+
+
+@functools.cache
+def load(kind: str) -> Catalog:
+    """The ``kind`` group (``"algorithm"``, ``"protocol"``, ``"environment"``), every entry loaded and
+    checked once: what listing the names needs (one name alone: :func:`builtin`)."""
+    declared, plugins = _scan(kind)
+    entries: dict[str, Entry] = {name: builtin(kind, name) for name in declared}
+    origin = dict.fromkeys(entries, BUILTIN)
     broken: list[BrokenPlugin] = []
     for ep, label in plugins:
         if ep.name in entries:
@@ -277,6 +325,8 @@ def reload() -> None:
     """Forget the loaded tables: the next use scans the entry points again (after installing a plugin
     into a running interpreter, or in tests)."""
     load.cache_clear()
+    builtin.cache_clear()
+    _scan.cache_clear()
     importlib.invalidate_caches()
 
 
@@ -285,7 +335,8 @@ E = TypeVar("E", bound=Entry)
 
 class Table(Mapping[str, E], Generic[E]):
     """A read-only name -> entry mapping over one group, loaded on first use (so importing the
-    registry scans no entry points, and plugins may import fedbandits freely)."""
+    registry scans no entry points, and plugins may import fedbandits freely): a built-in name alone
+    imports its own module only; listing, or a plugin's name, loads the whole group."""
 
     def __init__(self, kind: str) -> None:
         if kind not in GROUPS:
@@ -297,6 +348,8 @@ class Table(Mapping[str, E], Generic[E]):
         return load(self.kind)
 
     def __getitem__(self, name: str) -> E:
+        if isinstance(name, str) and name in _scan(self.kind)[0]:
+            return builtin(self.kind, name)  # type: ignore[return-value]
         return self.catalog.entries[name]  # type: ignore[return-value]
 
     def __iter__(self) -> Iterator[str]:

@@ -57,8 +57,16 @@ from typing import ClassVar
 
 import numpy as np
 
-from fedbandits.algorithms.base import CLIPPING_COUNTS, ClipCounts, LinUCBParams, MergeRule, Policy
-from fedbandits.algorithms.fedlinucb import FedLinUCBParams
+from fedbandits.algorithms.base import (
+    CLIPPING_COUNTS,
+    ClipCounts,
+    LinUCBParams,
+    MergeRule,
+    Policy,
+    PolicyContext,
+    policy_entry,
+)
+from fedbandits.algorithms.fedlinucb import FedLinUCBParams, calibrated
 from fedbandits.core.ridge import spd_inverse
 from fedbandits.core.ucb import UCBScorer
 from fedbandits.core.validation import check_choice, check_float
@@ -360,3 +368,28 @@ class AsyncFedLinUCB(Policy, ClipCounts):
             }
         )
         return out
+
+
+def _build(params: AsyncFedLinUCBParams, ctx: PolicyContext) -> Policy:
+    """Each silo's tree is calibrated as ``ldp-prefix`` for the most uploads the trigger allows, and lambda
+    follows that noise as a private FedLinUCB's does."""
+    sync, horizon = params.release_params(ctx.horizon)
+    cal, reg = calibrated(sync, horizon=horizon, agents=ctx.n_agents, dim=ctx.dim)
+    if cal is not None and not isinstance(cal, NoiseCalibration):  # ldp-prefix is a Gaussian tree, by construction
+        raise TypeError(f"fedlinucb-async expected a Gaussian tree calibration, got {type(cal).__name__}")
+    return AsyncFedLinUCB(
+        ctx.n_runs,
+        ctx.n_agents,
+        ctx.n_arms,
+        ctx.dim,
+        ctx.horizon,
+        params,
+        ctx.noise_rngs,
+        calibration=cal,
+        reg=reg,
+        record=ctx.record_transcript,
+    )
+
+
+#: the registry's entry (fedbandits' pyproject.toml names it)
+ENTRY = policy_entry(AsyncFedLinUCB, AsyncFedLinUCBParams, _build)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -14,6 +14,7 @@ from fedbandits.core.ridge import raise_eigenvalues
 from fedbandits.core.ucb import ConfidenceRadius
 from fedbandits.core.validation import check_array, check_float
 from fedbandits.envs.base import Environment, Round
+from fedbandits.plugins import Entry
 
 #: the constant radius of a LinUCB-type learner whose config gives no beta (chosen by the tuning rule on
 #: seed 1000, docs/tuning.md "The defaults")
@@ -239,3 +240,34 @@ class Policy(ABC):
     def finish_merged_report(cls, report: dict[str, object]) -> dict[str, object]:
         """The ``"derived"`` keys of a report merged over tasks, recomputed from its other keys."""
         return report
+
+
+@dataclass(frozen=True)
+class PolicyContext:
+    """What a policy factory gets besides its parameters."""
+
+    n_runs: int
+    n_agents: int
+    n_arms: int
+    dim: int
+    horizon: int
+    #: one Generator per run for the policy's own randomness (privacy noise)
+    noise_rngs: Sequence[np.random.Generator]
+    #: keep every message the silos release (``fedbandits run --transcript``)
+    record_transcript: bool = False
+    #: the environment the policy will play (read-only use: user/server structure of
+    #: clustered instances); None when a policy is built without one
+    env: Environment | None = None
+
+
+def policy_entry(
+    cls: type[Policy], params: type, factory: Callable[[Any, PolicyContext], Policy] | None = None
+) -> Entry:
+    """A built-in algorithm's registry entry, defined beside its class (fedbandits' pyproject.toml names
+    it, so naming it in a config imports its module alone): ``cls``'s name and description, and
+    ``factory``, by default ``cls(runs, agents, arms, dim, horizon, params)``."""
+
+    def build(values: Any, ctx: PolicyContext) -> Policy:
+        return cls(ctx.n_runs, ctx.n_agents, ctx.n_arms, ctx.dim, ctx.horizon, values)  # type: ignore[call-arg]
+
+    return Entry(cls.name, cls.description, params, factory or build, cls)

@@ -9,7 +9,15 @@ from typing import ClassVar
 
 import numpy as np
 
-from fedbandits.algorithms.base import CLIPPING_COUNTS, ClipCounts, LinUCBParams, MergeRule
+from fedbandits.algorithms.base import (
+    CLIPPING_COUNTS,
+    ClipCounts,
+    LinUCBParams,
+    MergeRule,
+    Policy,
+    PolicyContext,
+    policy_entry,
+)
 from fedbandits.algorithms.linucb import IndependentLinUCB
 from fedbandits.core.validation import check_choice, check_float, check_int
 from fedbandits.envs.base import Environment, Round
@@ -461,3 +469,58 @@ def calibrate_protocol(
         params, horizon=horizon, agents=agents, dim=dim
     )
     return cal
+
+
+def prefix_noise_std(cal: NoiseCalibration | VectorSumCalibration | DistributedCalibration, agents: int) -> float:
+    """Std of one covariance entry of a synced prefix's noise at its worst release: every silo's noise,
+    times the largest number of noisy p-sums in a prefix (or the factorized decoder's row norm^2)."""
+    if isinstance(cal, VectorSumCalibration):
+        return cal.noise_std() * math.sqrt(cal.nodes)
+    return cal.sigma_cov * math.sqrt(agents * cal.prefix_factor)
+
+
+def private_regularizer(
+    params: FedLinUCBParams,
+    cal: NoiseCalibration | VectorSumCalibration | DistributedCalibration,
+    agents: int,
+    dim: int,
+    horizon: int,
+) -> float:
+    """lambda of a private FedLinUCB: Lemma C.4's (``theory``) or the noise shift (``noise``)."""
+    check_noise_level(params, cal)
+    std = prefix_noise_std(cal, agents)
+    if params.regularizer == "theory":
+        return theory_regularizer(std, 1, 1.0, dim, horizon, params.batch, params.alpha)
+    return noise_regularizer(std, dim, horizon // params.batch, params.alpha)
+
+
+def calibrated(
+    params: FedLinUCBParams, *, horizon: int, agents: int, dim: int
+) -> tuple[NoiseCalibration | VectorSumCalibration | DistributedCalibration | None, float]:
+    """A FedLinUCB-type request's noise calibration (None if not private) and its lambda: ``reg``, or for a
+    private protocol with a regularizer that follows the noise, :func:`private_regularizer`'s."""
+    if not params.private:
+        return None, params.reg
+    cal = calibrate_protocol(params, horizon=horizon, agents=agents, dim=dim)
+    reg = params.reg if params.regularizer == "fixed" else private_regularizer(params, cal, agents, dim, horizon)
+    return cal, reg
+
+
+def fedlinucb_protocol(params: FedLinUCBParams, ctx: PolicyContext) -> tuple[Protocol, float]:
+    """The protocol a FedLinUCB-type policy syncs through (calibrated if private) and its lambda:
+    what a plugin algorithm that reuses FedLinUCB's synchronisation builds first."""
+    cal, reg = calibrated(params, horizon=ctx.horizon, agents=ctx.n_agents, dim=ctx.dim)
+    protocol: Protocol = PROTOCOLS[params.protocol].factory(cal, ctx)
+    return protocol, reg
+
+
+def _build(params: FedLinUCBParams, ctx: PolicyContext) -> Policy:
+    protocol, reg = fedlinucb_protocol(params, ctx)
+    n_users = ctx.env.n_users if ctx.env is not None else 0
+    return FedLinUCB(
+        ctx.n_runs, ctx.n_agents, ctx.n_arms, ctx.dim, ctx.horizon, params, protocol, reg=reg, n_users=n_users
+    )
+
+
+#: the registry's entry (fedbandits' pyproject.toml names it)
+ENTRY = policy_entry(FedLinUCB, FedLinUCBParams, _build)

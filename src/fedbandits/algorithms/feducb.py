@@ -54,7 +54,15 @@ from typing import ClassVar
 
 import numpy as np
 
-from fedbandits.algorithms.base import CLIPPING_COUNTS, ClipCounts, LinUCBParams, MergeRule, Policy
+from fedbandits.algorithms.base import (
+    CLIPPING_COUNTS,
+    ClipCounts,
+    LinUCBParams,
+    MergeRule,
+    Policy,
+    PolicyContext,
+    policy_entry,
+)
 from fedbandits.core.ridge import RidgeState, spd_inverse
 from fedbandits.core.ucb import ConfidenceRadius, UCBScorer
 from fedbandits.core.validation import check_choice, check_float
@@ -510,3 +518,11 @@ class FedUCB(Policy, ClipCounts):
         else:
             out.update({"protocol": "none"})
         return out
+
+
+def _build(params: FedUCBParams, ctx: PolicyContext) -> Policy:
+    return FedUCB(ctx.n_runs, ctx.n_agents, ctx.n_arms, ctx.dim, ctx.horizon, params, list(ctx.noise_rngs))
+
+
+#: the registry's entry (fedbandits' pyproject.toml names it)
+ENTRY = policy_entry(FedUCB, FedUCBParams, _build)

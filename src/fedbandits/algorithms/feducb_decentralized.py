@@ -86,7 +86,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from fedbandits.algorithms.base import CLIPPING_COUNTS, ClipCounts, MergeRule, Policy
+from fedbandits.algorithms.base import CLIPPING_COUNTS, ClipCounts, MergeRule, Policy, PolicyContext, policy_entry
 from fedbandits.algorithms.communication_graph import (
     GRAPHS,
     Graph,
@@ -571,3 +571,11 @@ class DecentralizedFedUCB(Policy, ClipCounts):
 
 def _logdet(gram: np.ndarray) -> np.ndarray:
     return 2.0 * np.log(np.diagonal(np.linalg.cholesky(gram), axis1=-2, axis2=-1)).sum(axis=-1)
+
+
+def _build(params: DecentralizedFedUCBParams, ctx: PolicyContext) -> Policy:
+    return DecentralizedFedUCB(ctx.n_runs, ctx.n_agents, ctx.n_arms, ctx.dim, ctx.horizon, params, list(ctx.noise_rngs))
+
+
+#: the registry's entry (fedbandits' pyproject.toml names it)
+ENTRY = policy_entry(DecentralizedFedUCB, DecentralizedFedUCBParams, _build)

@@ -42,7 +42,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from fedbandits.algorithms.base import MergeRule, Policy
+from fedbandits.algorithms.base import MergeRule, Policy, PolicyContext, policy_entry
 from fedbandits.core.ridge import spd_inverse
 from fedbandits.core.ucb import UCBScorer
 from fedbandits.core.validation import check_choice, check_float, check_int
@@ -250,3 +250,11 @@ class HetoFedBandit(Policy):
             "largest_group": max((len(c) for g in self.groups for c in g), default=0),
             "group_syncs": self.group_syncs,
         }
+
+
+def _build(params: HetoFedBanditParams, ctx: PolicyContext) -> Policy:
+    return HetoFedBandit(ctx.n_runs, ctx.n_agents, ctx.n_arms, ctx.dim, ctx.horizon, params, list(ctx.noise_rngs))
+
+
+#: the registry's entry (fedbandits' pyproject.toml names it)
+ENTRY = policy_entry(HetoFedBandit, HetoFedBanditParams, _build)

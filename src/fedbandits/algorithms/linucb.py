@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedbandits.algorithms.base import LinUCBParams, Policy
+from fedbandits.algorithms.base import LinUCBParams, Policy, policy_entry
 from fedbandits.core.ridge import RidgeState
 from fedbandits.core.ucb import UCBScorer
 from fedbandits.envs.base import Environment, Round
@@ -88,3 +88,8 @@ class SuperAgentLinUCB(Policy):
             self.samples += 1
         self.end_round()
         return actions
+
+
+#: the registry's entries (fedbandits' pyproject.toml names them)
+INDEPENDENT = policy_entry(IndependentLinUCB, LinUCBParams)
+SUPER_AGENT = policy_entry(SuperAgentLinUCB, LinUCBParams)

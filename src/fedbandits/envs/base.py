@@ -14,10 +14,12 @@ import importlib.util
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from fedbandits.core.validation import check_int
+from fedbandits.plugins import Entry
 
 
 def require_extra(module: str, extra: str, user: str) -> None:
@@ -84,3 +86,15 @@ class Environment(ABC):
 
     def describe(self) -> dict[str, object]:
         return {"name": self.name, "agents": self.n_agents, "arms": self.n_arms, "dim": self.dim}
+
+
+def env_entry(cls: type[Environment], params: type, description: str | None = None) -> Entry:
+    """A built-in environment's registry entry, defined beside its class (fedbandits' pyproject.toml
+    names it, so naming it in a config imports its module alone): ``cls.name``, the first line of its
+    docstring unless ``description`` is given, and a factory building ``cls(rngs, params)``."""
+
+    def build(values: Any, rngs: Sequence[np.random.Generator]) -> Environment:
+        return cls(rngs, values)  # type: ignore[call-arg]
+
+    text = description or (cls.__doc__ or "").strip().splitlines()[0]
+    return Entry(cls.name, text, params, build)

@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fedbandits.core.validation import check_choice, check_float, check_int
-from fedbandits.envs.base import Environment, Round
+from fedbandits.envs.base import Environment, Round, env_entry
 
 _HALF_SQRT2 = math.sqrt(0.5)
 ARRIVALS = ("single", "per-server")
@@ -223,3 +223,11 @@ class ClusteredSynthetic(Environment):
             "arrivals": p.arrivals,
             "instance_seed": p.instance_seed,
         }
+
+
+#: the registry's entry (fedbandits' pyproject.toml names it)
+ENTRY = env_entry(
+    ClusteredSynthetic,
+    ClusteredSyntheticParams,
+    "synthetic FCLUB instance: n users in m clusters over L servers (Liu et al. 2022)",
+)

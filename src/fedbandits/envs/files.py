@@ -75,7 +75,7 @@ from pathlib import Path
 import numpy as np
 
 from fedbandits.core.validation import check_choice, check_float, check_int
-from fedbandits.envs.base import Environment, Round
+from fedbandits.envs.base import Environment, Round, env_entry
 from fedbandits.envs.csv_format import CSV_HEADER, CSV_USER_ID, csv_text, parse_csv
 
 SUFFIXES = (".npz", ".csv")
@@ -567,3 +567,7 @@ class DataFiles(Environment):
             "features_above_norm_1": self.features_above_norm_1,
             "rewards_outside_0_1": self.rewards_outside_unit,
         }
+
+
+#: the registry's entry (fedbandits' pyproject.toml names it)
+ENTRY = env_entry(DataFiles, DataFilesParams)

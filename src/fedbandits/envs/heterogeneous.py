@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fedbandits.core.validation import check_float, check_int
-from fedbandits.envs.base import Environment, Round
+from fedbandits.envs.base import Environment, Round, env_entry
 
 _MAX_TRIES = 10_000
 
@@ -114,3 +114,11 @@ def _centres(rng: np.random.Generator, m: int, dim: int, least: float) -> np.nda
         if m == 1 or dist[np.triu_indices(m, 1)].min() >= least:
             return c
     raise ValueError(f"gap: no {m} unit vectors in dimension {dim} at least {least:g} apart were found; lower gap")
+
+
+#: the registry's entry (fedbandits' pyproject.toml names it)
+ENTRY = env_entry(
+    HeterogeneousClients,
+    HeterogeneousClientsParams,
+    "heterogeneous clients in clusters, HetoFedBandit's synthetic instance (Blaser et al. 2024)",
+)

@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 
 from fedbandits.core.validation import check_choice, check_float, check_int
-from fedbandits.envs.base import Environment, Round, require_extra
+from fedbandits.envs.base import Environment, Round, env_entry, require_extra
 from fedbandits.envs.ltr_instance import (
     DEFAULT_CACHE_DIR,
     DEFAULT_DATASET,
@@ -244,3 +244,7 @@ class LearningToRank(Environment):
             "docs": self.instance.n_docs,
             "lasso_r2": rep["lasso"]["r2"],
         }
+
+
+#: the registry's entry (fedbandits' pyproject.toml names it)
+ENTRY = env_entry(LearningToRank, LearningToRankParams)

@@ -70,7 +70,7 @@ from pathlib import Path
 import numpy as np
 
 from fedbandits.core.validation import check_choice, check_float, check_int
-from fedbandits.envs.base import Environment, Round, require_extra
+from fedbandits.envs.base import Environment, Round, env_entry, require_extra
 
 # the ratings file reader; its public names stay importable from this module
 from fedbandits.envs.movielens_ratings import (
@@ -549,3 +549,8 @@ class MovieLensClusters(_MovieLensEnvironment):
             "cluster_seed": self.cluster_seed,
             "arrivals": self.arrivals,
         }
+
+
+#: the registry's entries (fedbandits' pyproject.toml names them)
+LINEAR = env_entry(MovieLensLinear, MovieLensLinearParams)
+CLUSTERS = env_entry(MovieLensClusters, MovieLensClustersParams)

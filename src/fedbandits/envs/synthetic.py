@@ -10,7 +10,7 @@ import numpy as np
 
 from fedbandits.core.random import NormalSampler
 from fedbandits.core.validation import check_choice, check_float, check_int
-from fedbandits.envs.base import Environment, Round
+from fedbandits.envs.base import Environment, Round, env_entry
 
 _HALF_SQRT2 = math.sqrt(0.5)
 
@@ -277,3 +277,9 @@ class UniformCube(Environment):
 
     def describe(self) -> dict[str, object]:
         return {**super().describe(), "noise_sd": self.noise_sd}
+
+
+#: the registry's entries (fedbandits' pyproject.toml names them)
+GAUSSIAN_SPHERE = env_entry(GaussianSphere, GaussianSphereParams)
+GAP_INSTANCE = env_entry(GapInstance, GapInstanceParams)
+UNIFORM_CUBE = env_entry(UniformCube, UniformCubeParams)

@@ -79,7 +79,3 @@ SDP_AMPLIFICATION = _private_entry(ShuffledGaussianTreeProtocol, calibrate_gauss
 # the vector-sum transcript holds the server's decoded p-sums (the simulator only)
 SDP_VECTOR_SUM = _private_entry(VectorSumTreeProtocol, calibrate_sum, "messages")
 DISTRIBUTED_DP = _private_entry(DistributedDPProtocol, calibrate_shares, "aggregate", carried="masked")
-
-BUILTIN_PROTOCOLS = (NONE, LDP, LDP_PREFIX, SDP_AMPLIFICATION, SDP_VECTOR_SUM, DISTRIBUTED_DP)
-#: the built-in names, in declaration order (the entry points of pyproject.toml list them so)
-PROTOCOL_NAMES = tuple(entry.name for entry in BUILTIN_PROTOCOLS)
