@@ -208,7 +208,8 @@ SERVE_EXTRA = (
     "the serve extra (starlette, uvicorn, httpx) may be absent: every `fedbandits` command builds the "
     "`serve` parser, and only `fedbandits serve` imports the modules that need the extra"
 )
-LAZY_IMPORTS.update({("fedbandits.cli.serve", f"fedbandits.serve.{module}"): SERVE_EXTRA for module in ("run", "demo")})
+LAZY_IMPORTS[("fedbandits.cli.serve", "fedbandits.cli.serve_run")] = SERVE_EXTRA
+LAZY_IMPORTS[("fedbandits.cli.serve", "fedbandits.serve.demo")] = SERVE_EXTRA
 
 
 def test_function_level_imports_are_allow_listed() -> None:

@@ -3,6 +3,7 @@ of scipy's heavy modules (every message starts a new process that imports it).""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -88,3 +89,19 @@ def test_importing_the_silo_side_scans_no_plugin_entry_points() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
     assert out == ["[]", "('none', 'ldp', 'distributed-dp')"]
+
+
+def test_the_clientapp_imports_no_algorithm_or_environment_it_does_not_run() -> None:
+    """The registry's built-in entries live beside their classes, and a name is looked up alone: a
+    ClientApp, importing its module, loads no algorithm or environment module beyond the silo's own
+    learner (FedLinUCB) and the data-files environment a silo may read (issue #45)."""
+    pytest.importorskip("flwr")
+    code = (
+        "import json, sys, fedbandits.federation.client_app\n"
+        "print(json.dumps([m for m in sys.modules if m.startswith(('fedbandits.algorithms.', 'fedbandits.envs.'))]))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    loaded = set(json.loads(out))
+    others = {"cluster_catalog", "fclub", "club", "feducb", "feducb_decentralized", "hetofedbandit", "async_fedlinucb"}
+    assert not loaded & {f"fedbandits.algorithms.{name}" for name in others}, sorted(loaded)
+    assert not loaded & {f"fedbandits.envs.{name}" for name in ("movielens", "ltr", "clustered", "heterogeneous")}

@@ -31,8 +31,9 @@ from pathlib import Path
 
 from fedbandits.serve.options import DURABILITY, POLICIES
 
-# starlette, uvicorn and httpx (the serve extra) are imported by the modules the subcommands run:
-# every `fedbandits` command builds this parser, and the extra may be absent.
+# starlette, uvicorn and httpx (the serve extra) are imported by the modules the subcommands run
+# (fedbandits.cli.serve_run, fedbandits.serve.demo): every `fedbandits` command builds this parser, and
+# the extra may be absent.
 
 
 def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
@@ -135,13 +136,15 @@ def run_serve(args: argparse.Namespace) -> int:
         ) from None
     mode = args.serve_command
     if mode == "silo":
-        from fedbandits.serve.run import run_silo
+        from fedbandits.cli.serve_run import run_silo
 
         return run_silo(args)
     if mode == "server":
-        from fedbandits.serve.run import run_server
+        from fedbandits.cli.serve_run import run_server
 
         return run_server(args)
+    if not args.seconds > 0 or not args.rate > 0:
+        raise ValueError("--seconds and --rate must be > 0")
     from fedbandits.serve.demo import run_demo
 
-    return run_demo(args)
+    return run_demo(args.config, args.seconds, args.rate, args.workdir, args.flower)

@@ -13,7 +13,6 @@ then stops every process it started.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import secrets
@@ -254,11 +253,10 @@ async def traffic(
     return tally
 
 
-def _demo_config(args: argparse.Namespace) -> tuple[Path, Config, str]:
-    """The demo's config (the embedded one, or --config), checked: its file, the config, the protocol of 'fed'."""
-    if not args.seconds > 0 or not args.rate > 0:
-        raise ValueError("--seconds and --rate must be > 0")
-    path = Path(args.config) if args.config else DEMO_CONFIG
+def demo_config(path: Path | None, flower: bool) -> tuple[Path, Config, str]:
+    """The demo's config (the embedded one unless ``path``), checked: its file, the config, the
+    protocol of 'fed'; with ``flower``, that the deploy extra is installed."""
+    path = Path(path) if path else DEMO_CONFIG
     config = load_config(path)
     labels = {a.label: a.name for a in config.algorithms}
     if not isinstance(config.environment.params, GaussianSphereParams):
@@ -268,7 +266,7 @@ def _demo_config(args: argparse.Namespace) -> tuple[Path, Config, str]:
             f"--config {path}: the demo needs entries labelled 'fed' (fedlinucb) and 'alone' (linucb-independent)"
         )
     protocol = next(a for a in config.algorithms if a.label == "fed").params.protocol  # type: ignore[attr-defined]
-    if args.flower:
+    if flower:
         try:
             flower_bin("flower-superlink")
         except DeployError as exc:
@@ -305,10 +303,14 @@ def _start_silos(
     return fed, alone
 
 
-def run_demo(args: argparse.Namespace) -> int:
-    path, config, protocol = _demo_config(args)
-    keep = args.workdir is not None
-    workdir = Path(args.workdir) if keep else Path(tempfile.mkdtemp(prefix="fedbandits-serve-demo-"))
+def run_demo(config_file: Path | None, seconds: float, rate: float, workdir: Path | None, flower: bool) -> int:
+    """Run the demo: ``seconds`` of traffic at ``rate`` users per second per silo, its work folder
+    kept in ``workdir`` if given (else a temporary one, removed), synced through Flower if ``flower``."""
+    if not seconds > 0 or not rate > 0:
+        raise ValueError(f"seconds and rate must be > 0, got {seconds} and {rate}")
+    path, config, protocol = demo_config(config_file, flower)
+    keep = workdir is not None
+    workdir = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="fedbandits-serve-demo-"))
     workdir.mkdir(parents=True, exist_ok=True)
     tokens = (workdir / "traffic.token", workdir / "sync.token")
     token, sync = write_token(tokens[0]), write_token(tokens[1])
@@ -322,9 +324,9 @@ def run_demo(args: argparse.Namespace) -> int:
     view = write_token(workdir / "view.token")
     web_port = free_port()
     try:
-        sync_seconds = FLOWER_SYNC_SECONDS if args.flower else SYNC_SECONDS
-        fed, alone = _start_silos(args.flower, path, workdir, silos, tokens, web_port, sync_seconds, processes)
-        if not args.flower:
+        sync_seconds = FLOWER_SYNC_SECONDS if flower else SYNC_SECONDS
+        fed, alone = _start_silos(flower, path, workdir, silos, tokens, web_port, sync_seconds, processes)
+        if not flower:
             coordinator = Coordinator(
                 config,
                 HttpLink([s.url for s in fed], sync),
@@ -339,10 +341,10 @@ def run_demo(args: argparse.Namespace) -> int:
             web = uvicorn.Server(uvicorn.Config(app, port=web_port, log_level="warning"))
             web_thread = threading.Thread(target=web.run, name="federation-status", daemon=True)
             web_thread.start()
-        carrier = "the Flower deployment" if args.flower else "the silos' sync API"
+        carrier = "the Flower deployment" if flower else "the silos' sync API"
         print(
             f"demo: {silos} federated silos ({protocol}, sync every {sync_seconds:g} s over {carrier}) and {silos} "
-            f"lone silos on 127.0.0.1, {args.rate:g} users/s each, for {args.seconds:g} s (work folder {workdir})",
+            f"lone silos on 127.0.0.1, {rate:g} users/s each, for {seconds:g} s (work folder {workdir})",
             flush=True,
         )
         print(
@@ -350,9 +352,7 @@ def run_demo(args: argparse.Namespace) -> int:
             f"http://127.0.0.1:{web_port}/dashboard#token={view} (federation)",
             flush=True,
         )
-        tally = asyncio.run(
-            traffic([s.url for s in fed], [s.url for s in alone], token, config, args.seconds, args.rate)
-        )
+        tally = asyncio.run(traffic([s.url for s in fed], [s.url for s in alone], token, config, seconds, rate))
         if coordinator is not None and thread is not None:
             coordinator.stop()
             thread.join(timeout=30.0)

@@ -1,4 +1,10 @@
-"""The processes of ``fedbandits serve silo`` and ``fedbandits serve server``."""
+"""The handlers of ``fedbandits serve silo`` and ``fedbandits serve server``: their options checked
+(each refusal one line naming the flag), then the serving silo, the coordinator or the serving
+deployment built and run.
+
+:mod:`fedbandits.cli.serve` declares the options and imports this module only when ``fedbandits
+serve`` runs (it needs the serve extra); the service itself is :mod:`fedbandits.serve` (HTTP and the
+event log) over the protocol layer (:mod:`fedbandits.online`)."""
 
 from __future__ import annotations
 
