@@ -146,10 +146,43 @@ def write_movielens_like(folder: Path, seed: int = 2, users: int = 150, movies: 
     return folder
 
 
+# -- Open Bandit Dataset look-alike -------------------------------------------------------------------
+
+#: items per campaign of the look-alike (the real sample: 80, 34, 46)
+OBD_ARMS = {"all": 8, "men": 4, "women": 5}
+
+
+def write_obd_like(folder: Path, rows: int = 40, seed: int = 3) -> Path:
+    """The Open Bandit Dataset's layout (``{behavior}/{campaign}/{campaign}.csv`` and
+    ``item_context.csv``): ``rows`` impressions per file; the random logger's propensity 1/K, the
+    other's drawn in (0, 1]; user_feature_0 takes two values, u0 and u1."""
+    rng = np.random.default_rng(seed)
+    for behavior in ("random", "bts"):
+        for campaign, arms in OBD_ARMS.items():
+            base = folder / behavior / campaign
+            base.mkdir(parents=True, exist_ok=True)
+            items = ["", "item_id", "item_feature_0", "item_feature_1"]
+            lines = [",".join(items)] + [f"{k},{k},{rng.normal():.6f},h{k % 2}" for k in range(arms)]
+            (base / "item_context.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+            header = ["", "timestamp", "item_id", "position", "click", "propensity_score"]
+            header += [f"user_feature_{j}" for j in range(4)] + [f"user-item_affinity_{k}" for k in range(arms)]
+            lines = [",".join(header)]
+            for i in range(rows):
+                p = 1 / arms if behavior == "random" else rng.uniform(0.01, 1.0)
+                affinity = ",".join(f"{v:.4f}" for v in rng.random(arms))
+                lines.append(
+                    f"{i},2019-11-24 00:00:{i % 60:02d}+00:00,{rng.integers(arms)},{rng.integers(1, 4)},"
+                    f"{rng.integers(2)},{p},u{rng.integers(2)},a,b,c,{affinity}"
+                )
+            (base / f"{campaign}.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return folder
+
+
 WRITERS: dict[str, Callable[[Path], object]] = {
     "movielens-latest-small": write_movielens_like,
     "mslr-web-fold1-5k": write_mslr_like,
     "letor-mq2008-fold1": write_letor_like,
+    "open-bandit-dataset-small": write_obd_like,
 }
 assert set(WRITERS) == set(DATASETS)
 

@@ -3,7 +3,8 @@
 The folder of data set ``name`` is ``<data home>/<name>``, and the data home is, first that applies:
 
 1. ``$FEDBANDITS_DATA``: a folder holding the data sets under their usual folder names
-   (``movielens-latest-small``, ``mslr-web-fold1-5k``, ``letor-mq2008-fold1``);
+   (``movielens-latest-small``, ``mslr-web-fold1-5k``, ``letor-mq2008-fold1``,
+   ``open-bandit-dataset-small``);
 2. the user data folder ``$XDG_DATA_HOME/fedbandits`` (``~/.local/share/fedbandits`` when
    ``XDG_DATA_HOME`` is unset, empty or relative, as the XDG base-directory rules say).
 
@@ -55,6 +56,13 @@ DATASETS = {
             "LETOR 4.0 MQ2008 Fold 1, Microsoft Research Asia",
             "download MQ2008 from https://www.microsoft.com/en-us/research/project/letor-learning-rank-information-retrieval/",
             "Fold1/test.txt and Fold1/vali.txt",
+        ),
+        DataSet(
+            "open-bandit-dataset-small",
+            "the Open Bandit Dataset's small sample, ZOZO Research (Saito et al. 2021)",
+            "download open_bandit_dataset.zip from https://research.zozo.com/data.html (the small sample is "
+            "also in the zr-obp repository, obd/)",
+            "its random/ and bts/ folders, as shipped",
         ),
     )
 }
