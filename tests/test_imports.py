@@ -251,6 +251,7 @@ ROOMS: dict[str, float] = {
     "federation": 7,  # transport 1: the Flower app driving the protocol layer, checked against sim
     "serve": 7,  # transport 2: the protocol layer behind HTTP, with an event log
     "audit": 7,  # attacks and privacy audits of configured runs
+    "evaluation": 7,  # logged bandit data: its formats, off-policy estimators, replay of configured runs
     "cli": 8,  # the command line, on top of everything: one module per command group
     "": 8,  # the package itself: its __init__ re-exports the public API
 }

@@ -34,7 +34,7 @@ import sys
 import threading
 from collections.abc import Callable
 
-from fedbandits.cli import audit, experiments, simulate
+from fedbandits.cli import audit, evaluate, experiments, simulate
 from fedbandits.cli.deploy import run_deploy
 from fedbandits.cli.options import EXIT_FAILED, EXIT_USAGE
 from fedbandits.cli.parser import build_parser
@@ -76,6 +76,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "tune": experiments.tune,
     "reproduce": experiments.reproduce,
     "audit": audit.audit,
+    "evaluate": evaluate.evaluate,
     "deploy": run_deploy,
     "serve": run_serve,
 }

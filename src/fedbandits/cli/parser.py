@@ -1,13 +1,14 @@
 """The ``fedbandits`` command line's parser: the program and its command groups, each of which
 declares its own commands (:mod:`~fedbandits.cli.simulate`, :mod:`~fedbandits.cli.experiments`,
-:mod:`~fedbandits.cli.audit`, :mod:`~fedbandits.cli.deploy`, :mod:`~fedbandits.cli.serve`)."""
+:mod:`~fedbandits.cli.audit`, :mod:`~fedbandits.cli.evaluate`, :mod:`~fedbandits.cli.deploy`,
+:mod:`~fedbandits.cli.serve`)."""
 
 from __future__ import annotations
 
 import argparse
 
 from fedbandits import __version__
-from fedbandits.cli import audit, experiments, simulate
+from fedbandits.cli import audit, evaluate, experiments, simulate
 from fedbandits.cli.deploy import add_deploy_parser
 from fedbandits.cli.options import Parser
 from fedbandits.cli.serve import add_serve_parser
@@ -25,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_parsers(sub)
     experiments.add_parsers(sub)
     audit.add_parser(sub)
+    evaluate.add_parser(sub)
     add_deploy_parser(sub)
     add_serve_parser(sub)
     return parser
