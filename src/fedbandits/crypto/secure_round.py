@@ -31,6 +31,8 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from fedbandits.crypto.double_masking import (
     Advert,
     Masked,
@@ -40,6 +42,7 @@ from fedbandits.crypto.double_masking import (
     check_advert,
     secure_threshold,
 )
+from fedbandits.crypto.secure_aggregation import SecAggError
 
 KEYS, MASKED, SURVIVORS, UNMASK = "keys", "masked", "survivors", "unmask"
 
@@ -147,6 +150,20 @@ def drive(steps: Generator[Step, Replies | None, Outcome], carry: Callable[[Step
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
         replies = carry(step)
+
+
+def open_sum(server: MaskingServer, reveals: dict[int, Reveal] | None, why: str) -> tuple[np.ndarray | None, str]:
+    """The survivors' modular sum of a driven round (:attr:`Outcome.reveals`), or None and the reason the
+    round closes without data: ``why`` when it ended without reveals, or the masks do not come off (a
+    share or a seed does not check).  Without a sum the server forgets the round: nobody's data is
+    released, and the epoch's keys stay secret.  Both transports close a round through this."""
+    if reveals is not None:
+        try:
+            return server.total(reveals), ""
+        except SecAggError as exc:
+            why = f"the masks cannot be removed ({exc})"
+    server.round_, server.survivors = None, None
+    return None, why
 
 
 def _unmask(server: MaskingServer, round_: int, out: Outcome) -> Generator[Step, Replies | None, dict[int, Reveal]]:

@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from fedbandits.crypto.double_masking import MaskingServer, Reveal, SecAggError, SignedRoster
-from fedbandits.crypto.secure_round import Outcome, Replies, Step, drive, secure_round
+from fedbandits.crypto.double_masking import MaskingServer, Reveal, SignedRoster
+from fedbandits.crypto.secure_round import Outcome, Replies, Step, drive, open_sum, secure_round
 from fedbandits.crypto.signing import Authority
 from fedbandits.federation.spec import DeploySpec, load_pickle, save_pickle, shown
 from fedbandits.federation.wire import WITHHELD
@@ -346,10 +346,9 @@ class Coordinator:
         self._check(k)
         secagg = self._secagg()
         accepted = sorted(secagg.received)
-        try:
-            total = secagg.total(reveals)
-        except SecAggError as exc:
-            log.warning("round %d: the masks cannot be removed (%s); closing without data", k, exc)
+        total, why = open_sum(secagg, reveals, "no reveals")
+        if total is None:
+            log.warning("round %d: %s; closing without data", k, why)
             return self.close_without_data(k, rejected)
         node, prefix = self.state.ledger.close_sum(total)
         return self._record(k, node.copy(), accepted, rejected, prefix)

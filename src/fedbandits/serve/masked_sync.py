@@ -22,8 +22,7 @@ from typing import Any
 import numpy as np
 
 from fedbandits.crypto.double_masking import Advert, MaskingServer
-from fedbandits.crypto.secure_aggregation import SecAggError
-from fedbandits.crypto.secure_round import KEYS, MASKED, SURVIVORS, Ask, Epoch, Outcome, Replies, Step, drive
+from fedbandits.crypto.secure_round import KEYS, MASKED, SURVIVORS, Ask, Epoch, Outcome, Replies, Step, drive, open_sum
 from fedbandits.crypto.secure_round import secure_round as protocol_round
 from fedbandits.online import AgentSetup
 from fedbandits.privacy.distributed_noise import DistributedCalibration
@@ -93,15 +92,11 @@ class MaskedSync:
             return tick
         for silo, why in tick.outcome.rejected:
             log.warning("round %d.%d: refused silo %s's answer: %s", epoch, round_, silo, why)
-        total = np.zeros(self.setup.width, dtype=np.uint64)
-        reveals = tick.outcome.reveals
-        try:
-            if reveals is not None:
-                total = self.server.total(reveals)
-        except SecAggError as exc:
-            tick.outcome.reveals, tick.outcome.why = None, f"the masks cannot be removed ({exc})"
-        if tick.outcome.reveals is None:
-            log.warning("round %d.%d: %s; closing without data", epoch, round_, tick.outcome.why)
+        total, why = open_sum(self.server, tick.outcome.reveals, tick.outcome.why)
+        if total is None:
+            tick.outcome.reveals, tick.outcome.why = None, why
+            log.warning("round %d.%d: %s; closing without data", epoch, round_, why)
+            total = np.zeros(self.setup.width, dtype=np.uint64)
         samples = self._samples(epoch, round_, tick.outcome)
         self.db.execute(
             "INSERT OR REPLACE INTO sums VALUES (?, ?, ?, ?)", (epoch, round_, total.astype("<u8").tobytes(), samples)
