@@ -3,6 +3,7 @@
     fedbandits evaluate CONFIG.toml (--logs SILO.npz [SILO.npz ...] | --obd FOLDER [--behavior random]
         [--campaign all] [--silos-by COLUMN]) [--split M] [--estimators dm,ips,snips,dr]
         [--interval normal|bootstrap] [--resamples 1000] [--seed 0] [--json FILE]
+    fedbandits evaluate --check-estimators --obd FOLDER [--campaign all] [--bts-prior FILE] [--draws N]
 
 The log is the environment: the config's ``[environment]`` table is not read (it may be left out).
 docs/evaluation.md explains the methods and their limits.
@@ -21,6 +22,7 @@ from fedbandits.config import Config, ConfigError, config_from_dict
 from fedbandits.evaluation.estimators import ESTIMATORS, INTERVALS
 from fedbandits.evaluation.logs import BanditLog, concatenate, read_npz
 from fedbandits.evaluation.obd import BEHAVIORS, CAMPAIGNS, read_obd
+from fedbandits.evaluation.obd_check import check, format_check
 from fedbandits.evaluation.report import evaluate_config, format_table, write_json
 
 
@@ -32,7 +34,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "rejection-sampled for a non-uniform logger, Dudik et al. 2012), the logging policy's own value and "
         "the uniform policy's DM / IPS / SNIPS / DR estimates, each with a 95%% interval (docs/evaluation.md).",
     )
-    p.add_argument("config", type=Path, metavar="CONFIG.toml", help="its [[algorithms]] are replayed")
+    p.add_argument("config", type=Path, nargs="?", metavar="CONFIG.toml", help="its [[algorithms]] are replayed")
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--logs", type=Path, nargs="+", metavar="SILO.npz", help="one generic log per silo")
     source.add_argument("--obd", type=Path, metavar="FOLDER", help="the Open Bandit Dataset's folder, as shipped")
@@ -49,6 +51,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--resamples", type=positive_int, default=1000, help="with --interval bootstrap (default 1000)")
     p.add_argument("--seed", type=nonnegative_int, default=0, help="cross-fitting, bootstrap, split, rejections")
     p.add_argument("--json", type=Path, help="also write the table as JSON to this file")
+    p.add_argument(
+        "--check-estimators",
+        action="store_true",
+        help="with --obd: each logging policy's value against its estimates from the other's log (no config)",
+    )
+    p.add_argument("--bts-prior", type=Path, help="with --check-estimators: BTS's published Beta parameters")
+    p.add_argument(
+        "--draws", type=positive_int, default=100_000, help="with --bts-prior: rankings drawn (default 100,000)"
+    )
 
 
 def load_log(args: argparse.Namespace) -> BanditLog:
@@ -103,6 +114,12 @@ def evaluate(args: argparse.Namespace) -> int:
     unknown = [name for name in estimators if name not in ESTIMATORS]
     if unknown or not estimators:
         raise ValueError(f"--estimators: each of {', '.join(ESTIMATORS)}, got {args.estimators!r}")
+    if args.check_estimators:
+        return check_estimators(args, estimators)
+    if args.bts_prior is not None:
+        raise ValueError("--bts-prior goes with --check-estimators")
+    if args.config is None:
+        raise ValueError("give CONFIG.toml (its entries are replayed), or --check-estimators with --obd")
     config = load_config(args.config)
     log = load_log(args)
     rows = evaluate_config(
@@ -116,4 +133,15 @@ def evaluate(args: argparse.Namespace) -> int:
     print(format_table(rows, log))
     if args.json is not None:
         write_json(args.json, rows, log)
+    return 0
+
+
+def check_estimators(args: argparse.Namespace, estimators: tuple[str, ...]) -> int:
+    """The Open Bandit Dataset's evaluation of the estimators (:mod:`fedbandits.evaluation.obd_check`)."""
+    if args.obd is None or args.config is not None:
+        raise ValueError("--check-estimators takes --obd FOLDER and no CONFIG.toml")
+    rows = check(args.obd, args.campaign, prior=args.bts_prior, estimators=estimators, draws=args.draws, seed=args.seed)
+    print(format_check(rows, args.campaign, args.draws))
+    if args.bts_prior is None:
+        print("(BTS from Random's log needs --bts-prior: BTS's published Beta parameters, docs/evaluation.md)")
     return 0
