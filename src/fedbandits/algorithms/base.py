@@ -10,9 +10,10 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from fedbandits.core.clipping import centred, clip_norm, clip_rewards
+from fedbandits.core.exploration import EXPLORATIONS
 from fedbandits.core.ridge import raise_eigenvalues
 from fedbandits.core.ucb import ConfidenceRadius
-from fedbandits.core.validation import check_array, check_float
+from fedbandits.core.validation import check_array, check_choice, check_float, check_int
 from fedbandits.envs.base import Environment, Round
 from fedbandits.plugins import Entry
 
@@ -75,6 +76,40 @@ class LinUCBParams:
     def confidence_radius(self) -> ConfidenceRadius:
         scale = self.constant_beta if self.radius == "constant" else self.beta_scale
         return ConfidenceRadius(kind=self.radius, scale=scale, alpha=self.alpha, noise_scale=self.noise_scale)
+
+
+@dataclass(frozen=True)
+class ExploringLinUCBParams(LinUCBParams):
+    """A LinUCB-type learner that may choose at random, with the exact probability of its choice
+    (:mod:`fedbandits.core.exploration`): ``exploration`` "ucb" (the highest upper confidence bound,
+    deterministic: the default), "epsilon-greedy" (``exploration_rate``), "softmax" (``temperature``)
+    over the UCB scores, or "thompson" (linear Thompson sampling, Agrawal & Goyal 2013, posterior
+    N(theta, posterior_scale^2 V^{-1}) from the same statistics; its propensity estimated from
+    ``propensity_samples`` draws).  The choice's randomness touches no release."""
+
+    exploration: str = field(
+        default="ucb",
+        metadata={"help": "'ucb' (deterministic), 'epsilon-greedy', 'softmax' (over the UCB scores) or 'thompson'"},
+    )
+    exploration_rate: float = field(
+        default=0.05, metadata={"help": "epsilon-greedy: the probability of a uniformly random arm, in [0, 1]"}
+    )
+    temperature: float = field(default=0.05, metadata={"help": "softmax: the temperature over UCB scores, > 0"})
+    posterior_scale: float = field(
+        default=0.1, metadata={"help": "thompson: v, the posterior's scale N(theta, v^2 V^-1), >= 0"}
+    )
+    propensity_samples: int = field(
+        default=1000,
+        metadata={"help": "thompson: draws estimating a choice's propensity when K > 2 (error <= 0.5/sqrt), >= 1"},
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_choice("exploration", self.exploration, EXPLORATIONS)
+        check_float("exploration_rate", self.exploration_rate, low=0.0, high=1.0)
+        check_float("temperature", self.temperature, low=0.0, low_open=True)
+        check_float("posterior_scale", self.posterior_scale, low=0.0)
+        check_int("propensity_samples", self.propensity_samples, low=1)
 
 
 #: How one key of :meth:`Policy.report` combines over the tasks of an experiment (each task
@@ -258,6 +293,9 @@ class PolicyContext:
     #: the environment the policy will play (read-only use: user/server structure of
     #: clustered instances); None when a policy is built without one
     env: Environment | None = None
+    #: one Generator per run for a randomized learner's choices (core.seeding.choice_rngs); None: the
+    #: policy may not explore at random
+    choice_rngs: Sequence[np.random.Generator] | None = None
 
 
 def policy_entry(

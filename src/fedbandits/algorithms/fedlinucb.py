@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -12,7 +12,7 @@ import numpy as np
 from fedbandits.algorithms.base import (
     CLIPPING_COUNTS,
     ClipCounts,
-    LinUCBParams,
+    ExploringLinUCBParams,
     MergeRule,
     Policy,
     PolicyContext,
@@ -39,7 +39,7 @@ DISTRIBUTED = "distributed-dp"
 
 
 @dataclass(frozen=True)
-class FedLinUCBParams(LinUCBParams):
+class FedLinUCBParams(ExploringLinUCBParams):
     batch: int = field(default=25, metadata={"help": "rounds between synchronisations B >= 1"})
     protocol: str = field(
         default="none", metadata={"help": "synchronisation protocol (see the protocol list; plugins add more)"}
@@ -279,9 +279,10 @@ class FedLinUCB(IndependentLinUCB, ClipCounts):
         protocol: Protocol,
         reg: float | None = None,
         n_users: int = 0,
+        choice_rngs: Sequence[np.random.Generator] | None = None,
     ) -> None:
         self.reg_value = params.reg if reg is None else reg
-        super().__init__(n_runs, n_agents, n_arms, dim, horizon, _with_reg(params, self.reg_value))
+        super().__init__(n_runs, n_agents, n_arms, dim, horizon, _with_reg(params, self.reg_value), choice_rngs)
         self.batch = params.batch
         self.protocol = protocol
         self.private = params.private
@@ -518,7 +519,16 @@ def _build(params: FedLinUCBParams, ctx: PolicyContext) -> Policy:
     protocol, reg = fedlinucb_protocol(params, ctx)
     n_users = ctx.env.n_users if ctx.env is not None else 0
     return FedLinUCB(
-        ctx.n_runs, ctx.n_agents, ctx.n_arms, ctx.dim, ctx.horizon, params, protocol, reg=reg, n_users=n_users
+        ctx.n_runs,
+        ctx.n_agents,
+        ctx.n_arms,
+        ctx.dim,
+        ctx.horizon,
+        params,
+        protocol,
+        reg=reg,
+        n_users=n_users,
+        choice_rngs=ctx.choice_rngs,
     )
 
 

@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
-from fedbandits.algorithms.base import LinUCBParams, Policy, policy_entry
+from fedbandits.algorithms.base import ExploringLinUCBParams, LinUCBParams, Policy, PolicyContext, policy_entry
+from fedbandits.core.exploration import (
+    cholesky_of_inverse,
+    draw,
+    greedy_distribution,
+    softmax_distribution,
+    thompson_draw,
+    thompson_propensity,
+)
 from fedbandits.core.ridge import RidgeState
 from fedbandits.core.ucb import UCBScorer
 from fedbandits.envs.base import Environment, Round
@@ -13,19 +23,35 @@ from fedbandits.envs.base import Environment, Round
 class IndependentLinUCB(Policy):
     """Every agent runs its own LinUCB (Abbasi-Yadkori et al. 2011) and never communicates.
 
-    With ``agents = 1`` this is single-agent LinUCB.
+    With ``agents = 1`` this is single-agent LinUCB.  With ``exploration`` other than "ucb" every agent
+    chooses at random from the same statistics (:class:`ExploringLinUCBParams`), drawing from its run's
+    choice Generator, and :meth:`propensities` gives the probability of each agent's last choice.
     """
 
     name = "linucb-independent"
     description = "one LinUCB per agent, no communication (single-agent LinUCB when agents = 1)"
 
-    def __init__(self, n_runs: int, n_agents: int, n_arms: int, dim: int, horizon: int, params: LinUCBParams) -> None:
+    def __init__(
+        self,
+        n_runs: int,
+        n_agents: int,
+        n_arms: int,
+        dim: int,
+        horizon: int,
+        params: LinUCBParams,
+        choice_rngs: Sequence[np.random.Generator] | None = None,
+    ) -> None:
         super().__init__(n_runs, n_agents, n_arms, dim, horizon)
         self.params = params
         self.reward_offset = params.reward_offset
         self.radius = params.confidence_radius()
         self.state = RidgeState((n_runs, n_agents), dim, params.reg)
         self.scorer = UCBScorer(n_runs * n_agents, n_arms, dim)
+        self.exploration = getattr(params, "exploration", "ucb")
+        if self.exploration != "ucb" and (choice_rngs is None or len(choice_rngs) != n_runs):
+            raise ValueError(f"exploration {self.exploration!r} needs one choice Generator per run")
+        self.choice_rngs = list(choice_rngs or [])
+        self._last: tuple[np.ndarray, ...] = ()
 
     def radius_samples(self) -> int:
         """Number of samples n the radius beta(n) accounts for: an agent's own t rounds."""
@@ -37,7 +63,43 @@ class IndependentLinUCB(Policy):
         flat = features.reshape(n, self.n_arms, self.dim)
         inv = self.state.inv.reshape(n, self.dim, self.dim)
         theta = self.state.theta().reshape(n, self.dim)
-        return self.scorer.select(flat, inv, theta, beta).reshape(self.n_runs, self.n_agents)
+        if self.exploration == "ucb":
+            return self.scorer.select(flat, inv, theta, beta).reshape(self.n_runs, self.n_agents)
+        return self._explore(flat, inv, theta, beta).reshape(self.n_runs, self.n_agents)
+
+    def _explore(self, flat: np.ndarray, inv: np.ndarray, theta: np.ndarray, beta: float | np.ndarray) -> np.ndarray:
+        """A random choice per learner (run-major: run r's agents draw from run r's Generator)."""
+        params: ExploringLinUCBParams = self.params  # type: ignore[assignment]
+        m, d = self.n_agents, self.dim
+        if self.exploration == "thompson":
+            chol = cholesky_of_inverse(inv)
+            z = np.concatenate([rng.standard_normal((m, d)) for rng in self.choice_rngs])
+            choice = thompson_draw(flat.astype(np.float64), theta, chol, params.posterior_scale, z).argmax(axis=1)
+            self._last = (flat.astype(np.float64), theta, chol, choice)
+            return choice
+        scores = self.scorer.scores(flat, inv, theta, beta)
+        if self.exploration == "epsilon-greedy":
+            probs = greedy_distribution(scores, params.exploration_rate)
+        else:
+            probs = softmax_distribution(scores, params.temperature)
+        choice = draw(probs, np.concatenate([rng.random(m) for rng in self.choice_rngs]))
+        self._last = (probs[np.arange(len(choice)), choice],)
+        return choice
+
+    def propensities(self, rng: np.random.Generator | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The probability of every agent's last choice (R, M), and its standard error: 1 and 0 for
+        ``ucb``; exact for epsilon-greedy, softmax and Thompson sampling with K = 2; else Thompson's
+        Monte Carlo estimate from ``propensity_samples`` draws of ``rng`` (not the choice Generators)."""
+        shape = (self.n_runs, self.n_agents)
+        if self.exploration == "ucb" or not self._last:
+            return np.ones(shape), np.zeros(shape)
+        if len(self._last) == 1:
+            return self._last[0].reshape(shape), np.zeros(shape)
+        flat, theta, chol, choice = self._last
+        samples: int = self.params.propensity_samples  # type: ignore[attr-defined]
+        normals = (rng or np.random.default_rng(0)).standard_normal((len(choice), samples, self.dim))
+        p, error = thompson_propensity(flat, theta, chol, self.params.posterior_scale, choice, normals)  # type: ignore[attr-defined]
+        return p.reshape(shape), error.reshape(shape)
 
     def _observe(self, x: np.ndarray, y: np.ndarray) -> None:
         self.state._update_unchecked(x, y)
@@ -90,6 +152,12 @@ class SuperAgentLinUCB(Policy):
         return actions
 
 
+def _independent(params: ExploringLinUCBParams, ctx: PolicyContext) -> Policy:
+    return IndependentLinUCB(
+        ctx.n_runs, ctx.n_agents, ctx.n_arms, ctx.dim, ctx.horizon, params, choice_rngs=ctx.choice_rngs
+    )
+
+
 #: the registry's entries (fedbandits' pyproject.toml names them)
-INDEPENDENT = policy_entry(IndependentLinUCB, LinUCBParams)
+INDEPENDENT = policy_entry(IndependentLinUCB, ExploringLinUCBParams, _independent)
 SUPER_AGENT = policy_entry(SuperAgentLinUCB, LinUCBParams)

@@ -46,7 +46,7 @@ from fedbandits.config import config_from_dict
 from fedbandits.plugins import BUILTIN
 from fedbandits.privacy.privatizer import TreePrivatizer
 from fedbandits.registry import ALGORITHMS, ENVIRONMENTS, PROTOCOLS, PolicyContext
-from fedbandits.sim.seeding import env_rngs, noise_rngs
+from fedbandits.sim.seeding import choice_rngs, env_rngs, noise_rngs
 
 VIEWS = ("messages", "shuffled", "privatizer", "aggregate")
 #: the user-level rows' returning victim: its visits, and the cap m the user-level calibration is for
@@ -167,7 +167,17 @@ def play(case: AuditCase, paths: Sequence[Path], runs: int, seed: int) -> tuple[
     exp, alg = config.experiment, config.algorithms[0]
     run_ids = list(range(runs))
     env = ENVIRONMENTS[config.environment.name].factory(config.environment.params, env_rngs(exp.seed, run_ids))
-    ctx = PolicyContext(runs, env.n_agents, env.n_arms, env.dim, exp.horizon, noise_rngs(seed, run_ids, 0), True, env)
+    ctx = PolicyContext(
+        runs,
+        env.n_agents,
+        env.n_arms,
+        env.dim,
+        exp.horizon,
+        noise_rngs(seed, run_ids, 0),
+        True,
+        env,
+        choice_rngs(seed, run_ids, 0),
+    )
     policy = ALGORITHMS[alg.name].factory(alg.params, ctx)
     if case.noise_scale != 1.0:
         _under_noise(policy, case.noise_scale)

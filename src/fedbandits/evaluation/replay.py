@@ -32,7 +32,7 @@ import numpy as np
 from fedbandits.config import Config
 from fedbandits.evaluation.logs import BanditLog
 from fedbandits.registry import ALGORITHMS, PolicyContext
-from fedbandits.sim.seeding import noise_rngs
+from fedbandits.sim.seeding import choice_rngs, noise_rngs
 
 #: the algorithms replay drives: their ``select`` reads the state and changes nothing
 REPLAYED = ("linucb-independent", "fedlinucb")
@@ -101,8 +101,15 @@ def replay(config: Config, index: int, log: BanditLog, *, seed: int = 0) -> Repl
     silos = len(log.silo_names)
     runs = list(range(exp.runs))
     noise_seed = exp.seed if exp.noise_seed is None else exp.noise_seed
+    stream = config.noise_stream(index)
     ctx = PolicyContext(
-        exp.runs, silos, log.n_arms, log.dim, exp.horizon, noise_rngs(noise_seed, runs, config.noise_stream(index))
+        exp.runs,
+        silos,
+        log.n_arms,
+        log.dim,
+        exp.horizon,
+        noise_rngs(noise_seed, runs, stream),
+        choice_rngs=choice_rngs(exp.seed, runs, stream),
     )
     policy = ALGORITHMS[alg.name].factory(alg.params, ctx)
     rows_of = [np.flatnonzero(log.silos == m) for m in range(silos)]

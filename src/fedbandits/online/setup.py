@@ -89,6 +89,11 @@ class AgentSetup:
             )
         silos = int(getattr(config.environment.params, "agents", 1))
         params = alg.params
+        if getattr(params, "exploration", "ucb") != "ucb":
+            raise ConfigError(
+                f"{where}.exploration: the online agent (serve, deploy) chooses by 'ucb' only so far; "
+                f"{params.exploration!r} runs in the simulator and in replay (fedbandits evaluate)"
+            )
         reg = float(params.reg)
         calibration = None
         if isinstance(params, FedLinUCBParams):

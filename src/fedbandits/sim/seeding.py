@@ -7,6 +7,6 @@ name for it.
 
 from __future__ import annotations
 
-from fedbandits.core.seeding import env_rngs, noise_rngs
+from fedbandits.core.seeding import choice_rngs, env_rngs, noise_rngs
 
-__all__ = ["env_rngs", "noise_rngs"]
+__all__ = ["choice_rngs", "env_rngs", "noise_rngs"]

@@ -19,7 +19,7 @@ import numpy as np
 
 from fedbandits.config import Config
 from fedbandits.registry import ALGORITHMS, ENVIRONMENTS, PolicyContext
-from fedbandits.sim.seeding import env_rngs, noise_rngs
+from fedbandits.sim.seeding import choice_rngs, env_rngs, noise_rngs
 
 #: rounds the regret ledger stores between flushes: at most this many, about _LEDGER_FLOATS means
 _LEDGER_ROUNDS = 256
@@ -84,6 +84,7 @@ def simulate_runs(
             noise_rngs(noise_seed, runs, config.noise_stream(a)),
             record_transcript=record_transcript,
             env=env,
+            choice_rngs=choice_rngs(exp.seed, runs, config.noise_stream(a)),
         )
         policies.append(ALGORITHMS[alg.name].factory(alg.params, ctx))
 

@@ -1,0 +1,110 @@
+"""Randomized exploration with exact propensities: how a LinUCB-type learner turns its statistics into
+a *random* choice, and the probability of the arm it chose.
+
+A deterministic learner (``ucb``, the default) takes the arm of the highest upper confidence bound,
+ties to the lowest index: its propensity is 1, which off-policy evaluation cannot reweight.  The
+randomized rules read the same statistics (the ridge state V, theta of the learner, which a private
+protocol's released prefix feeds; the randomness touches no release):
+
+* ``epsilon-greedy``: with probability ``rate`` an arm uniformly at random, else the UCB arm:
+  pi(a) = rate / K + (1 - rate) 1[a = argmax UCB].  Exact.
+* ``softmax``: pi(a) = exp(UCB_a / temperature) / sum_b exp(UCB_b / temperature).  Exact.
+* ``thompson``: linear Thompson sampling (Agrawal & Goyal 2013, Algorithm 1): draw
+  theta~ ~ N(theta, v^2 V^{-1}) and take argmax <x_a, theta~>.  Its propensity
+  P(a = argmax) is the probability of an orthant of a (K-1)-variate normal: exact for K = 2
+  (Phi of the mean gap over its standard deviation), and for K > 2 estimated from ``samples``
+  further draws of the scores, with its standard error sqrt(p (1 - p) / samples) stated
+  (:func:`thompson_propensity`).
+
+Every function works on a batch of N learners: ``scores (N, K)``; a choice is drawn from uniforms
+``u (N,)`` (the caller's Generator), so a run is reproduced from its seed.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+EXPLORATIONS = ("ucb", "epsilon-greedy", "softmax", "thompson")
+
+
+def _normal_cdf(x: np.ndarray) -> np.ndarray:
+    """Phi, elementwise (math.erfc: scipy.special stays out of the per-message ClientApp processes)."""
+    return np.array([0.5 * math.erfc(-v / math.sqrt(2.0)) for v in np.ravel(x)]).reshape(np.shape(x))
+
+
+def greedy_distribution(scores: np.ndarray, rate: float) -> np.ndarray:
+    """epsilon-greedy's pi (N, K) over ``scores`` (N, K): rate / K everywhere, 1 - rate more on the argmax
+    (ties to the lowest index, as the UCB choice)."""
+    n, k = scores.shape
+    probs = np.full((n, k), rate / k)
+    probs[np.arange(n), scores.argmax(axis=1)] += 1.0 - rate
+    return probs
+
+
+def softmax_distribution(scores: np.ndarray, temperature: float) -> np.ndarray:
+    """softmax's pi (N, K) over ``scores`` at ``temperature`` > 0 (computed stably, in float64)."""
+    z = np.asarray(scores, dtype=np.float64) / temperature
+    z = np.exp(z - z.max(axis=1, keepdims=True))
+    return z / z.sum(axis=1, keepdims=True)  # type: ignore[no-any-return]
+
+
+def draw(probs: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """The arm (N,) each row of ``probs`` (N, K) gives to its uniform ``u`` in [0, 1): the first a with
+    u < sum_{b <= a} pi(b) (the last arm if round-off leaves the sum short of u)."""
+    cumulative = np.cumsum(probs, axis=1)
+    return np.minimum((u[:, None] >= cumulative).sum(axis=1), probs.shape[1] - 1)
+
+
+def thompson_draw(features: np.ndarray, theta: np.ndarray, chol: np.ndarray, scale: float, z: np.ndarray) -> np.ndarray:
+    """Thompson sampling's scores (N, K): <x_a, theta + scale L z> for ``features`` (N, K, d), the
+    learners' ``theta`` (N, d), L = ``chol`` (N, d, d) with L L^T = V^{-1}, and normals ``z`` (N, d)."""
+    sample = theta + scale * np.einsum("nij,nj->ni", chol, z)
+    return np.einsum("nkd,nd->nk", features, sample)  # type: ignore[no-any-return]
+
+
+def thompson_propensity(
+    features: np.ndarray,
+    theta: np.ndarray,
+    chol: np.ndarray,
+    scale: float,
+    chosen: np.ndarray,
+    normals: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """P(``chosen`` = argmax) under Thompson sampling, and its standard error, for N learners.
+
+    K = 2: exact, Phi((mu_a - mu_b) / sd(s_a - s_b)), the score gap being normal (error 0).  K > 2:
+    the share of ``normals`` (N, S, d) draws whose argmax is the chosen arm, with standard error
+    sqrt(max(p (1 - p), 1 / S) / S): never below 1 / S, the resolution of S draws (a share of 0 does
+    not mean a probability of 0: the arm was chosen)."""
+    n, k, _ = features.shape
+    rows = np.arange(n)
+    if k == 2:
+        other = 1 - chosen
+        gap = features[rows, chosen] - features[rows, other]  # (N, d)
+        mean = np.einsum("nd,nd->n", gap, theta)
+        spread = scale * np.linalg.norm(np.einsum("nd,ndj->nj", gap, chol), axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            p = np.where(spread > 0, _normal_cdf(mean / np.where(spread > 0, spread, 1.0)), (mean >= 0).astype(float))
+        # a tie (spread 0 and equal means) goes to the lowest index, as argmax does
+        tie = (spread == 0) & (mean == 0)
+        p = np.where(tie, (chosen < other).astype(float), p)
+        return p, np.zeros(n)
+    means = np.einsum("nkd,nd->nk", features, theta)
+    shifts = scale * np.einsum("nkd,ndj,nsj->nsk", features, chol, normals)
+    best = (means[:, None, :] + shifts).argmax(axis=2)  # (N, S)
+    p = (best == chosen[:, None]).mean(axis=1)
+    samples = normals.shape[1]
+    return p, np.sqrt(np.maximum(p * (1 - p), 1.0 / samples) / samples)
+
+
+def cholesky_of_inverse(inv: np.ndarray) -> np.ndarray:
+    """L (N, d, d) with L L^T = V^{-1} for the learners' inverses ``inv`` (N, d, d), symmetrized first
+    (a ridge inverse kept by rank-one updates drifts from symmetry by round-off)."""
+    return np.linalg.cholesky(0.5 * (inv + np.swapaxes(inv, 1, 2)))
+
+
+def propensity_error_bound(samples: int) -> float:
+    """The largest standard error of a Monte Carlo propensity from ``samples`` draws: 0.5 / sqrt(S)."""
+    return 0.5 / math.sqrt(samples)
