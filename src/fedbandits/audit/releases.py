@@ -321,6 +321,14 @@ def _fedlinucb_cases() -> list[AuditCase]:
             dataset="full-sensitivity",
         )
     )
+    cases.append(  # a random choice reads released statistics only and touches no release (issue #46)
+        AuditCase(
+            "FedLinUCB ldp lazy, Thompson sampling",
+            _fedlinucb("ldp", True, exploration="thompson"),
+            "messages",
+            dataset="full-sensitivity",
+        )
+    )
     cases.append(
         AuditCase(
             "FedLinUCB distributed-dp (lazy by construction)",
