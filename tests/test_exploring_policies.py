@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fedbandits import Agent
 from fedbandits.config import ConfigError, config_from_dict
 from fedbandits.core.seeding import choice_rngs
-from fedbandits.online import AgentSetup
 from fedbandits.registry import ALGORITHMS, PolicyContext
 from fedbandits.sim.runner import run_experiment
 
@@ -109,16 +109,40 @@ def test_a_randomized_run_is_reproduced_by_its_seed_and_learns() -> None:
     assert one < 0.5 * _regret(_config("epsilon-greedy", exploration_rate=1.0))
 
 
-def test_the_online_agent_refuses_random_choices_for_now() -> None:
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"exploration": "epsilon-greedy", "exploration_rate": 0.3},
+        {"exploration": "softmax", "temperature": 1.0},
+        {"exploration": "thompson", "posterior_scale": 3.0, "propensity_samples": 2000},
+    ],
+)
+def test_the_online_agent_states_the_propensity_of_each_decision(params: dict[str, object]) -> None:
+    """The agent (the silo of serve and deploy) on a fixed state: 4,000 decisions' arms against the
+    propensity each decision states (the same tolerance as the simulator's test above)."""
     config = config_from_dict(
         {
             "experiment": {"horizon": 100},
-            "environment": {"name": "gaussian-sphere", "agents": 2},
-            "algorithms": [{"name": "linucb-independent", "exploration": "softmax"}],
+            "environment": {"name": "gaussian-sphere", "agents": 2, "arms": K, "dim": D},
+            "algorithms": [{"name": "linucb-independent", **params}],
         }
     )
-    with pytest.raises(ConfigError, match=r"algorithms\[1\]\.exploration: the online agent .* 'ucb' only so far"):
-        AgentSetup.from_config(config)
+    agent = Agent.from_config(config, silo=1, expiry_seconds=1e9)
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(30, K, D))
+    agent.partial_fit(x, rng.integers(0, K, 30), rng.normal(size=30) * 0.3)
+    features = rng.normal(size=(K, D)).astype(np.float32)
+    counts, probs, errors = np.zeros(K), np.zeros(K), np.zeros(K)
+    for _ in range(4000):
+        decision = agent.choose(features)
+        counts[decision.arm] += 1
+        probs[decision.arm], errors[decision.arm] = decision.propensity, decision.propensity_error
+    freq = counts / 4000
+    seen = counts > 0
+    larger = np.maximum(probs, freq)
+    tolerance = 4.5 * np.sqrt(larger * (1 - larger) / 4000 + errors**2) + 1e-9
+    assert (np.abs(freq - probs)[seen] <= tolerance[seen]).all(), (freq, probs)
+    assert probs.max() < 0.97 and seen.sum() >= 2
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,7 @@ from fedbandits.core.ucb import UCBScorer, projection, score_one
 from fedbandits.online import Aggregator
 from fedbandits.privacy.mechanisms import pack
 from fedbandits.registry import ALGORITHMS, ENVIRONMENTS, PolicyContext
-from fedbandits.sim.seeding import env_rngs, noise_rngs
+from fedbandits.sim.seeding import choice_rngs, env_rngs, noise_rngs
 
 AGENTS, ARMS, DIM, HORIZON = 3, 6, 4, 48
 
@@ -46,7 +46,10 @@ def simulate(config):
     env_cfg, alg = config.environment, config.algorithms[0]
     env = ENVIRONMENTS[env_cfg.name].factory(env_cfg.params, env_rngs(config.experiment.seed, [0]))
     rngs = noise_rngs(config.experiment.noise_seed, [0], config.noise_stream(0))
-    ctx = PolicyContext(1, env.n_agents, env.n_arms, env.dim, config.experiment.horizon, rngs, env=env)
+    choices = choice_rngs(config.experiment.noise_seed, [0], config.noise_stream(0))
+    ctx = PolicyContext(
+        1, env.n_agents, env.n_arms, env.dim, config.experiment.horizon, rngs, env=env, choice_rngs=choices
+    )
     policy = ALGORITHMS[alg.name].factory(alg.params, ctx)
     rounds, actions, prefixes = [], [], []
     batch = getattr(alg.params, "batch", None)
@@ -173,6 +176,31 @@ def test_user_level_agents_drop_what_the_simulator_drops(algorithm, tmp_path):
     # the radius's n: M t for the simulator, the dropped rounds included (the agents count them too)
     assert all(a._radius_samples() == policy.radius_samples() for a in agents)
     assert all(a.status()["privacy_unit"].startswith("user, up to 3") for a in agents)
+
+
+RANDOMIZED = [
+    pytest.param({"exploration": "epsilon-greedy", "exploration_rate": 0.3}, id="epsilon-greedy"),
+    pytest.param({"exploration": "softmax", "temperature": 0.2}, id="softmax"),
+    pytest.param({"exploration": "thompson", "posterior_scale": 0.5, "propensity_samples": 50}, id="thompson"),
+]
+
+
+@pytest.mark.parametrize("exploration", RANDOMIZED)
+@pytest.mark.parametrize("algorithm", [{"name": "linucb-independent"}, FEDERATED[2].values[0]], ids=["alone", "ldp"])
+def test_randomized_agents_choose_as_the_simulator_and_state_its_propensity(algorithm, exploration, tmp_path):
+    """Seeded agents draw their choices from the simulator's choice stream (silo i the i-th of each
+    round's M draws): the same random choices and prefixes, through a save and load at round 20; and
+    the choices are not UCB's (the same config with exploration 'ucb' chooses otherwise)."""
+    config = _config({**algorithm, **exploration})
+    env, _, rounds, sim_actions, sim_prefixes = simulate(config)
+    seed = config.experiment.noise_seed
+    agents = [Agent.from_config(config, silo=i, seed=seed, clip_rewards=True) for i in range(AGENTS)]
+    aggregator = Aggregator.from_config(config) if algorithm["name"] == "fedlinucb" else None
+    actions, prefixes = play_agents(config, env, rounds, agents, aggregator, reload_at=20, folder=tmp_path)
+    np.testing.assert_array_equal(actions, sim_actions)
+    for ours, theirs in zip(prefixes, sim_prefixes, strict=True):
+        np.testing.assert_array_equal(ours, theirs)
+    assert not np.array_equal(sim_actions, simulate(_config(algorithm))[3])
 
 
 def test_a_different_noise_seed_breaks_parity():

@@ -92,7 +92,8 @@ def thompson_propensity(
         p = np.where(tie, (chosen < other).astype(float), p)
         return p, np.zeros(n)
     means = np.einsum("nkd,nd->nk", features, theta)
-    shifts = scale * np.einsum("nkd,ndj,nsj->nsk", features, chol, normals)
+    spread = np.matmul(features, chol)  # (N, K, d): the scores' noise is spread @ z
+    shifts = scale * np.matmul(normals, np.swapaxes(spread, 1, 2))  # (N, S, K)
     best = (means[:, None, :] + shifts).argmax(axis=2)  # (N, S)
     p = (best == chosen[:, None]).mean(axis=1)
     samples = normals.shape[1]

@@ -3,7 +3,7 @@
 Run r of an experiment with master ``seed`` draws its environment from
 ``SeedSequence(seed, spawn_key=(r, 0))`` and algorithm a's privacy noise from
 ``SeedSequence(noise_seed, spawn_key=(r, 1, a))`` and its random choices, if it explores at random,
-from ``SeedSequence(seed, spawn_key=(r, 2, a))`` (``noise_seed`` defaults to ``seed``; ``a`` is
+from ``SeedSequence(noise_seed, spawn_key=(r, 2, a))`` (``noise_seed`` defaults to ``seed``; ``a`` is
 the entry's ``noise_stream``, by default its 0-based position in ``[[algorithms]]``, see
 :meth:`fedbandits.config.Config.noise_stream`), so a run's numbers depend only on
 (seed, noise_seed, r, a) -- never on how runs are grouped into tasks or how many worker
@@ -25,11 +25,12 @@ def env_rngs(seed: int, runs: list[int]) -> list[np.random.Generator]:
     return [_generator(seed, (r, 0)) for r in runs]
 
 
-def choice_rngs(seed: int, runs: list[int], algorithm_index: int) -> list[np.random.Generator]:
+def choice_rngs(noise_seed: int, runs: list[int], algorithm_index: int) -> list[np.random.Generator]:
     """One Generator per run index for a randomized learner's choices (``exploration`` other than
-    ``ucb``): ``SeedSequence(seed, spawn_key=(r, 2, a))``, apart from the privacy noise (r, 1, a), so a
-    config's noise draws are the same whether its learners explore at random or not."""
-    return [_generator(seed, (r, 2, algorithm_index)) for r in runs]
+    ``ucb``): ``SeedSequence(noise_seed, spawn_key=(r, 2, a))``, the policy's own randomness beside
+    its privacy noise (r, 1, a) and apart from it, so a config's noise draws are the same whether its
+    learners explore at random or not."""
+    return [_generator(noise_seed, (r, 2, algorithm_index)) for r in runs]
 
 
 def noise_rngs(noise_seed: int, runs: list[int], algorithm_index: int) -> list[np.random.Generator]:

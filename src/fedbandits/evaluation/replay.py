@@ -109,7 +109,7 @@ def replay(config: Config, index: int, log: BanditLog, *, seed: int = 0) -> Repl
         log.dim,
         exp.horizon,
         noise_rngs(noise_seed, runs, stream),
-        choice_rngs=choice_rngs(exp.seed, runs, stream),
+        choice_rngs=choice_rngs(noise_seed, runs, stream),
     )
     policy = ALGORITHMS[alg.name].factory(alg.params, ctx)
     rows_of = [np.flatnonzero(log.silos == m) for m in range(silos)]

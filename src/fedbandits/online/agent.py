@@ -55,6 +55,7 @@ from fedbandits.config import Config
 from fedbandits.core.clipping import ROUNDING, centred
 from fedbandits.core.ridge import RidgeState, raise_eigenvalues, rank_one_update
 from fedbandits.core.ucb import projection, score_one
+from fedbandits.online.choice import Chooser
 from fedbandits.online.inputs import (
     AgentError,
     AlreadyRewarded,
@@ -75,12 +76,17 @@ from fedbandits.protocols.distributed_dp import DistributedRandomizer
 class Decision:
     """One choice: the arm (index into the features given), its id for :meth:`Agent.reward`,
     and every arm's UCB score ``(K,)`` (float32, as the simulator scores; with a ``reward_offset`` c the
-    model fits y - c, and c is added back so the scores are on the rewards' scale)."""
+    model fits y - c, and c is added back so the scores are on the rewards' scale), and the choice's
+    propensity (:mod:`fedbandits.online.choice`)."""
 
     arm: int
     decision_id: str
     scores: np.ndarray
     context_id: str | None = None
+    #: the probability with which the arm was chosen (1 for ``ucb``; exact for epsilon-greedy and
+    #: softmax; Thompson sampling's K > 2 a Monte Carlo estimate, its standard error beside it)
+    propensity: float = 1.0
+    propensity_error: float = 0.0
 
 
 class Agent:
@@ -132,6 +138,9 @@ class Agent:
         #: discrete Gaussian from the OS CSPRNG, nothing secret kept) or "derived" (seed=s: the
         #: simulator's stream, for tests and parity trials -- whoever knows s knows the noise)
         self.noise_source = "os" if seed is None else "derived"
+        self.chooser = Chooser(
+            setup.params, setup.silos, silo, None if seed is None else setup.choice_stream(seed, run)
+        )
         self.randomizer: TreeRandomizer | DistributedRandomizer | None = None
         if self.private:
             self.randomizer = setup.randomizer(None if seed is None else setup.noise_stream(silo, seed, run))
@@ -198,7 +207,8 @@ class Agent:
         if self._stale:
             self._refresh()
         scores = score_one(x, self._proj, self._beta)
-        arm = int(scores.argmax())  # on the model's scores, as the simulator chooses (before c is added back)
+        # on the model's scores, as the simulator chooses (before c is added back)
+        arm, propensity, error = self.chooser.choose(x, scores, self._theta[0])
         if self.reward_offset:
             scores = scores + np.float32(self.reward_offset)
         number = self.counts["sequence"]
@@ -209,7 +219,7 @@ class Agent:
         self._queue.append((deadline, number))
         self.counts["sequence"] = number + 1
         self.counts["decisions"] += 1
-        return Decision(arm, f"{self.instance}-{number}", scores, context_id)
+        return Decision(arm, f"{self.instance}-{number}", scores, context_id, propensity, error)
 
     def reward(self, decision_id: str, value: float) -> None:
         """Complete decision ``decision_id`` with reward ``value`` (once; in any order, any delay
@@ -508,6 +518,7 @@ class Agent:
         """theta-hat, [V^-1 | theta] and the radius after a state change (once, not per decision)."""
         self._theta = self.state.theta()
         self._proj = projection(self.state.inv[0], self._theta[0])
+        self.chooser.refresh(self.state.inv[0])
         self._beta = float(self._radius(float(self._radius_samples()), self.dim, self.reg))
         self._stale = False
 

@@ -20,7 +20,7 @@ import numpy as np
 from fedbandits.algorithms.base import LinUCBParams
 from fedbandits.algorithms.fedlinucb import FedLinUCBParams
 from fedbandits.config import Config, ConfigError, as_config
-from fedbandits.core.seeding import noise_rngs
+from fedbandits.core.seeding import choice_rngs, noise_rngs
 from fedbandits.core.ucb import ConfidenceRadius
 from fedbandits.privacy.calibration import NoiseCalibration
 from fedbandits.privacy.discrete_gaussian import SecretNoise, SecretTreeRandomizer, secret_noise_for
@@ -89,11 +89,6 @@ class AgentSetup:
             )
         silos = int(getattr(config.environment.params, "agents", 1))
         params = alg.params
-        if getattr(params, "exploration", "ucb") != "ucb":
-            raise ConfigError(
-                f"{where}.exploration: the online agent (serve, deploy) chooses by 'ucb' only so far; "
-                f"{params.exploration!r} runs in the simulator and in replay (fedbandits evaluate)"
-            )
         reg = float(params.reg)
         calibration = None
         if isinstance(params, FedLinUCBParams):
@@ -232,6 +227,11 @@ class AgentSetup:
         ``derived`` noise source draws it (tests, parity trials: whoever knows the seed knows the noise)."""
         run_rng = noise_rngs(seed, [run], self.config.noise_stream(self.index))[0]
         return silo_noise_rng(protocol_streams(run_rng)[0], self.silos, silo)
+
+    def choice_stream(self, seed: int, run: int = 0) -> np.random.Generator:
+        """The ``derived`` choice stream of a randomized learner: run ``run``'s, as the simulator draws it
+        for every silo of a config whose ``noise_seed`` (or ``seed``) is ``seed``."""
+        return choice_rngs(seed, [run], self.config.noise_stream(self.index))[0]
 
     def randomizer(self, stream: np.random.Generator | None) -> TreeRandomizer | DistributedRandomizer | None:
         """The silo's local randomizer R (None without privacy), as the deployment's silo builds it.

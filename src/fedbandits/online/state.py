@@ -97,6 +97,8 @@ def dump(agent: Agent, pending: bool = True) -> tuple[dict[str, Any], dict[str, 
         arrays["user_keys"] = np.array(users, dtype="S32")
         arrays["user_epochs"] = np.array([agent.contributions[u][0] for u in users], dtype=np.int64)
         arrays["user_contributions"] = np.array([agent.contributions[u][1] for u in users], dtype=np.int64)
+    if agent.noise_source == "derived" and agent.chooser.exploration != "ucb":
+        header["choices"] = _plain(agent.chooser.rng.bit_generator.state)
     r = agent.randomizer
     if r is not None:
         if agent.noise_source == "derived":
@@ -218,6 +220,9 @@ def restore(
         r.exact[...] = arrays["tree_exact"]
         if isinstance(r, TreeRandomizer):
             r.noisy[...] = arrays["tree_noisy"]
+    choices = header.get("choices")  # a derived agent that explores at random: its choice stream's position
+    if source == "derived" and choices is not None:
+        agent.chooser.rng.bit_generator.state = _numpy_state(choices)
     agent._refresh()
     return agent
 

@@ -84,7 +84,7 @@ def simulate_runs(
             noise_rngs(noise_seed, runs, config.noise_stream(a)),
             record_transcript=record_transcript,
             env=env,
-            choice_rngs=choice_rngs(exp.seed, runs, config.noise_stream(a)),
+            choice_rngs=choice_rngs(noise_seed, runs, config.noise_stream(a)),
         )
         policies.append(ALGORITHMS[alg.name].factory(alg.params, ctx))
 
