@@ -718,7 +718,7 @@ def test_a_serving_silo_replays_its_schema_1_log(tmp_path):
     db.close()
     again = ServingSilo(config(), tmp_path / "silo", silo=0, now=clock)
     assert again.replayed == 9 and again.agent.state_digest() == digest
-    assert again.store.meta("schema") == "2"
+    assert again.store.meta("schema") == "3"
 
 
 def test_an_event_log_of_schema_1_is_migrated_in_place(tmp_path):
@@ -735,6 +735,6 @@ def test_an_event_log_of_schema_1_is_migrated_in_place(tmp_path):
     db.commit()
     db.close()
     store = Store(path)
-    assert store.meta("schema") == "2"
+    assert store.meta("schema") == "3"
     assert [(e.kind, e.value, e.user) for e in store.events_after(0)] == [("reward", 0.5, None)]
     store.close()

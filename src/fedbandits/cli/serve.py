@@ -3,7 +3,7 @@
     fedbandits serve silo CONFIG.toml --silo I --state-dir DIR --token-file F --sync-token-file F
         [--entry LABEL] [--host 127.0.0.1] [--port 8700] [--tls-cert C --tls-key K] [--insecure-http]
         [--expiry-seconds S] [--budget-policy stop|renew] [--durability process|fsync]
-        [--sync-seconds N] [--allow-unprivatized]
+        [--sync-seconds N] [--allow-unprivatized] [--log-candidates]
         [--superlink HOST:PORT --superlink-ca CA.pem --node-key silo-<I>]
         [--shuffler HOST:PORT --shuffler-ca CA.pem --shuffler-cert C --shuffler-key K]   (sdp-amplification)
         [--signing-key K --signing-cert C --signing-ca CA.pem]   (distributed-dp)
@@ -61,6 +61,11 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     silo.add_argument("--durability", choices=sorted(DURABILITY), default="process")
     silo.add_argument("--sync-seconds", type=float, help="the server's schedule (to report an unreachable server)")
     silo.add_argument("--allow-unprivatized", action="store_true", help="opt in to protocol 'none'")
+    silo.add_argument(
+        "--log-candidates",
+        action="store_true",
+        help="keep every decision's candidate features in the event log (for fedbandits evaluate; they stay here)",
+    )
     silo.add_argument(
         "--superlink", metavar="HOST:PORT", help="sync through the Flower deployment: the server's SuperLink"
     )

@@ -115,6 +115,7 @@ def run_silo(args: argparse.Namespace) -> int:
         allow_unprivatized=args.allow_unprivatized,
         shuffler=shuffler is not None,
         signing=signing,
+        log_candidates=args.log_candidates,
     )
     shuffling = None
     if shuffler is not None:  # bound to the deployment's spec of this config and entry (its hash)

@@ -236,9 +236,10 @@ class Service:
         user = body.get("user_id")
         if user is not None and (isinstance(user, bool) or not isinstance(user, int | str)):
             raise BadRequest("user_id: must be an integer >= 0 or a string of 1 to 256 characters")
-        arm, decision_id, _ = self.silo.decide(features, context, user)
+        arm, decision_id, propensity = self.silo.decide(features, context, user)
         self._tick(decisions=1)
-        return JSONResponse({"arm": arm, "decision_id": decision_id, "model_version": self.silo.model_version()})
+        answer = {"arm": arm, "decision_id": decision_id, "propensity": propensity}
+        return JSONResponse({**answer, "model_version": self.silo.model_version()})
 
     async def rewards(self, request: Request) -> Response:
         body = await _body(request)

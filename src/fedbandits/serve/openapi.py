@@ -94,6 +94,7 @@ def document(max_arms: int, max_batch: int, max_body: int) -> dict[str, Any]:
                     "properties": {
                         "arm": {"type": "integer"},
                         "decision_id": _ID,
+                        "propensity": {"type": "number", "description": "the probability the arm was chosen with"},
                         "model_version": {"type": ["string", "null"]},
                     },
                 },

@@ -34,7 +34,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from fedbandits.config import Config
+from fedbandits.config import Config, config_from_dict
 from fedbandits.crypto.double_masking import Advert, Masked, MaskingSilo, Reveal, SecAggError, SignedRoster
 from fedbandits.crypto.signing import Authority, Identity
 from fedbandits.online import Agent, AgentError, AgentSetup
@@ -116,9 +116,12 @@ class ServingSilo:
         shuffler: bool = False,
         signing: tuple[Identity, Authority] | None = None,
         now: Callable[[], float] = time.time,
+        log_candidates: bool = False,
     ) -> None:
         """``signing``: this silo's signing identity and the pinned signing CA, which
-        ``distributed-dp`` needs (its secure aggregation's keys are signed: :mod:`fedbandits.serve.masking`)."""
+        ``distributed-dp`` needs (its secure aggregation's keys are signed: :mod:`fedbandits.serve.masking`).
+        ``log_candidates``: keep every decision's candidate features in the log (the operator's opt-in:
+        the users' contexts stay in the silo's log, which ``fedbandits evaluate`` can then read)."""
         setup = self.check(config, entry, silo, policy, allow_unprivatized, shuffler)
         if setup.masked and signing is None:
             raise ServeError(400, "distributed-dp needs the silo's signing key, certificate and signing CA")
@@ -127,6 +130,7 @@ class ServingSilo:
         if signing is not None and signing[0].silo != silo:
             raise ServeError(400, f"the signing identity is silo {signing[0].silo}'s, not silo {silo}'s")
         self.signing = signing
+        self.log_candidates = bool(log_candidates)
         self.setup = setup
         self.policy = policy
         self.clock = Clock(now)
@@ -137,8 +141,10 @@ class ServingSilo:
         self.context = federation_context(setup)
         known = self.store.meta("identity")
         if known is not None and known != identity:
-            self.store.close()
-            raise StoreError(f"{state_dir}: the event log belongs to another config, entry or silo")
+            if not _same_identity(known, identity):
+                self.store.close()
+                raise StoreError(f"{state_dir}: the event log belongs to another config, entry or silo")
+            self.store.set_meta({"identity": identity})  # a parameter added since, at its default: the same config
         snap = self.store.snapshot()
         if snap is None:
             self.agent = Agent(setup, silo=silo, expiry_seconds=expiry_seconds, clock=self.clock)
@@ -198,8 +204,9 @@ class ServingSilo:
     # -- traffic -----------------------------------------------------------------------------
     def decide(
         self, features: np.ndarray, context_id: str | None = None, user_id: int | str | None = None
-    ) -> tuple[int, str, np.ndarray]:
-        """``user_id``: the user served, required with ``privacy_unit = "user"`` (the log keeps its digest)."""
+    ) -> tuple[int, str, float]:
+        """(arm, decision id, the probability the arm was chosen with).  ``user_id``: the user served,
+        required with ``privacy_unit = "user"`` (the log keeps its digest)."""
         self._usable()
         now = self.clock.now()
         self.clock.pinned = now
@@ -211,10 +218,22 @@ class ServingSilo:
             self.clock.pinned = None
         number = self.agent.counts["sequence"] - 1
         user = self.agent.pending_users.get(number)  # the digest choose() computed (user-level), else None
+        shown = features if self.log_candidates else None
         self._commit(
-            lambda: self.store.add_event(now, "decision", number, features[decision.arm], None, context_id, user)
+            lambda: self.store.add_event(
+                now,
+                "decision",
+                number,
+                features[decision.arm],
+                None,
+                context_id,
+                user,
+                decision.arm,
+                decision.propensity,
+                shown,
+            )
         )
-        return decision.arm, decision.decision_id, decision.scores
+        return decision.arm, decision.decision_id, decision.propensity
 
     def reward(self, decision_id: str, value: float) -> None:
         self._usable()
@@ -427,3 +446,14 @@ class ServingSilo:
         except Exception as exc:  # the agent changed and the log did not: stop acknowledging anything
             self.broken = f"{type(exc).__name__}: {exc}"
             raise ServeError(503, f"the event log failed ({self.broken}); restart the service") from None
+
+
+def _same_identity(known: str, identity: str) -> bool:
+    """Whether a log's stored identity names this config, entry and silo once validated again: a log
+    written before a parameter was added (at its default since) states fewer keys, not another config."""
+    try:
+        old, new = json.loads(known), json.loads(identity)
+        again = config_from_dict(old["config"]).to_dict()
+    except (ValueError, KeyError, TypeError):
+        return False
+    return bool(again == new["config"] and old.get("entry") == new["entry"] and old.get("silo") == new["silo"])

@@ -1,7 +1,9 @@
 """A serving silo's event log: one SQLite database (WAL) in the silo's state folder.
 
 Every event the service acknowledges is a row here before the answer leaves: a decision (its
-number, the chosen arm's features, its wall-clock time), a reward (the decision's number, the
+number, the chosen arm and its features, the probability with which it was chosen, its wall-clock
+time, and every candidate's features when the operator opts in: a log ``fedbandits evaluate`` can
+read), a reward (the decision's number, the
 value; at most one per decision: a unique index), a late reward (refused, counted), a release
 (the payload exactly as sent, so a retried round gets the same bytes and the noise is never
 redrawn) and a prefix adopted.  At each release and each adoption the agent's whole state is
@@ -26,15 +28,18 @@ import numpy as np
 
 from fedbandits.serve.options import DURABILITY
 
-#: the log's schema version; a database of another version is refused, but for version 1, which is
-#: migrated in place (2: a decision's user key, for user-level privacy)
-SCHEMA = 2
+#: the log's schema version; a database of another version is refused, but for versions 1 and 2,
+#: which are migrated in place (2: a decision's user key, for user-level privacy; 3: a decision's arm,
+#: its propensity and, when the operator opts in, its candidates' features, for off-policy evaluation)
+SCHEMA = 3
+#: the columns each version added to ``events`` (a migration adds those a log lacks)
+_ADDED = (("user", "TEXT"), ("arm", "INTEGER"), ("propensity", "REAL"), ("candidates", "BLOB"))
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS events (
     seq INTEGER PRIMARY KEY, at REAL NOT NULL, kind TEXT NOT NULL, number INTEGER NOT NULL,
-    x BLOB, value REAL, context TEXT, release INTEGER, user TEXT
+    x BLOB, value REAL, context TEXT, release INTEGER, user TEXT, arm INTEGER, propensity REAL, candidates BLOB
 );
 CREATE UNIQUE INDEX IF NOT EXISTS one_reward ON events(number) WHERE kind = 'reward';
 CREATE TABLE IF NOT EXISTS releases (
@@ -86,9 +91,12 @@ class Store:
         self.db.execute(f"PRAGMA synchronous = {DURABILITY[durability]}")
         self.db.executescript(_TABLES)
         schema = self.meta("schema")
-        if schema == "1":  # before user keys: the column is added, every earlier decision has none
+        if schema in ("1", "2"):  # the columns added since: an earlier decision has no user key, arm or propensity
+            have = {row[1] for row in self.db.execute("PRAGMA table_info(events)")}
             with self.transaction():
-                self.db.execute("ALTER TABLE events ADD COLUMN user TEXT")
+                for column, kind in _ADDED:
+                    if column not in have:
+                        self.db.execute(f"ALTER TABLE events ADD COLUMN {column} {kind}")
                 self.db.execute("INSERT OR REPLACE INTO meta VALUES ('schema', ?)", (str(SCHEMA),))
         elif schema is None:
             self.set_meta({"schema": str(SCHEMA)})
@@ -120,11 +128,17 @@ class Store:
         value: float | None = None,
         context: str | None = None,
         user: str | None = None,
+        arm: int | None = None,
+        propensity: float | None = None,
+        candidates: np.ndarray | None = None,
     ) -> int:
+        """One event; a decision also keeps its arm, its propensity and (opted in) every candidate's features."""
         blob = None if x is None else np.ascontiguousarray(x, dtype=np.float64).tobytes()
+        shown = None if candidates is None else np.ascontiguousarray(candidates, dtype=np.float64).tobytes()
         cur = self.db.execute(
-            "INSERT INTO events (at, kind, number, x, value, context, user) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (at, kind, number, blob, value, context, user),
+            "INSERT INTO events (at, kind, number, x, value, context, user, arm, propensity, candidates) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (at, kind, number, blob, value, context, user, arm, propensity, shown),
         )
         return int(cur.lastrowid or 0)
 
