@@ -11,6 +11,9 @@ import pytest
 
 pytest.importorskip("starlette")
 
+from fedbandits.cli import main
+from fedbandits.evaluation.fixed import evaluate
+from fedbandits.evaluation.serve_log import read_serve_log
 from fedbandits.serve.store import SCHEMA, Store
 from test_serve import AUTH, LDP, arms, config, make
 
@@ -62,3 +65,37 @@ def test_an_event_log_of_schema_2_gains_the_decision_columns(tmp_path: Path) -> 
         (None, None, None, 0.5)
     ]
     store.close()
+
+
+def test_a_silos_own_log_is_evaluated(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A silo choosing by softmax with its candidates logged: ``fedbandits evaluate --serve-logs`` reads
+    its rewarded decisions (the unrewarded counted and left out) and replays a config on them; a policy
+    that takes every logged arm has IPS mean(r / p), the logged propensities read back."""
+    cfg = config({**LDP, "exploration": "softmax", "temperature": 0.5})
+    silo, client = make(tmp_path, cfg=cfg, log_candidates=True)
+    rng = np.random.default_rng(2)
+    for i in range(60):
+        answer = client.post("/v1/decisions", json={"features": arms(rng)}, headers=AUTH).json()
+        if i % 6:
+            client.post("/v1/rewards", json={"decision_id": answer["decision_id"], "reward": 0.3}, headers=AUTH)
+    silo.close()
+    read = read_serve_log(tmp_path / "silo")
+    assert (read.log.n, read.unrewarded, read.without_candidates) == (50, 10, 0)
+    assert (read.log.n_arms, read.log.dim) == (5, 4) and 0 < read.log.propensities.max() < 1
+    own = evaluate(read.log, np.eye(5)[read.log.actions], estimators=("ips",))[0]
+    assert own.value == pytest.approx(read.log.rewards.mean() * np.mean(1 / read.log.propensities))
+    toml = tmp_path / "c.toml"
+    toml.write_text('[experiment]\nhorizon = 40\n\n[[algorithms]]\nname = "linucb-independent"\n')
+    assert main(["evaluate", str(toml), "--serve-logs", str(tmp_path / "silo")]) == 0
+    out = capsys.readouterr().out
+    assert "50 rewarded decisions with their candidates (10 unrewarded, 0 without candidates: left out)" in out
+    assert "linucb-independent" in out.splitlines()[-1]
+
+
+def test_a_log_without_candidates_cannot_be_evaluated(tmp_path: Path) -> None:
+    silo, client = make(tmp_path)
+    answer = client.post("/v1/decisions", json={"features": arms(np.random.default_rng(0))}, headers=AUTH).json()
+    client.post("/v1/rewards", json={"decision_id": answer["decision_id"], "reward": 0.3}, headers=AUTH)
+    silo.close()
+    with pytest.raises(ValueError, match=r"events.sqlite: no rewarded decision with its candidates \(1 decisions"):
+        read_serve_log(tmp_path / "silo")

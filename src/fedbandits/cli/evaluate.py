@@ -1,6 +1,7 @@
 """``fedbandits evaluate``: a config's entries, and the logging and uniform policies, on logged data.
 
-    fedbandits evaluate CONFIG.toml (--logs SILO.npz [SILO.npz ...] | --obd FOLDER [--behavior random]
+    fedbandits evaluate CONFIG.toml (--logs SILO.npz [SILO.npz ...] | --serve-logs STATE_DIR [...]
+        | --obd FOLDER [--behavior random]
         [--campaign all] [--silos-by COLUMN]) [--split M] [--estimators dm,ips,snips,dr]
         [--interval normal|bootstrap] [--resamples 1000] [--seed 0] [--json FILE]
     fedbandits evaluate --check-estimators --obd FOLDER [--campaign all] [--bts-prior FILE] [--draws N]
@@ -24,6 +25,7 @@ from fedbandits.evaluation.logs import BanditLog, concatenate, read_npz
 from fedbandits.evaluation.obd import BEHAVIORS, CAMPAIGNS, read_obd
 from fedbandits.evaluation.obd_check import check, format_check
 from fedbandits.evaluation.report import evaluate_config, format_table, write_json
+from fedbandits.evaluation.serve_log import read_serve_log
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -38,6 +40,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--logs", type=Path, nargs="+", metavar="SILO.npz", help="one generic log per silo")
     source.add_argument("--obd", type=Path, metavar="FOLDER", help="the Open Bandit Dataset's folder, as shipped")
+    source.add_argument(
+        "--serve-logs",
+        type=Path,
+        nargs="+",
+        metavar="STATE_DIR",
+        help="serving silos' state folders, one per silo (serve silo --log-candidates)",
+    )
     p.add_argument("--behavior", choices=BEHAVIORS, default="random", help="with --obd: the logging policy")
     p.add_argument("--campaign", choices=CAMPAIGNS, default="all", help="with --obd: the campaign")
     p.add_argument("--silos-by", metavar="COLUMN", help="with --obd: one silo per value of this column")
@@ -68,7 +77,16 @@ def load_log(args: argparse.Namespace) -> BanditLog:
         for flag in ("silos_by",):
             if getattr(args, flag) is not None:
                 raise ValueError(f"--{flag.replace('_', '-')} goes with --obd")
-        log = concatenate([read_npz(path) for path in args.logs])
+        if args.serve_logs is not None:
+            logs = []
+            for folder in args.serve_logs:
+                read = read_serve_log(folder)
+                left = f"{read.unrewarded} unrewarded, {read.without_candidates} without candidates"
+                print(f"{folder}: {read.log.n} rewarded decisions with their candidates ({left}: left out)")
+                logs.append(read.log)
+            log = concatenate(logs)
+        else:
+            log = concatenate([read_npz(path) for path in args.logs])
     else:
         log = read_obd(args.obd, args.behavior, args.campaign, args.silos_by)
     if args.split is not None:

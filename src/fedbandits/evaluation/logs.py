@@ -191,7 +191,7 @@ def concatenate(logs: Sequence[BanditLog]) -> BanditLog:
             )
         if not np.array_equal(log.static, first.static):
             raise ValueError(f"{log.source}: its static features differ from {first.source}'s")
-    names = tuple(Path(log.source).stem for log in logs)
+    names = tuple(log.silo_names[0] if len(log.silo_names) == 1 else Path(log.source).stem for log in logs)
     return BanditLog(
         np.concatenate([log.actions for log in logs]),
         np.concatenate([log.propensities for log in logs]),
