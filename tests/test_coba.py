@@ -151,3 +151,29 @@ def test_learn_without_the_decision_id_is_refused() -> None:
         learner.learn(None, action, 1.0, probability)
     learner.learn(None, action, 1.0, probability, **info)
     assert learner.agent.status()["rewarded"] == 1
+
+
+def test_a_randomized_agent_logs_its_real_probabilities_in_coba() -> None:
+    """With exploration "epsilon-greedy" (rate 0.3, 3 actions) coba logs each choice's real probability:
+    0.1 for an exploring choice or 0.8 for the greedy one, and a seeded twin agent (the same choice
+    stream) makes the same choices with the same probabilities."""
+    environments = iris_environment(take=60)
+    stream = interactions(environments)
+    dim = featurize(stream[0]["context"], stream[0]["actions"]).shape[1]
+    config = linucb_config(dim, horizon=60, beta=0.3)
+    config["algorithms"][0].update({"exploration": "epsilon-greedy", "exploration_rate": 0.3})  # type: ignore[index]
+    learner = CobaLearner.from_config(config, seed=5, params={"exploration": "epsilon-greedy"})
+    result = coba.Experiment(environments, [learner]).run(processes=1, quiet=True)
+    probabilities = logged(result, "probability")
+    assert set(np.round(probabilities, 12)) == {0.1, 0.8}
+    twin = Agent.from_config(config, seed=5)
+    featurizer = ActionContextFeatures()
+    seen = []
+    for interaction in stream:
+        actions = interaction["actions"]
+        decision = twin.choose(featurizer(interaction["context"], actions))
+        seen.append((actions[decision.arm], decision.propensity))
+        twin.reward(decision.decision_id, float(interaction["rewards"](actions[decision.arm])))
+    assert [(a, round(p, 12)) for a, p in seen] == list(
+        zip(logged(result, "action"), np.round(probabilities, 12), strict=True)
+    )

@@ -7,12 +7,14 @@ taken and a dict that coba hands back to ``learn(context, action, reward, probab
 :meth:`Agent.reward`, the decision id riding in that dict, so rewards may come late or out of
 order exactly as they may for the agent itself.
 
-Probabilities, honestly: LinUCB's choice is deterministic given its state (the highest upper
-confidence bound, ties to the lowest index), so the chosen action has probability 1 and every
-other action 0: ``predict`` returns probability 1.0.  Off-policy estimators that divide by the
-logging probability (IPS) need exploration a UCB learner does not provide, and the adapter does
-not fake it.  coba's optional ``score`` (the propensity of an arbitrary action) is not
-implemented: answering it would mean a ``choose``, which records a decision that then expires.
+Probabilities, honestly: ``predict`` returns the probability with which the agent chose the action
+(:attr:`fedbandits.online.Decision.propensity`).  LinUCB's default choice (``exploration = "ucb"``)
+is deterministic given its state (the highest upper confidence bound, ties to the lowest index): 1.
+With ``exploration`` "epsilon-greedy" or "softmax" it is exact; with "thompson" and more than two
+actions, a Monte Carlo estimate (its standard error at most 0.5 / sqrt(propensity_samples)).  Only a
+randomized learner gives off-policy estimators that divide by it (IPS) something to reweight.
+coba's optional ``score`` (the propensity of an arbitrary action) is not implemented: answering it
+would mean a ``choose``, which records a decision that then expires.
 
 Featurization (:func:`featurize`): coba passes a context (None, a number, a dense sequence; a
 sparse dict is refused) and a list of actions, each either a dense sequence of numbers (action
@@ -125,7 +127,7 @@ class CobaLearner(coba.Learner):
 
     def predict(self, context: Any, actions: Sequence[Any]) -> tuple[Any, float, dict[str, str]]:
         decision = self.agent.choose(self.featurizer(context, actions))
-        return actions[decision.arm], 1.0, {"decision_id": decision.decision_id}
+        return actions[decision.arm], decision.propensity, {"decision_id": decision.decision_id}
 
     def learn(self, context: Any, action: Any, reward: float, probability: float, **kwargs: Any) -> None:
         if "decision_id" not in kwargs:
