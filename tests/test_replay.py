@@ -142,7 +142,12 @@ def test_the_evaluate_command_prints_one_table(tmp_path: Path, capsys: pytest.Ca
         '[experiment]\nhorizon = 100\nruns = 2\n\n[[algorithms]]\nname = "linucb-independent"\nlabel = "alone"\n\n'
         '[[algorithms]]\nname = "fedlinucb"\nlabel = "fed"\nprotocol = "ldp"\nepsilon = 5.0\nbatch = 5\n'
     )
-    assert main(["evaluate", str(config), "--logs", *paths, "--json", str(tmp_path / "out.json")]) == 0
+    figure = tmp_path / "out.png"
+    assert (
+        main(["evaluate", str(config), "--logs", *paths, "--json", str(tmp_path / "out.json"), "--figure", str(figure)])
+        == 0
+    )
+    assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("evaluated on ") and "1200 rounds, K = 4, d = 3, 2 silo(s)" in lines[0]
     assert len(lines) == 2 + 1 + 4 + 2, lines

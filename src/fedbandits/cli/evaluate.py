@@ -3,7 +3,7 @@
     fedbandits evaluate CONFIG.toml (--logs SILO.npz [SILO.npz ...] | --serve-logs STATE_DIR [...]
         | --obd FOLDER [--behavior random]
         [--campaign all] [--silos-by COLUMN]) [--split M] [--estimators dm,ips,snips,dr]
-        [--interval normal|bootstrap] [--resamples 1000] [--seed 0] [--json FILE]
+        [--interval normal|bootstrap] [--resamples 1000] [--seed 0] [--json FILE] [--figure FILE.png]
     fedbandits evaluate --check-estimators --obd FOLDER [--campaign all] [--bts-prior FILE] [--draws N]
 
 The log is the environment: the config's ``[environment]`` table is not read (it may be left out).
@@ -24,7 +24,7 @@ from fedbandits.evaluation.estimators import ESTIMATORS, INTERVALS
 from fedbandits.evaluation.logs import BanditLog, concatenate, read_npz
 from fedbandits.evaluation.obd import BEHAVIORS, CAMPAIGNS, read_obd
 from fedbandits.evaluation.obd_check import check, format_check
-from fedbandits.evaluation.report import evaluate_config, format_table, write_json
+from fedbandits.evaluation.report import evaluate_config, format_table, write_figure, write_json
 from fedbandits.evaluation.serve_log import read_serve_log
 
 
@@ -60,6 +60,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--resamples", type=positive_int, default=1000, help="with --interval bootstrap (default 1000)")
     p.add_argument("--seed", type=nonnegative_int, default=0, help="cross-fitting, bootstrap, split, rejections")
     p.add_argument("--json", type=Path, help="also write the table as JSON to this file")
+    p.add_argument("--figure", type=Path, metavar="FILE.png", help="also draw the table: values and intervals")
     p.add_argument(
         "--check-estimators",
         action="store_true",
@@ -151,6 +152,8 @@ def evaluate(args: argparse.Namespace) -> int:
     print(format_table(rows, log))
     if args.json is not None:
         write_json(args.json, rows, log)
+    if args.figure is not None:
+        write_figure(args.figure, rows, log)
     return 0
 
 

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
+
 from fedbandits.config import Config
 from fedbandits.evaluation import fixed
 from fedbandits.evaluation.estimators import ESTIMATORS
@@ -90,3 +92,33 @@ def write_json(path: Path, rows: Sequence[Row], log: BanditLog) -> None:
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+
+
+def write_figure(path: Path, rows: Sequence[Row], log: BanditLog) -> None:
+    """One point per row with its 95% interval, on one value axis, the logging policy's value a line."""
+    from matplotlib.ticker import FuncFormatter
+
+    from fedbandits.plots import _pyplot, plain_number
+
+    plt = _pyplot()
+    shown = [r for r in rows if not math.isnan(r.value)]
+    fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(shown) + 1.6))
+    ys = np.arange(len(shown))[::-1]
+    kinds = {"on-policy mean": ("black", "logging policy, on its own log"), "replay": ("C0", "config entry, replay")}
+    labelled = set()
+    for y, r in zip(ys, shown, strict=True):
+        colour, text = kinds.get(r.method, ("C1", "uniform policy, off-policy estimate"))
+        label = None if text in labelled else text
+        labelled.add(text)
+        errors = [[max(r.value - r.low, 0.0)], [max(r.high - r.value, 0.0)]]
+        ax.errorbar(r.value, y, xerr=errors, fmt="o", color=colour, capsize=3, label=label)
+    ax.axvline(shown[0].value, color="0.6", linestyle=":", linewidth=1)
+    ax.set_yticks(ys, [f"{r.policy}: {r.method}" for r in shown])
+    ax.set_xlabel("value (mean reward per round), 95% intervals")
+    ax.set_title(f"{Path(log.source).name}: {log.n:,} rounds, K = {log.n_arms}, {len(log.silo_names)} silo(s)")
+    ax.xaxis.set_major_formatter(FuncFormatter(plain_number))
+    ax.legend(loc="best", fontsize="small")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
