@@ -1,5 +1,7 @@
 """The reward model q(x, a) of the direct and doubly robust estimators: a ridge regression of the
-logged reward on the logged action's features, the linear model our learners fit themselves.
+logged reward on the logged action's features and an intercept (the linear model our learners fit,
+plus the constant a log's features may lack: without it a mean reward of 0.5 over features centred
+at 0 would be predicted as 0).
 
 Cross-fitted (Chernozhukov et al. 2018; Open Bandit Pipeline's ``RegressionModel.fit_predict`` does
 the same): the rounds are split into ``folds`` by a seeded permutation, and each fold's predictions
@@ -22,10 +24,11 @@ def ridge(x: np.ndarray, y: np.ndarray, reg: float) -> np.ndarray:
 
 
 def predictions(log: BanditLog, theta: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """q(x_i, k) for every candidate k of ``rows``, (len(rows), K), from the factored features."""
+    """q(x_i, k) for every candidate k of ``rows``, (len(rows), K), from the factored features and
+    ``theta`` (d + 1: the features' weights, then the intercept)."""
     q = log.static.shape[1]
-    fixed = log.static.astype(np.float64) @ theta[:q]
-    return fixed[None, :] + log.dynamic[rows].astype(np.float64) @ theta[q:]
+    fixed = log.static.astype(np.float64) @ theta[:q] + theta[-1]
+    return fixed[None, :] + log.dynamic[rows].astype(np.float64) @ theta[q:-1]
 
 
 def cross_fitted(log: BanditLog, *, folds: int = 2, reg: float = 1.0, seed: int = 0) -> np.ndarray:
@@ -36,7 +39,7 @@ def cross_fitted(log: BanditLog, *, folds: int = 2, reg: float = 1.0, seed: int 
         raise ValueError(f"reg must be > 0, got {reg}")
     if folds > log.n:
         raise ValueError(f"folds = {folds} exceeds the log's {log.n} rounds")
-    x = log.logged_features(slice(None)).astype(np.float64)
+    x = np.column_stack([log.logged_features(slice(None)).astype(np.float64), np.ones(log.n)])
     out = np.empty((log.n, log.n_arms))
     if folds == 1:
         return predictions(log, ridge(x, log.rewards, reg), np.arange(log.n))
