@@ -22,6 +22,8 @@ from fedbandits.evaluation import fixed
 from fedbandits.evaluation.estimators import ESTIMATORS
 from fedbandits.evaluation.logs import BanditLog
 from fedbandits.evaluation.replay import check_replayable, replay
+from fedbandits.plots import _pyplot as pyplot
+from fedbandits.plots import plain_number
 
 #: replay's intervals (the normal quantile of 95%)
 Z95 = 1.959963984540054
@@ -98,9 +100,7 @@ def write_figure(path: Path, rows: Sequence[Row], log: BanditLog) -> None:
     """One point per row with its 95% interval, on one value axis, the logging policy's value a line."""
     from matplotlib.ticker import FuncFormatter
 
-    from fedbandits.plots import _pyplot, plain_number
-
-    plt = _pyplot()
+    plt = pyplot()
     shown = [r for r in rows if not math.isnan(r.value)]
     fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(shown) + 1.6))
     ys = np.arange(len(shown))[::-1]
