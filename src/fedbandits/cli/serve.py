@@ -44,37 +44,7 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
         "docs/serving.md).",
     )
     sub = p.add_subparsers(dest="serve_command", metavar="MODE", required=True)
-    silo = sub.add_parser("silo", help="one silo's decision service")
-    silo.add_argument("config", type=Path, metavar="CONFIG.toml")
-    silo.add_argument("--silo", type=int, default=0, help="this silo's index in [0, agents)")
-    silo.add_argument("--entry", help="label of the [[algorithms]] entry to serve (default: the first)")
-    silo.add_argument("--state-dir", type=Path, required=True, help="the event log's folder (kept across restarts)")
-    silo.add_argument("--token-file", type=Path, required=True, help="file holding the traffic bearer token")
-    silo.add_argument("--sync-token-file", type=Path, required=True, help="file holding the federation's token")
-    silo.add_argument("--host", default="127.0.0.1")
-    silo.add_argument("--port", type=int, default=8700)
-    silo.add_argument("--tls-cert", type=Path)
-    silo.add_argument("--tls-key", type=Path)
-    silo.add_argument("--insecure-http", action="store_true", help="allow plain HTTP off loopback")
-    silo.add_argument("--expiry-seconds", type=float, default=86400.0)
-    silo.add_argument("--budget-policy", choices=POLICIES, default="stop")
-    silo.add_argument("--durability", choices=sorted(DURABILITY), default="process")
-    silo.add_argument("--sync-seconds", type=float, help="the server's schedule (to report an unreachable server)")
-    silo.add_argument("--allow-unprivatized", action="store_true", help="opt in to protocol 'none'")
-    silo.add_argument(
-        "--log-candidates",
-        action="store_true",
-        help="keep every decision's candidate features in the event log (for fedbandits evaluate; they stay here)",
-    )
-    silo.add_argument(
-        "--superlink", metavar="HOST:PORT", help="sync through the Flower deployment: the server's SuperLink"
-    )
-    silo.add_argument("--superlink-ca", type=Path, help="with --superlink: the deployment's CA certificate")
-    silo.add_argument("--node-key", type=Path, help="with --superlink: this silo's SuperNode key (silo-<i>)")
-    _shuffler_flags(silo, "silo-<i>-client")
-    silo.add_argument("--signing-key", type=Path, help="distributed-dp: this silo's signing key (silo-<i>-signing.key)")
-    silo.add_argument("--signing-cert", type=Path, help="distributed-dp: its certificate (silo-<i>-signing.pem)")
-    silo.add_argument("--signing-ca", type=Path, help="distributed-dp: the silos' signing CA (signing-ca.pem)")
+    _silo_flags(sub.add_parser("silo", help="one silo's decision service"))
     server = sub.add_parser("server", help="the federation's wall-clock sync rounds")
     server.add_argument("config", type=Path, metavar="CONFIG.toml")
     server.add_argument("--silo-url", action="append", help="a silo's base URL, in silo order (HTTPS link)")
@@ -118,6 +88,40 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
         help="sync through a Flower deployment (SuperLink, SuperNodes; needs fedbandits[deploy]) instead of HTTPS",
     )
     return p
+
+
+def _silo_flags(silo: argparse.ArgumentParser) -> None:
+    """``serve silo``'s options."""
+    silo.add_argument("config", type=Path, metavar="CONFIG.toml")
+    silo.add_argument("--silo", type=int, default=0, help="this silo's index in [0, agents)")
+    silo.add_argument("--entry", help="label of the [[algorithms]] entry to serve (default: the first)")
+    silo.add_argument("--state-dir", type=Path, required=True, help="the event log's folder (kept across restarts)")
+    silo.add_argument("--token-file", type=Path, required=True, help="file holding the traffic bearer token")
+    silo.add_argument("--sync-token-file", type=Path, required=True, help="file holding the federation's token")
+    silo.add_argument("--host", default="127.0.0.1")
+    silo.add_argument("--port", type=int, default=8700)
+    silo.add_argument("--tls-cert", type=Path)
+    silo.add_argument("--tls-key", type=Path)
+    silo.add_argument("--insecure-http", action="store_true", help="allow plain HTTP off loopback")
+    silo.add_argument("--expiry-seconds", type=float, default=86400.0)
+    silo.add_argument("--budget-policy", choices=POLICIES, default="stop")
+    silo.add_argument("--durability", choices=sorted(DURABILITY), default="process")
+    silo.add_argument("--sync-seconds", type=float, help="the server's schedule (to report an unreachable server)")
+    silo.add_argument("--allow-unprivatized", action="store_true", help="opt in to protocol 'none'")
+    silo.add_argument(
+        "--log-candidates",
+        action="store_true",
+        help="keep every decision's candidate features in the event log (for fedbandits evaluate; they stay here)",
+    )
+    silo.add_argument(
+        "--superlink", metavar="HOST:PORT", help="sync through the Flower deployment: the server's SuperLink"
+    )
+    silo.add_argument("--superlink-ca", type=Path, help="with --superlink: the deployment's CA certificate")
+    silo.add_argument("--node-key", type=Path, help="with --superlink: this silo's SuperNode key (silo-<i>)")
+    _shuffler_flags(silo, "silo-<i>-client")
+    silo.add_argument("--signing-key", type=Path, help="distributed-dp: this silo's signing key (silo-<i>-signing.key)")
+    silo.add_argument("--signing-cert", type=Path, help="distributed-dp: its certificate (silo-<i>-signing.pem)")
+    silo.add_argument("--signing-ca", type=Path, help="distributed-dp: the silos' signing CA (signing-ca.pem)")
 
 
 def _shuffler_flags(parser: argparse.ArgumentParser, identity: str) -> None:
