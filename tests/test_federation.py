@@ -62,6 +62,9 @@ def _spec(protocol: str = "ldp", **kw):  # type: ignore[no-untyped-def]
         # an entry with its own noise stream: silos, shuffler and reference draw from that stream
         ("ldp", 3, "noise_stream = 4"),
         ("sdp-amplification", 3, 'calibration = "paper"\nnoise_stream = 2'),
+        # randomized choices (issue #46): each silo draws the simulator's choice stream
+        ("ldp", 3, 'exploration = "thompson"\nposterior_scale = 0.3\npropensity_samples = 20'),
+        ("none", 3, 'exploration = "epsilon-greedy"\nexploration_rate = 0.2'),
     ],
 )
 def test_loopback_parity_with_simulator(tmp_path: Path, protocol: str, agents: int, extra: str) -> None:

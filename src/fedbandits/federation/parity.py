@@ -24,7 +24,7 @@ from fedbandits.federation.silo import Silo, SiloError, load_silo_results
 from fedbandits.federation.spec import DeploySpec
 from fedbandits.privacy.mechanisms import pack
 from fedbandits.registry import ALGORITHMS, PolicyContext
-from fedbandits.sim.seeding import noise_rngs
+from fedbandits.sim.seeding import choice_rngs, noise_rngs
 
 #: synced statistics agree to this relative tolerance (they agree exactly in our runs: the
 #: deployment adds the same numbers in the same order; the tolerance only covers BLAS changes)
@@ -50,6 +50,8 @@ def reference_run(spec: DeploySpec) -> Reference:
         spec.horizon,
         noise_rngs(spec.noise_seed, [spec.run], spec.noise_stream),
         env=env,
+        # a randomized learner's choices: the stream a derived silo's agent draws from (AgentSetup.choice_stream)
+        choice_rngs=choice_rngs(spec.noise_seed, [spec.run], spec.noise_stream),
     )
     policy = ALGORITHMS[alg.name].factory(alg.params, ctx)
     T, M = spec.horizon, env.n_agents
