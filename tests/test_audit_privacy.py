@@ -38,6 +38,8 @@ def test_quick_audit_covers_every_private_mode(quick_audit) -> None:  # type: ig
             for lazy in ("lazy", "non-lazy (Alg. 1)")
         ),
         "FedLinUCB ldp lazy, factorized release",
+        "FedLinUCB ldp lazy, Thompson sampling",
+        "FedLinUCB ldp non-lazy (Alg. 1), Thompson sampling",
         "FedLinUCB distributed-dp (lazy by construction)",
         "FedLinUCB distributed-dp lazy, factorized release",
         "FedLinUCB ldp lazy, user-level (m = 4)",
@@ -73,6 +75,9 @@ def test_quick_audit_formal_rows_hold_and_non_lazy_rows_are_refuted(quick_audit)
         row = rows[f"FedLinUCB {protocol} non-lazy (Alg. 1)"]
         assert row["verdict"] == "violated" and row["epsilon_lower_bound"] > row["claimed_epsilon"] == 1.0
     assert rows["FedLinUCB ldp non-lazy (Alg. 1)"]["epsilon_lower_bound"] > 3.0
+    # random choices (Thompson sampling) steer as greedy ones do when they read unreleased data: refuted
+    thompson = rows["FedLinUCB ldp non-lazy (Alg. 1), Thompson sampling"]
+    assert thompson["verdict"] == "violated" and thompson["epsilon_lower_bound"] > 1.0
     # He et al.'s trigger on raw data: an upload after round 1 reveals the first user (as FedUCB's schedule)
     naive = rows["FedLinUCB-async ldp-prefix, determinant trigger"]
     assert naive["guarantee"] == "no formal guarantee" and naive["epsilon_lower_bound"] > 1.0

@@ -321,14 +321,18 @@ def _fedlinucb_cases() -> list[AuditCase]:
             dataset="full-sensitivity",
         )
     )
-    cases.append(  # a random choice reads released statistics only and touches no release (issue #46)
-        AuditCase(
-            "FedLinUCB ldp lazy, Thompson sampling",
-            _fedlinucb("ldp", True, exploration="thompson"),
-            "messages",
-            dataset="full-sensitivity",
+    # a random choice reads released statistics only and touches no release (issue #46): on the steering
+    # dataset (two arms per user) Thompson sampling's random choices cannot carry the first user's data
+    # into the later users' choices of a lazy learner
+    for lazy in (True, False):  # non-lazy: its own unreleased data steers the draws, and the audit sees it
+        cases.append(
+            AuditCase(
+                f"FedLinUCB ldp {'lazy' if lazy else 'non-lazy (Alg. 1)'}, Thompson sampling",
+                _fedlinucb("ldp", lazy, exploration="thompson"),
+                "messages",
+                dataset="steering",
+            )
         )
-    )
     cases.append(
         AuditCase(
             "FedLinUCB distributed-dp (lazy by construction)",
