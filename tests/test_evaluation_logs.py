@@ -13,6 +13,7 @@ import pytest
 from datafixtures import OBD_ARMS, needs_dataset, write_obd_like
 from fedbandits.envs.datahome import dataset_path
 from fedbandits.evaluation import fixed
+from fedbandits.evaluation.csv_log import read_csv_log, write_csv_log
 from fedbandits.evaluation.logs import concatenate, read_npz
 from fedbandits.evaluation.obd import read_obd
 
@@ -169,3 +170,58 @@ def test_the_reward_model_has_an_intercept(tmp_path: Path) -> None:
     log = read_npz(path)
     dm = fixed.evaluate(log, fixed.uniform(log), estimators=("dm",))[0]
     assert dm.value == pytest.approx(0.7, abs=0.01)
+
+
+# -- the generic CSV log ----------------------------------------------------------------------------
+
+
+def test_a_csv_log_reads_back_what_was_written(tmp_path: Path) -> None:
+    """npz -> BanditLog -> CSV -> BanditLog: the same rounds, float32 features exactly (%.9g)."""
+    log = read_npz(_npz(tmp_path / "a.npz", n=30, arms=3, dim=2, seed=4))
+    write_csv_log(tmp_path / "a.csv", log)
+    back = read_csv_log(tmp_path / "a.csv")
+    assert np.array_equal(back.actions, log.actions) and np.array_equal(back.rewards, log.rewards)
+    assert np.array_equal(back.propensities, log.propensities)
+    assert np.array_equal(back.features(np.arange(30)), log.features(np.arange(30)))
+    assert back.silo_names == ("a",)
+
+
+GOOD = (
+    "round,arm,chosen,propensity,reward,x0,x1\n"
+    "0,0,0,,,0.1,0.2\n0,1,1,0.5,1,0.3,0.4\n"
+    "7,0,1,0.25,0,0.5,0.6\n7,1,0,,,0.7,0.8\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ("0,1,1,0.5,1", "0,1,1,0,1", r"line 3: field propensity must be in \(0, 1\], got '0'"),
+        ("0,1,1,0.5,1", "0,1,1,0.5,x", r"line 3: field reward must be a number, got 'x'"),
+        ("0,1,1,0.5,1", "0,1,0,0.5,1", r"line 3: fields propensity and reward must be empty on a line not chosen"),
+        ("0,1,1,0.5,1", "0,1,2,0.5,1", r"line 3: field chosen must be 0 or 1, got '2'"),
+        ("7,1,0,,,0.7", "7,2,0,,,0.7", r"line 5: field arm must be 1 \(arms run 0, 1, ... in order\), got '2'"),
+        ("0,0,0,,,0.1", "0,0,1,0.5,1,0.1", r"line 3: field chosen: round 0 has a second chosen line"),
+        ("7,0,1,0.25,0,0.5", "7,0,0,,,0.5", r"round 7: no line has chosen = 1"),
+        ("0.1,0.2", "nan,0.2", r"line 2: field x0 must be a finite decimal number, got 'nan'"),
+        ("round,arm", "round,arms", r"line 1: the header must be round,arm,chosen,propensity,reward"),
+    ],
+)
+def test_a_bad_csv_log_line_is_refused_naming_the_line_and_field(
+    tmp_path: Path, old: str, new: str, message: str
+) -> None:
+    path = tmp_path / "bad.csv"
+    path.write_text(GOOD.replace(old, new, 1))
+    with pytest.raises(ValueError, match=message) as info:
+        read_csv_log(path)
+    assert str(info.value).startswith(str(path)) and "\n" not in str(info.value)
+
+
+def test_a_round_split_in_two_blocks_or_of_another_size_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "bad.csv"
+    path.write_text(GOOD + "0,0,1,0.5,1,0.1,0.2\n")
+    with pytest.raises(ValueError, match=r"line 6: field round: round '0' appears in two blocks"):
+        read_csv_log(path)
+    path.write_text(GOOD + "8,0,1,0.5,1,0.1,0.2\n")
+    with pytest.raises(ValueError, match=r"round 8: 1 candidates, the first round has 2"):
+        read_csv_log(path)

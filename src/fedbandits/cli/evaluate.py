@@ -20,6 +20,7 @@ import numpy as np
 
 from fedbandits.cli.options import nonnegative_int, positive_int
 from fedbandits.config import Config, ConfigError, config_from_dict
+from fedbandits.evaluation.csv_log import read_csv_log
 from fedbandits.evaluation.estimators import ESTIMATORS, INTERVALS
 from fedbandits.evaluation.logs import BanditLog, concatenate, read_npz
 from fedbandits.evaluation.obd import BEHAVIORS, CAMPAIGNS, read_obd
@@ -38,7 +39,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     )
     p.add_argument("config", type=Path, nargs="?", metavar="CONFIG.toml", help="its [[algorithms]] are replayed")
     source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument("--logs", type=Path, nargs="+", metavar="SILO.npz", help="one generic log per silo")
+    source.add_argument(
+        "--logs", type=Path, nargs="+", metavar="SILO.npz|.csv", help="one generic log per silo (.npz or .csv)"
+    )
     source.add_argument("--obd", type=Path, metavar="FOLDER", help="the Open Bandit Dataset's folder, as shipped")
     source.add_argument(
         "--serve-logs",
@@ -87,7 +90,7 @@ def load_log(args: argparse.Namespace) -> BanditLog:
                 logs.append(read.log)
             log = concatenate(logs)
         else:
-            log = concatenate([read_npz(path) for path in args.logs])
+            log = concatenate([read_csv_log(path) if path.suffix == ".csv" else read_npz(path) for path in args.logs])
     else:
         log = read_obd(args.obd, args.behavior, args.campaign, args.silos_by)
     if args.split is not None:

@@ -17,7 +17,9 @@ Formats (:func:`read_log`):
 * **``.npz``** (one file per silo): arrays ``features`` (n, K, d), ``actions`` (n,) integers in
   [0, K), ``propensities`` (n,) in (0, 1], ``rewards`` (n,), all finite; ``static`` (K, q) optional
   (then ``features`` holds the dynamic part only).  Pickled objects are refused.
+* **CSV** (one file per silo): :mod:`fedbandits.evaluation.csv_log`.
 * **The Open Bandit Dataset** (:mod:`fedbandits.evaluation.obd`): its CSV as shipped.
+* **A serving silo's event log**: :mod:`fedbandits.evaluation.serve_log`.
 
 Every malformed input raises ``ValueError`` in one line naming the file, and the row and field
 when there is one; nothing half-built is returned.
