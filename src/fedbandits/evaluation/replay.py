@@ -10,8 +10,9 @@ unbiased estimate of its online value over that many rounds (their Theorem 1).
 A non-uniform logger (the propensities vary): each match is also kept with probability
 p_min / p_i, p_min the smallest propensity of the log, so that every round is accepted with
 probability p_min whatever the policy chose (the rejection-sampling replay of Dudik, Erhan, Langford
-& Li 2012, for a policy that chooses deterministically).  The accepted rounds again follow the
-policy's own distribution; the price is a rate p_min, stated with every result.
+& Li 2012).  A randomized policy (``exploration`` other than "ucb") too: a round is accepted with
+probability sum_a pi(a | x) p(a | x) (p_min / p(a | x)) = p_min.  The accepted rounds again follow
+the policy's own distribution; the price is a rate p_min, stated with every result.
 
 A federation replays in lockstep, as the simulator plays it: sync round t gives every silo (and
 every run) its next accepted round, found by walking that silo's own rows, then the policy observes
@@ -34,7 +35,8 @@ from fedbandits.evaluation.logs import BanditLog
 from fedbandits.registry import ALGORITHMS, PolicyContext
 from fedbandits.sim.seeding import choice_rngs, noise_rngs
 
-#: the algorithms replay drives: their ``select`` reads the state and changes nothing
+#: the algorithms replay drives: their ``select`` leaves the learner's state as it is (a randomized one
+#: draws from its choice stream, which is not learned state)
 REPLAYED = ("linucb-independent", "fedlinucb")
 
 
