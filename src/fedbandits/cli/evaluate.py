@@ -16,8 +16,6 @@ import argparse
 import tomllib
 from pathlib import Path
 
-import numpy as np
-
 from fedbandits.cli.options import nonnegative_int, positive_int
 from fedbandits.config import Config, ConfigError, config_from_dict
 from fedbandits.evaluation.csv_log import read_csv_log
@@ -78,9 +76,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 def load_log(args: argparse.Namespace) -> BanditLog:
     """The log the options name, with its silos (checked)."""
     if args.obd is None:
-        for flag in ("silos_by",):
-            if getattr(args, flag) is not None:
-                raise ValueError(f"--{flag.replace('_', '-')} goes with --obd")
+        if args.silos_by is not None:
+            raise ValueError("--silos-by goes with --obd")
         if args.serve_logs is not None:
             logs = []
             for folder in args.serve_logs:
@@ -96,27 +93,10 @@ def load_log(args: argparse.Namespace) -> BanditLog:
     if args.split is not None:
         if len(log.silo_names) > 1:
             raise ValueError("--split deals one log to M silos: give one log, without --silos-by")
-        log = split(log, args.split, args.seed)
+        if args.split > log.n:
+            raise ValueError(f"--split {args.split}: the log has {log.n} rounds")
+        log = log.dealt(args.split, args.seed)
     return log
-
-
-def split(log: BanditLog, silos: int, seed: int) -> BanditLog:
-    """The rounds dealt to ``silos`` silos by a seeded permutation, each silo's rounds in log order."""
-    if silos > log.n:
-        raise ValueError(f"--split {silos}: the log has {log.n} rounds")
-    owner = np.empty(log.n, dtype=np.int64)
-    owner[np.random.default_rng(seed).permutation(log.n)] = np.arange(log.n) % silos
-    return BanditLog(
-        log.actions,
-        log.propensities,
-        log.rewards,
-        log.static,
-        log.dynamic,
-        owner,
-        tuple(str(m) for m in range(silos)),
-        log.source,
-        log.positions,
-    )
 
 
 def load_config(path: Path) -> Config:

@@ -2,12 +2,12 @@
 and the estimators of :mod:`fedbandits.evaluation.estimators`.
 
 A fixed policy is given by ``pi`` (n, K): its probability of each candidate on each logged round.
-The built-in ones (:func:`named_policy`):
+The built-in ones:
 
-* ``uniform``: 1/K on every candidate;
-* ``logging``: not an off-policy question at all: the log's own mean reward, the logging policy's
-  on-policy value (its interval the normal one of a mean): the truth the estimates of the other
-  logging policy's rounds are checked against (:mod:`fedbandits.evaluation.obd_check`).
+* :func:`uniform`: 1/K on every candidate;
+* :func:`on_policy`: not an off-policy question at all: the log's own mean reward, the logging
+  policy's on-policy value (its interval the normal one of a mean): the truth the estimates of the
+  other logging policy's rounds are checked against (:mod:`fedbandits.evaluation.obd_check`).
 """
 
 from __future__ import annotations
@@ -21,18 +21,9 @@ from fedbandits.evaluation.estimators import ESTIMATORS, Estimate, LoggedTerms, 
 from fedbandits.evaluation.logs import BanditLog
 from fedbandits.evaluation.reward_model import cross_fitted
 
-POLICIES = ("uniform", "logging")
-
 
 def uniform(log: BanditLog) -> np.ndarray:
     return np.full((log.n, log.n_arms), 1.0 / log.n_arms)
-
-
-def deterministic(choices: np.ndarray, arms: int) -> np.ndarray:
-    """The (n, K) distribution of a policy that takes ``choices[i]`` on round i."""
-    pi = np.zeros((len(choices), arms))
-    pi[np.arange(len(choices)), choices] = 1.0
-    return pi
 
 
 def terms(log: BanditLog, pi: np.ndarray, q: np.ndarray | None) -> LoggedTerms:

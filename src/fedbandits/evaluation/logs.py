@@ -12,7 +12,7 @@ Bandit Dataset's are an item's one-hot code (static) and the user's affinity to 
 10,000 rounds of 80 items take 3 MB, not the 260 MB of the dense (n, K, d) array.
 :meth:`BanditLog.features` builds the dense block of any rows on demand.
 
-Formats (:func:`read_log`):
+Formats:
 
 * **``.npz``** (one file per silo): arrays ``features`` (n, K, d), ``actions`` (n,) integers in
   [0, K), ``propensities`` (n,) in (0, 1], ``rewards`` (n,), all finite; ``static`` (K, q) optional
@@ -27,6 +27,7 @@ when there is one; nothing half-built is returned.
 
 from __future__ import annotations
 
+import dataclasses
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -96,19 +97,12 @@ class BanditLog:
         idx = np.arange(self.n)[rows]
         return np.concatenate([self.static[self.actions[idx]], self.dynamic[idx, self.actions[idx]]], axis=1)
 
-    def subset(self, rows: np.ndarray) -> BanditLog:
-        """The log of ``rows`` only (in the order given), the silo names kept."""
-        return BanditLog(
-            self.actions[rows],
-            self.propensities[rows],
-            self.rewards[rows],
-            self.static,
-            self.dynamic[rows],
-            self.silos[rows],
-            self.silo_names,
-            self.source,
-            None if self.positions is None else self.positions[rows],
-        )
+    def dealt(self, silos: int, seed: int) -> BanditLog:
+        """The same rounds dealt to ``silos`` silos by a seeded permutation (silo m gets every round the
+        permutation puts at a position congruent to m), each silo's rounds in log order."""
+        owner = np.empty(self.n, dtype=np.int64)
+        owner[np.random.default_rng(seed).permutation(self.n)] = np.arange(self.n) % silos
+        return dataclasses.replace(self, silos=owner, silo_names=tuple(str(m) for m in range(silos)))
 
 
 def check_rounds(source: str, actions: np.ndarray, propensities: np.ndarray, rewards: np.ndarray, arms: int) -> None:
