@@ -9,9 +9,8 @@ import numpy as np
 from fedbandits.algorithms.base import ExploringLinUCBParams, LinUCBParams, Policy, PolicyContext, policy_entry
 from fedbandits.core.exploration import (
     cholesky_of_inverse,
+    closed_form,
     draw,
-    greedy_distribution,
-    softmax_distribution,
     thompson_draw,
     thompson_propensity,
 )
@@ -78,10 +77,7 @@ class IndependentLinUCB(Policy):
             self._last = (flat.astype(np.float64), theta, chol, choice)
             return choice
         scores = self.scorer.scores(flat, inv, theta, beta)
-        if self.exploration == "epsilon-greedy":
-            probs = greedy_distribution(scores, params.exploration_rate)
-        else:
-            probs = softmax_distribution(scores, params.temperature)
+        probs = closed_form(self.exploration, scores, params.exploration_rate, params.temperature)
         choice = draw(probs, np.concatenate([rng.random(m) for rng in self.choice_rngs]))
         self._last = (probs[np.arange(len(choice)), choice],)
         return choice

@@ -50,6 +50,16 @@ def softmax_distribution(scores: np.ndarray, temperature: float) -> np.ndarray:
     return z / z.sum(axis=1, keepdims=True)  # type: ignore[no-any-return]
 
 
+def closed_form(rule: str, scores: np.ndarray, rate: float, temperature: float) -> np.ndarray:
+    """pi (N, K) of a closed-form rule over ``scores`` (N, K): epsilon-greedy at ``rate`` or softmax at
+    ``temperature`` (the simulator's learners and the online agent both choose through this)."""
+    if rule == "epsilon-greedy":
+        return greedy_distribution(scores, rate)
+    if rule == "softmax":
+        return softmax_distribution(scores, temperature)
+    raise ValueError(f"no closed-form distribution for exploration {rule!r}")
+
+
 def draw(probs: np.ndarray, u: np.ndarray) -> np.ndarray:
     """The arm (N,) each row of ``probs`` (N, K) gives to its uniform ``u`` in [0, 1): the first a with
     u < sum_{b <= a} pi(b) (the last arm if round-off leaves the sum short of u)."""

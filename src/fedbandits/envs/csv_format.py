@@ -15,7 +15,8 @@ import numpy as np
 CSV_HEADER = ("user", "arm", "reward")
 #: the optional fourth column: the person behind each row (returning users)
 CSV_USER_ID = "user_id"
-_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z")
+#: a plain decimal number (``-1.5``, ``2e-3``; no ``nan``/``inf``, hex or ``_``): every CSV the project reads
+DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z")
 _ARM = re.compile(r"[0-9]+\Z")
 _LINE_SHOWN = 120
 
@@ -71,8 +72,8 @@ def parse_csv(name: str) -> tuple[np.ndarray, np.ndarray | None]:
                 raise ValueError(f"data file {name}, line {lineno}: user_id must be an integer >= 0, got {parts[3]!r}")
             ids.append(parts[3])
         values = [parts[2], *parts[first:]]
-        if not all(map(_NUMBER.match, values)):
-            column = next(j for j, v in enumerate(values) if not _NUMBER.match(v))
+        if not all(map(DECIMAL.match, values)):
+            column = next(j for j, v in enumerate(values) if not DECIMAL.match(v))
             raise ValueError(
                 f"data file {name}, line {lineno}: {header[2] if column == 0 else names[column - 1]} must be a "
                 f"decimal number, got {values[column]!r}"

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fedbandits.envs.csv_format import DECIMAL
 from fedbandits.evaluation.logs import BanditLog
 
 HEADER = ("round", "arm", "chosen", "propensity", "reward")
@@ -109,11 +110,12 @@ def _row(
 
 
 def _number(where: str, name: str, text: str) -> float:
+    """A field in the data files' decimal grammar (:data:`fedbandits.envs.csv_format.DECIMAL`), finite."""
     try:
         value = float(text)
     except ValueError:
         raise ValueError(f"{where}: field {name} must be a number, got {text!r}") from None
-    if not math.isfinite(value) or text.lower().startswith(("0x", "-0x")) or "_" in text:
+    if not DECIMAL.match(text) or not math.isfinite(value):  # nan, inf, 1e999, hex, 1_0
         raise ValueError(f"{where}: field {name} must be a finite decimal number, got {text!r}")
     return value
 

@@ -19,9 +19,8 @@ import numpy as np
 
 from fedbandits.core.exploration import (
     cholesky_of_inverse,
+    closed_form,
     draw,
-    greedy_distribution,
-    softmax_distribution,
     thompson_draw,
     thompson_propensity,
 )
@@ -58,10 +57,7 @@ class Chooser:
             normals = self.estimates.standard_normal((1, self.samples, len(theta)))
             p, error = thompson_propensity(x, theta[None], self.chol, self.scale, np.array([arm]), normals)
             return arm, float(p[0]), float(error[0])
-        if self.exploration == "epsilon-greedy":
-            probs = greedy_distribution(scores[None], self.rate)
-        else:
-            probs = softmax_distribution(scores[None], self.temperature)
+        probs = closed_form(self.exploration, scores[None], self.rate, self.temperature)
         u = self.rng.random(self.silos)[self.silo]
         arm = int(draw(probs, np.array([u]))[0])
         return arm, float(probs[0, arm]), 0.0
