@@ -207,11 +207,12 @@ class Agent:
         if self._stale:
             self._refresh()
         scores = score_one(x, self._proj, self._beta)
+        number = self.counts["sequence"]
         # on the model's scores, as the simulator chooses (before c is added back)
-        arm, propensity, error = self.chooser.choose(x, scores, self._theta[0])
+        estimates = None if self.noise_source == "os" else [int(self.instance, 16), number]
+        arm, propensity, error = self.chooser.choose(x, scores, self._theta[0], estimates)
         if self.reward_offset:
             scores = scores + np.float32(self.reward_offset)
-        number = self.counts["sequence"]
         deadline = self.clock() + self.expiry_seconds
         self.pending[number] = (x[arm].astype(np.float64), deadline)
         if key is not None:

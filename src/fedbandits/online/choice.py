@@ -10,7 +10,9 @@ entropy; the choice touches no release, so its randomness needs no secrecy for p
 Thompson sampling needs a Cholesky factor of V^{-1}: computed when the state changes (with the
 agent's other cached quantities), never per decision.  Its propensity for K > 2 is a Monte Carlo
 estimate from ``propensity_samples`` draws of a separate Generator (the choices stay those of the
-choice stream), returned with its standard error.
+choice stream), returned with its standard error.  That Generator is keyed by the decision (a seeded
+agent's instance and the decision's number: the same estimate on every run, after a save and load
+too) or, for a deployed agent, drawn from OS entropy.
 """
 
 from __future__ import annotations
@@ -37,7 +39,6 @@ class Chooser:
         self.samples = int(getattr(params, "propensity_samples", 1))
         self.silos, self.silo = silos, silo
         self.rng = np.random.default_rng() if stream is None else stream
-        self.estimates = np.random.default_rng()  # Monte Carlo propensities only: never the choices
         self.chol = np.zeros((1, 0, 0))
 
     def refresh(self, inv: np.ndarray) -> None:
@@ -45,16 +46,19 @@ class Chooser:
         if self.exploration == "thompson":
             self.chol = cholesky_of_inverse(inv[None])
 
-    def choose(self, features: np.ndarray, scores: np.ndarray, theta: np.ndarray) -> tuple[int, float, float]:
+    def choose(
+        self, features: np.ndarray, scores: np.ndarray, theta: np.ndarray, key: list[int] | None
+    ) -> tuple[int, float, float]:
         """(arm, its propensity, the propensity's standard error) for ``features (K, d)`` float32 with UCB
-        ``scores (K,)`` and the model's ``theta (d,)``."""
+        ``scores (K,)`` and the model's ``theta (d,)``; ``key`` seeds Thompson sampling's Monte Carlo
+        propensity (None: OS entropy)."""
         if self.exploration == "ucb":
             return int(scores.argmax()), 1.0, 0.0
         if self.exploration == "thompson":
             z = self.rng.standard_normal((self.silos, len(theta)))[self.silo]
             x = features.astype(np.float64)[None]
             arm = int(thompson_draw(x, theta[None], self.chol, self.scale, z[None]).argmax(axis=1)[0])
-            normals = self.estimates.standard_normal((1, self.samples, len(theta)))
+            normals = np.random.default_rng(key).standard_normal((1, self.samples, len(theta)))
             p, error = thompson_propensity(x, theta[None], self.chol, self.scale, np.array([arm]), normals)
             return arm, float(p[0]), float(error[0])
         probs = closed_form(self.exploration, scores[None], self.rate, self.temperature)
