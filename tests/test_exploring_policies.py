@@ -1,4 +1,4 @@
-"""LinUCB and FedLinUCB choosing at random (issue #46): the simulator's policies state the exact
+"""The LinUCB-type learners choosing at random (issue #46): the simulator's policies state the exact
 probability of each choice, their choices follow it, a seed reproduces them, and what does not yet
 explore at random refuses in one line."""
 
@@ -14,6 +14,8 @@ from fedbandits.registry import ALGORITHMS, PolicyContext
 from fedbandits.sim.runner import run_experiment
 
 K, D = 4, 3
+#: every LinUCB-type learner that chooses through core.exploration.Explorer
+EXPLORING = ["linucb-independent", "fedlinucb", "fedlinucb-async", "feducb", "feducb-decentralized"]
 
 
 def _policy(name: str, runs: int = 1, agents: int = 2, **params: object) -> object:
@@ -49,7 +51,7 @@ def _trained(policy: object, seed: int = 0) -> np.ndarray:
         {"exploration": "thompson", "posterior_scale": 3.0, "propensity_samples": 20_000},
     ],
 )
-@pytest.mark.parametrize("name", ["linucb-independent", "fedlinucb"])
+@pytest.mark.parametrize("name", EXPLORING)
 def test_the_stated_propensity_is_the_frequency_of_the_choice(name: str, params: dict[str, object]) -> None:
     """4,000 choices on the same state and features: each arm's frequency within 4.5 standard errors of
     the policy's stated probability (plus Thompson's stated Monte Carlo error); the stated probability of
@@ -109,6 +111,28 @@ def test_a_randomized_run_is_reproduced_by_its_seed_and_learns() -> None:
     assert one < 0.5 * _regret(_config("epsilon-greedy", exploration_rate=1.0))
 
 
+@pytest.mark.parametrize("name", ["fedlinucb-async", "feducb", "feducb-decentralized"])
+def test_every_federated_learner_explores_reproducibly_and_learns(name: str) -> None:
+    """The other federated learners through the same Explorer: a seed reproduces a Thompson run to the
+    last digit, and it learns: regret under half a uniformly random choice's on the same instance,
+    without privacy (FedUCB's default epsilon = 1 barely learns in 300 rounds even with UCB: 234 against
+    323).  Measured: async 14, FedUCB 19, decentralized 17 against 323."""
+    private = {} if name == "fedlinucb-async" else {"private": False}
+
+    def config(exploration: str, seed: int = 4, **extra: object) -> object:
+        return config_from_dict(
+            {
+                "experiment": {"horizon": 300, "runs": 2, "seed": seed},
+                "environment": {"name": "gaussian-sphere", "agents": 3, "arms": 10, "dim": 5},
+                "algorithms": [{"name": name, "exploration": exploration, "posterior_scale": 0.2, **private, **extra}],
+            }
+        )
+
+    one, two = _regret(config("thompson")), _regret(config("thompson"))
+    assert one == two != _regret(config("thompson", seed=5))
+    assert one < 0.5 * _regret(config("epsilon-greedy", exploration_rate=1.0))
+
+
 @pytest.mark.parametrize(
     "params",
     [
@@ -159,7 +183,7 @@ def test_bad_exploration_parameters_are_refused_in_one_line(params: dict[str, ob
         config_from_dict({"environment": {"name": "gaussian-sphere"}, "algorithms": [{"name": "fedlinucb", **params}]})
     with pytest.raises(ConfigError, match=r"exploration"):
         config_from_dict(
-            {"environment": {"name": "gaussian-sphere"}, "algorithms": [{"name": "feducb", "exploration": "softmax"}]}
+            {"environment": {"name": "gaussian-sphere"}, "algorithms": [{"name": "linucb-super", "exploration": "softmax"}]}
         )
 
 

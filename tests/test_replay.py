@@ -121,11 +121,31 @@ def test_a_private_federation_replays_in_lockstep_until_a_silo_runs_out() -> Non
     assert (done.scanned <= log.n).all()
 
 
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [
+        ("fedlinucb-async", {"protocol": "ldp-prefix", "trigger": "period", "batch": 5}),
+        ("feducb", {"epsilon": 1.0}),
+        ("feducb-decentralized", {"private": False, "exploration": "thompson", "posterior_scale": 0.3}),
+    ],
+)
+def test_the_other_federated_learners_replay_in_lockstep(name: str, params: dict[str, object]) -> None:
+    """Each replays (its choice leaves its state as it was) and a seed reproduces the replay."""
+    from fedbandits.evaluation.replay import check_replayable
+
+    config = _config(name, 50, runs=2, **params)
+    check_replayable(config)  # type: ignore[arg-type]
+    log = _log(9, 50 * SILOS * K * 3)
+    first, again = (replay(config, 0, log) for _ in range(2))  # type: ignore[arg-type]
+    assert first.rounds == 50 and first.accepted == 50 * SILOS
+    assert (first.values == again.values).all() and (first.scanned == again.scanned).all()
+
+
 def test_what_cannot_replay_is_refused_in_one_line() -> None:
     from fedbandits.evaluation.replay import check_replayable
 
-    with pytest.raises(ValueError, match=r"^algorithms entry 'x' \(feducb\): replay drives linucb-independent and"):
-        check_replayable(_config("feducb", 100))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^algorithms entry 'x' \(hetofedbandit\): replay drives linucb-independent, "):
+        check_replayable(_config("hetofedbandit", 100))  # type: ignore[arg-type]
 
 
 def test_the_evaluate_command_prints_one_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -160,7 +180,7 @@ def test_the_evaluate_command_refuses_bad_options_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = tmp_path / "eval.toml"
-    config.write_text('[[algorithms]]\nname = "feducb"\n')
+    config.write_text('[[algorithms]]\nname = "hetofedbandit"\n')
     np.savez(
         tmp_path / "a.npz",
         features=np.zeros((3, 2, 2)),
@@ -169,7 +189,7 @@ def test_the_evaluate_command_refuses_bad_options_in_one_line(
         rewards=np.zeros(3),
     )
     for argv, message in (
-        ([str(config), "--logs", str(tmp_path / "a.npz")], "replay drives linucb-independent and fedlinucb"),
+        ([str(config), "--logs", str(tmp_path / "a.npz")], "replay drives linucb-independent, fedlinucb"),
         ([str(config), "--logs", str(tmp_path / "a.npz"), "--estimators", "ips,xx"], "--estimators: each of"),
         ([str(config), "--logs", str(tmp_path / "a.npz"), "--silos-by", "position"], "--silos-by goes with --obd"),
         ([str(config), "--logs", str(tmp_path / "b.npz")], "b.npz: not a readable .npz file"),

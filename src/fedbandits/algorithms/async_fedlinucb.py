@@ -60,13 +60,15 @@ import numpy as np
 from fedbandits.algorithms.base import (
     CLIPPING_COUNTS,
     ClipCounts,
-    LinUCBParams,
+    Explores,
+    ExploringLinUCBParams,
     MergeRule,
     Policy,
     PolicyContext,
     policy_entry,
 )
 from fedbandits.algorithms.fedlinucb import FedLinUCBParams, calibrated
+from fedbandits.core.exploration import Explorer
 from fedbandits.core.ridge import spd_inverse
 from fedbandits.core.ucb import UCBScorer
 from fedbandits.core.validation import check_choice, check_float
@@ -90,7 +92,7 @@ SCHEDULE_LEAK = (
 
 
 @dataclass(frozen=True)
-class AsyncFedLinUCBParams(LinUCBParams):
+class AsyncFedLinUCBParams(ExploringLinUCBParams):
     """The LinUCB parameters, the per-agent trigger, and (with ``protocol = "ldp-prefix"``) the privacy
     request, validated as FedLinUCB's (:meth:`release_params` builds the equivalent FedLinUCB request)."""
 
@@ -210,7 +212,7 @@ class SiloTrees:
         return np.einsum("nl,lnp->np", bits.astype(np.float64), self.noisy[:, runs, silos])
 
 
-class AsyncFedLinUCB(Policy, ClipCounts):
+class AsyncFedLinUCB(Policy, ClipCounts, Explores):
     """He et al.'s asynchronous FedLinUCB (see the module docstring), batched over runs x agents."""
 
     name = "fedlinucb-async"
@@ -238,8 +240,10 @@ class AsyncFedLinUCB(Policy, ClipCounts):
         calibration: NoiseCalibration | None = None,
         reg: float | None = None,
         record: bool = False,
+        choice_rngs: Sequence[np.random.Generator] | None = None,
     ) -> None:
         super().__init__(n_runs, n_agents, n_arms, dim, horizon)
+        self.explorer = Explorer(params, n_runs, n_agents, choice_rngs)
         if params.private and calibration is None:
             raise ValueError("a private fedlinucb-async needs its calibration")
         self.params = params
@@ -284,9 +288,8 @@ class AsyncFedLinUCB(Policy, ClipCounts):
         beta = self.radius(float(self.n_agents * self.t), self.dim, self.reg_value)
         theta = np.einsum("...ij,...j->...i", self.inv, self.bias)
         flat = features.reshape(n, self.n_arms, self.dim)
-        return self.scorer.select(
-            flat, self.inv.reshape(n, self.dim, self.dim), theta.reshape(n, self.dim), beta
-        ).reshape(self.n_runs, self.n_agents)
+        inv = self.inv.reshape(n, self.dim, self.dim)
+        return self.explorer.choose(self.scorer, flat, inv, theta.reshape(n, self.dim), beta)
 
     def _observe(self, x: np.ndarray, y: np.ndarray) -> None:
         if self.private:
@@ -388,6 +391,7 @@ def _build(params: AsyncFedLinUCBParams, ctx: PolicyContext) -> Policy:
         calibration=cal,
         reg=reg,
         record=ctx.record_transcript,
+        choice_rngs=ctx.choice_rngs,
     )
 
 

@@ -10,7 +10,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from fedbandits.core.clipping import centred, clip_norm, clip_rewards
-from fedbandits.core.exploration import EXPLORATIONS
+from fedbandits.core.exploration import EXPLORATIONS, Explorer
 from fedbandits.core.ridge import raise_eigenvalues
 from fedbandits.core.ucb import ConfidenceRadius
 from fedbandits.core.validation import check_array, check_choice, check_float, check_int
@@ -136,6 +136,18 @@ CLIPPING_COUNTS: dict[str, MergeRule] = {
     "clipped_rewards": "sum",
     "psd_repairs": "sum",
 }
+
+
+class Explores:
+    """A learner that may choose at random (:class:`ExploringLinUCBParams`): its choices go through
+    :attr:`explorer`, which states the probability of each one."""
+
+    explorer: Explorer
+
+    def propensities(self, rng: np.random.Generator | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The probability of every agent's last choice (R, M) and its standard error
+        (:meth:`fedbandits.core.exploration.Explorer.propensities`)."""
+        return self.explorer.propensities(rng)
 
 
 class ClipCounts:

@@ -48,7 +48,7 @@ and ``"theory"`` (Zhou & Chowdhury's Lemma C.4) are available as for every LinUC
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -57,12 +57,14 @@ import numpy as np
 from fedbandits.algorithms.base import (
     CLIPPING_COUNTS,
     ClipCounts,
-    LinUCBParams,
+    Explores,
+    ExploringLinUCBParams,
     MergeRule,
     Policy,
     PolicyContext,
     policy_entry,
 )
+from fedbandits.core.exploration import Explorer
 from fedbandits.core.ridge import RidgeState, spd_inverse
 from fedbandits.core.ucb import ConfidenceRadius, UCBScorer
 from fedbandits.core.validation import check_choice, check_float
@@ -92,7 +94,7 @@ ADAPTIVE_SCHEDULE_LEAK = "the adaptive sync schedule reads non-private data (Zho
 
 
 @dataclass(frozen=True)
-class FedUCBParams(LinUCBParams):
+class FedUCBParams(ExploringLinUCBParams):
     radius: str = field(default="proposition-2", metadata={"help": "'proposition-2', 'theory' or 'constant'"})
     threshold: float | str = field(
         default="theorem-1", metadata={"help": "sync threshold D > 0, or 'theorem-1' (D of Theorem 1)"}
@@ -319,7 +321,7 @@ def _schedule_mu(sigma: float, nodes: int, cov_sensitivity: float) -> float:
     return math.sqrt(nodes * cov_sensitivity**2 / 2.0) / sigma
 
 
-class FedUCB(Policy, ClipCounts):
+class FedUCB(Policy, ClipCounts, Explores):
     """Centralized FedUCB for R runs x M agents (see the module docstring)."""
 
     name = "feducb"
@@ -348,8 +350,10 @@ class FedUCB(Policy, ClipCounts):
         horizon: int,
         params: FedUCBParams,
         noise_rngs: list[np.random.Generator] | None = None,
+        choice_rngs: Sequence[np.random.Generator] | None = None,
     ) -> None:
         super().__init__(n_runs, n_agents, n_arms, dim, horizon)
+        self.explorer = Explorer(params, n_runs, n_agents, choice_rngs)
         self.params = params
         self.reward_offset = params.reward_offset
         self.private = params.private
@@ -414,7 +418,7 @@ class FedUCB(Policy, ClipCounts):
         flat = features.reshape(n, self.n_arms, self.dim)
         inv = self.state.inv.reshape(n, self.dim, self.dim)
         theta = self.state.theta().reshape(n, self.dim)
-        return self.scorer.select(flat, inv, theta, self.confidence()).reshape(self.n_runs, self.n_agents)
+        return self.explorer.choose(self.scorer, flat, inv, theta, self.confidence())
 
     def _observe(self, x: np.ndarray, y: np.ndarray) -> None:
         if self.private:
@@ -521,7 +525,9 @@ class FedUCB(Policy, ClipCounts):
 
 
 def _build(params: FedUCBParams, ctx: PolicyContext) -> Policy:
-    return FedUCB(ctx.n_runs, ctx.n_agents, ctx.n_arms, ctx.dim, ctx.horizon, params, list(ctx.noise_rngs))
+    return FedUCB(
+        ctx.n_runs, ctx.n_agents, ctx.n_arms, ctx.dim, ctx.horizon, params, list(ctx.noise_rngs), ctx.choice_rngs
+    )
 
 
 #: the registry's entry (fedbandits' pyproject.toml names it)

@@ -86,7 +86,15 @@ from typing import ClassVar
 
 import numpy as np
 
-from fedbandits.algorithms.base import CLIPPING_COUNTS, ClipCounts, MergeRule, Policy, PolicyContext, policy_entry
+from fedbandits.algorithms.base import (
+    CLIPPING_COUNTS,
+    ClipCounts,
+    Explores,
+    MergeRule,
+    Policy,
+    PolicyContext,
+    policy_entry,
+)
 from fedbandits.algorithms.communication_graph import (
     GRAPHS,
     Graph,
@@ -102,6 +110,7 @@ from fedbandits.algorithms.feducb import (
     proposition2_radius,
     theorem1_threshold,
 )
+from fedbandits.core.exploration import Explorer
 from fedbandits.core.ridge import spd_inverse
 from fedbandits.core.ucb import UCBScorer
 from fedbandits.core.validation import check_choice, check_float, check_int
@@ -223,7 +232,7 @@ class _Floods:
 # -- the policy --------------------------------------------------------------------------------
 
 
-class DecentralizedFedUCB(Policy, ClipCounts):
+class DecentralizedFedUCB(Policy, ClipCounts, Explores):
     """Decentralized FedUCB for R runs x M agents (see the module docstring)."""
 
     name = "feducb-decentralized"
@@ -263,8 +272,10 @@ class DecentralizedFedUCB(Policy, ClipCounts):
         horizon: int,
         params: DecentralizedFedUCBParams,
         noise_rngs: Sequence[np.random.Generator] | None = None,
+        choice_rngs: Sequence[np.random.Generator] | None = None,
     ) -> None:
         super().__init__(n_runs, n_agents, n_arms, dim, horizon)
+        self.explorer = Explorer(params, n_runs, n_agents, choice_rngs)
         self.params = params
         self.reward_offset = params.reward_offset
         self.private = params.private
@@ -401,8 +412,7 @@ class DecentralizedFedUCB(Policy, ClipCounts):
         inv = self.inv[:, :, g]
         theta = np.einsum("rmij,rmj->rmi", inv, self.bias[:, :, g])
         flat = features.reshape(n, self.n_arms, d)
-        picks = self.scorer.select(flat, inv.reshape(n, d, d), theta.reshape(n, d), self.confidence(g))
-        return picks.reshape(self.n_runs, self.n_agents)
+        return self.explorer.choose(self.scorer, flat, inv.reshape(n, d, d), theta.reshape(n, d), self.confidence(g))
 
     def _observe(self, x: np.ndarray, y: np.ndarray) -> None:
         if self.private:
@@ -574,7 +584,9 @@ def _logdet(gram: np.ndarray) -> np.ndarray:
 
 
 def _build(params: DecentralizedFedUCBParams, ctx: PolicyContext) -> Policy:
-    return DecentralizedFedUCB(ctx.n_runs, ctx.n_agents, ctx.n_arms, ctx.dim, ctx.horizon, params, list(ctx.noise_rngs))
+    return DecentralizedFedUCB(
+        ctx.n_runs, ctx.n_agents, ctx.n_arms, ctx.dim, ctx.horizon, params, list(ctx.noise_rngs), ctx.choice_rngs
+    )
 
 
 #: the registry's entry (fedbandits' pyproject.toml names it)

@@ -6,20 +6,21 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from fedbandits.algorithms.base import ExploringLinUCBParams, LinUCBParams, Policy, PolicyContext, policy_entry
-from fedbandits.core.exploration import (
-    cholesky_of_inverse,
-    closed_form,
-    draw,
-    thompson_draw,
-    thompson_propensity,
+from fedbandits.algorithms.base import (
+    Explores,
+    ExploringLinUCBParams,
+    LinUCBParams,
+    Policy,
+    PolicyContext,
+    policy_entry,
 )
+from fedbandits.core.exploration import Explorer
 from fedbandits.core.ridge import RidgeState
 from fedbandits.core.ucb import UCBScorer
 from fedbandits.envs.base import Environment, Round
 
 
-class IndependentLinUCB(Policy):
+class IndependentLinUCB(Policy, Explores):
     """Every agent runs its own LinUCB (Abbasi-Yadkori et al. 2011) and never communicates.
 
     With ``agents = 1`` this is single-agent LinUCB.  With ``exploration`` other than "ucb" every agent
@@ -46,11 +47,7 @@ class IndependentLinUCB(Policy):
         self.radius = params.confidence_radius()
         self.state = RidgeState((n_runs, n_agents), dim, params.reg)
         self.scorer = UCBScorer(n_runs * n_agents, n_arms, dim)
-        self.exploration = getattr(params, "exploration", "ucb")
-        if self.exploration != "ucb" and (choice_rngs is None or len(choice_rngs) != n_runs):
-            raise ValueError(f"exploration {self.exploration!r} needs one choice Generator per run")
-        self.choice_rngs = list(choice_rngs or [])
-        self._last: tuple[np.ndarray, ...] = ()
+        self.explorer = Explorer(params, n_runs, n_agents, choice_rngs)
 
     def radius_samples(self) -> int:
         """Number of samples n the radius beta(n) accounts for: an agent's own t rounds."""
@@ -62,40 +59,7 @@ class IndependentLinUCB(Policy):
         flat = features.reshape(n, self.n_arms, self.dim)
         inv = self.state.inv.reshape(n, self.dim, self.dim)
         theta = self.state.theta().reshape(n, self.dim)
-        if self.exploration == "ucb":
-            return self.scorer.select(flat, inv, theta, beta).reshape(self.n_runs, self.n_agents)
-        return self._explore(flat, inv, theta, beta).reshape(self.n_runs, self.n_agents)
-
-    def _explore(self, flat: np.ndarray, inv: np.ndarray, theta: np.ndarray, beta: float | np.ndarray) -> np.ndarray:
-        """A random choice per learner (run-major: run r's agents draw from run r's Generator)."""
-        params: ExploringLinUCBParams = self.params  # type: ignore[assignment]
-        m, d = self.n_agents, self.dim
-        if self.exploration == "thompson":
-            chol = cholesky_of_inverse(inv)
-            z = np.concatenate([rng.standard_normal((m, d)) for rng in self.choice_rngs])
-            choice = thompson_draw(flat.astype(np.float64), theta, chol, params.posterior_scale, z).argmax(axis=1)
-            self._last = (flat.astype(np.float64), theta, chol, choice)
-            return choice
-        scores = self.scorer.scores(flat, inv, theta, beta)
-        probs = closed_form(self.exploration, scores, params.exploration_rate, params.temperature)
-        choice = draw(probs, np.concatenate([rng.random(m) for rng in self.choice_rngs]))
-        self._last = (probs[np.arange(len(choice)), choice],)
-        return choice
-
-    def propensities(self, rng: np.random.Generator | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """The probability of every agent's last choice (R, M), and its standard error: 1 and 0 for
-        ``ucb``; exact for epsilon-greedy, softmax and Thompson sampling with K = 2; else Thompson's
-        Monte Carlo estimate from ``propensity_samples`` draws of ``rng`` (not the choice Generators)."""
-        shape = (self.n_runs, self.n_agents)
-        if self.exploration == "ucb" or not self._last:
-            return np.ones(shape), np.zeros(shape)
-        if len(self._last) == 1:
-            return self._last[0].reshape(shape), np.zeros(shape)
-        flat, theta, chol, choice = self._last
-        samples: int = self.params.propensity_samples  # type: ignore[attr-defined]
-        normals = (rng or np.random.default_rng(0)).standard_normal((len(choice), samples, self.dim))
-        p, error = thompson_propensity(flat, theta, chol, self.params.posterior_scale, choice, normals)  # type: ignore[attr-defined]
-        return p.reshape(shape), error.reshape(shape)
+        return self.explorer.choose(self.scorer, flat, inv, theta, beta)
 
     def _observe(self, x: np.ndarray, y: np.ndarray) -> None:
         self.state._update_unchecked(x, y)

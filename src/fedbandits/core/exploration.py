@@ -23,8 +23,11 @@ Every function works on a batch of N learners: ``scores (N, K)``; a choice is dr
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
+
+from fedbandits.core.ucb import UCBScorer
 
 EXPLORATIONS = ("ucb", "epsilon-greedy", "softmax", "thompson")
 
@@ -119,3 +122,62 @@ def cholesky_of_inverse(inv: np.ndarray) -> np.ndarray:
 def propensity_error_bound(samples: int) -> float:
     """The largest standard error of a Monte Carlo propensity from ``samples`` draws: 0.5 / sqrt(S)."""
     return 0.5 / math.sqrt(samples)
+
+
+class Explorer:
+    """The random choice of a batch of R x M learners (one per run and agent) and the probability of
+    each one's last choice: what every exploring LinUCB-type learner of the simulator shares.
+
+    ``params`` carries the rule (:class:`fedbandits.algorithms.base.ExploringLinUCBParams`'s fields,
+    read by name); run r's agents draw, in agent order, from ``choice_rngs[r]`` alone, so a run is
+    reproduced from its seed whatever other runs share its task.
+    """
+
+    def __init__(self, params: object, n_runs: int, n_agents: int, choice_rngs: Sequence[np.random.Generator] | None):
+        self.rule: str = getattr(params, "exploration", "ucb")
+        if self.rule != "ucb" and (choice_rngs is None or len(choice_rngs) != n_runs):
+            raise ValueError(f"exploration {self.rule!r} needs one choice Generator per run")
+        self.rate = float(getattr(params, "exploration_rate", 0.0))
+        self.temperature = float(getattr(params, "temperature", 1.0))
+        self.scale = float(getattr(params, "posterior_scale", 0.0))
+        self.samples = int(getattr(params, "propensity_samples", 1))
+        self.shape = (n_runs, n_agents)
+        self.choice_rngs = list(choice_rngs or [])
+        self._last: tuple[np.ndarray, ...] = ()
+
+    @property
+    def randomized(self) -> bool:
+        return self.rule != "ucb"
+
+    def choose(
+        self, scorer: UCBScorer, flat: np.ndarray, inv: np.ndarray, theta: np.ndarray, beta: np.ndarray | float
+    ) -> np.ndarray:
+        """The arms (R, M) of the learners whose candidates are ``flat`` (N, K, d), N = R M run-major,
+        inverses ``inv`` (N, d, d), estimates ``theta`` (N, d) and radius ``beta`` (scalar or (N,))."""
+        if self.rule == "ucb":
+            return scorer.select(flat, inv, theta, beta).reshape(self.shape)
+        m, d = self.shape[1], flat.shape[2]
+        if self.rule == "thompson":
+            chol = cholesky_of_inverse(inv)
+            z = np.concatenate([rng.standard_normal((m, d)) for rng in self.choice_rngs])
+            features = flat.astype(np.float64)
+            choice = thompson_draw(features, theta, chol, self.scale, z).argmax(axis=1)
+            self._last = (features, theta, chol, choice)
+            return choice.reshape(self.shape)  # type: ignore[no-any-return]
+        probs = closed_form(self.rule, scorer.scores(flat, inv, theta, beta), self.rate, self.temperature)
+        choice = draw(probs, np.concatenate([rng.random(m) for rng in self.choice_rngs]))
+        self._last = (probs[np.arange(len(choice)), choice],)
+        return choice.reshape(self.shape)  # type: ignore[no-any-return]
+
+    def propensities(self, rng: np.random.Generator | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The probability of every learner's last choice (R, M), and its standard error: 1 and 0 for
+        ``ucb``; exact for epsilon-greedy, softmax and Thompson sampling with K = 2; else Thompson's
+        Monte Carlo estimate from ``propensity_samples`` draws of ``rng`` (not the choice Generators)."""
+        if not self.randomized or not self._last:
+            return np.ones(self.shape), np.zeros(self.shape)
+        if len(self._last) == 1:
+            return self._last[0].reshape(self.shape), np.zeros(self.shape)
+        features, theta, chol, choice = self._last
+        normals = (rng or np.random.default_rng(0)).standard_normal((len(choice), self.samples, theta.shape[1]))
+        p, error = thompson_propensity(features, theta, chol, self.scale, choice, normals)
+        return p.reshape(self.shape), error.reshape(self.shape)

@@ -20,7 +20,7 @@ the M accepted rewards and syncs.  Replay stops when a silo's rows run out (the 
 stated) or at the config's horizon, which also fixes every private protocol's calibration and
 schedule before any row is read.  The policies are the simulator's, built from the config as it
 builds them; those whose choice changes nothing but their state when fed (LinUCB, FedLinUCB under
-every protocol) replay.
+every protocol, asynchronous FedLinUCB, FedUCB and decentralized FedUCB: :data:`REPLAYED`) replay.
 """
 
 from __future__ import annotations
@@ -36,8 +36,10 @@ from fedbandits.registry import ALGORITHMS, PolicyContext
 from fedbandits.sim.seeding import choice_rngs, noise_rngs
 
 #: the algorithms replay drives: their ``select`` leaves the learner's state as it is (a randomized one
-#: draws from its choice stream, which is not learned state)
-REPLAYED = ("linucb-independent", "fedlinucb")
+#: draws from its choice stream, which is not learned state), and they choose through
+#: core.exploration.Explorer.  The clustering family reads the environment's arriving users
+#: (``bind``) and HetoFedBandit's first phase draws from its noise streams: not replayed.
+REPLAYED = ("linucb-independent", "fedlinucb", "fedlinucb-async", "feducb", "feducb-decentralized")
 
 
 @dataclass(frozen=True)
@@ -91,7 +93,7 @@ def check_replayable(config: Config) -> None:
     for alg in config.algorithms:
         if alg.name not in REPLAYED:
             raise ValueError(
-                f"algorithms entry {alg.label!r} ({alg.name}): replay drives {' and '.join(REPLAYED)}, "
+                f"algorithms entry {alg.label!r} ({alg.name}): replay drives {', '.join(REPLAYED)}, "
                 "whose choice leaves their state unchanged"
             )
 
