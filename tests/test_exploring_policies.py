@@ -183,7 +183,10 @@ def test_bad_exploration_parameters_are_refused_in_one_line(params: dict[str, ob
         config_from_dict({"environment": {"name": "gaussian-sphere"}, "algorithms": [{"name": "fedlinucb", **params}]})
     with pytest.raises(ConfigError, match=r"exploration"):
         config_from_dict(
-            {"environment": {"name": "gaussian-sphere"}, "algorithms": [{"name": "linucb-super", "exploration": "softmax"}]}
+            {
+                "environment": {"name": "gaussian-sphere"},
+                "algorithms": [{"name": "linucb-super", "exploration": "softmax"}],
+            }
         )
 
 

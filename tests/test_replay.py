@@ -144,7 +144,8 @@ def test_the_other_federated_learners_replay_in_lockstep(name: str, params: dict
 def test_what_cannot_replay_is_refused_in_one_line() -> None:
     from fedbandits.evaluation.replay import check_replayable
 
-    with pytest.raises(ValueError, match=r"^algorithms entry 'x' \(hetofedbandit\): replay drives linucb-independent, "):
+    refused = r"^algorithms entry 'x' \(hetofedbandit\): replay drives linucb-independent, "
+    with pytest.raises(ValueError, match=refused):
         check_replayable(_config("hetofedbandit", 100))  # type: ignore[arg-type]
 
 
