@@ -79,11 +79,37 @@ def test_an_npz_log_without_an_array_or_with_objects_is_refused(tmp_path: Path) 
         read_npz(tmp_path / "text.npz")
 
 
-def test_logs_of_different_shapes_do_not_concatenate(tmp_path: Path) -> None:
+def test_logs_of_different_widths_do_not_concatenate(tmp_path: Path) -> None:
     one = read_npz(_npz(tmp_path / "a.npz"))
-    other = read_npz(_npz(tmp_path / "b.npz", arms=5))
-    with pytest.raises(ValueError, match=r"b.npz: K = 5, d = 3, but .*a.npz has K = 4, d = 3"):
+    other = read_npz(_npz(tmp_path / "b.npz", dim=4))
+    with pytest.raises(ValueError, match=r"b.npz: d = 0 \+ 4 \(static \+ per round\), but .*a.npz has d = 0 \+ 3"):
         concatenate([one, other])
+
+
+def test_silos_with_catalogues_of_their_own_concatenate(tmp_path: Path) -> None:
+    """Silo a offers 4 candidates, silo b 6: one log of K = 6 where a's rounds offer their first 4 (the
+    features of each round as its own file has them), the uniform policy is 1/K_s on the candidates
+    offered, and an action beyond its silo's candidates is refused in one line."""
+    static_a = np.arange(8, dtype=np.float32).reshape(4, 2)
+    static_b = -np.arange(12, dtype=np.float32).reshape(6, 2)
+    one = read_npz(_npz(tmp_path / "a.npz", arms=4, dim=1, static=static_a))
+    two = read_npz(_npz(tmp_path / "b.npz", n=20, arms=6, dim=1, static=static_b, seed=3))
+    both = concatenate([one, two])
+    assert (both.n_arms, both.dim) == (6, 3) and both.catalogue is not None
+    assert np.array_equal(both.arms_of(np.array([0, 49, 50, 69])), [4, 4, 6, 6])
+    for log, rows, offset in ((one, np.arange(50), 0), (two, np.arange(20), 50)):
+        k = log.n_arms
+        assert np.array_equal(both.features(rows + offset)[:, :k], log.features(rows))
+        assert np.array_equal(both.logged_features(rows + offset), log.logged_features(rows))
+    assert not both.features(np.arange(50))[:, 4:].any()  # silo a's rounds: nothing beyond its 4
+    offered = both.available(np.arange(70))
+    assert offered is not None and offered[:50, :4].all() and not offered[:50, 4:].any() and offered[50:].all()
+    pi = fixed.uniform(both)
+    assert np.allclose(pi[:50, :4], 0.25) and not pi[:50, 4:].any() and np.allclose(pi[50:], 1 / 6)
+    import dataclasses
+
+    with pytest.raises(ValueError, match=r"round 3: action must be in \[0, 4\) \(silo a's candidates\), got 5"):
+        dataclasses.replace(both, actions=np.r_[both.actions[:3], 5, both.actions[4:]])
 
 
 # -- the Open Bandit Dataset's layout, generated (known answers), so every clone tests the reader ------

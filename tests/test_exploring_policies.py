@@ -78,6 +78,41 @@ def test_the_stated_propensity_is_the_frequency_of_the_choice(name: str, params:
     assert probs.max() < 0.97  # the test state really explores
 
 
+@pytest.mark.parametrize(
+    "params",
+    [
+        {},
+        {"exploration": "epsilon-greedy", "exploration_rate": 0.5},
+        {"exploration": "softmax", "temperature": 1.0},
+        {"exploration": "thompson", "posterior_scale": 3.0, "propensity_samples": 20_000},
+    ],
+)
+def test_a_learner_chooses_only_the_candidates_offered(params: dict[str, object]) -> None:
+    """Agent 0 offered candidates 0 and 2 of 4, agent 1 all four: 2,000 choices never leave what was
+    offered, and agent 0's stated propensities are its frequencies over the two (the tolerance of the
+    first test)."""
+    policy = _policy("fedlinucb", **params)
+    features = _trained(policy)
+    offered = np.ones((1, 2, K), bool)
+    offered[0, 0, [1, 3]] = False
+    counts, probs, errors = np.zeros(K), np.zeros(K), np.zeros(K)
+    for _ in range(2000):
+        choice = policy.select(features, offered)  # type: ignore[attr-defined]
+        assert offered[0, np.arange(2), choice[0]].all()
+        a = int(choice[0, 0])
+        counts[a] += 1
+        p, e = policy.propensities(np.random.default_rng(a))  # type: ignore[attr-defined]
+        probs[a], errors[a] = p[0, 0], e[0, 0]
+    freq, seen = counts / 2000, counts > 0
+    larger = np.maximum(probs, freq)
+    tolerance = 4.5 * np.sqrt(larger * (1 - larger) / 2000 + errors**2) + 1e-9
+    assert (np.abs(freq - probs)[seen] <= tolerance[seen]).all(), (freq, probs)
+    if params:
+        assert seen[[0, 2]].all()  # both offered candidates are chosen
+    else:
+        assert (probs[seen] == 1).all()
+
+
 def test_ucb_is_deterministic_with_propensity_one() -> None:
     policy = _policy("linucb-independent")
     features = _trained(policy)

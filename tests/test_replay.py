@@ -141,6 +141,41 @@ def test_the_other_federated_learners_replay_in_lockstep(name: str, params: dict
     assert (first.values == again.values).all() and (first.scanned == again.scanned).all()
 
 
+def test_silos_with_catalogues_of_their_own_replay_as_each_alone() -> None:
+    """Silo a offers 3 candidates, silo b 4 (a logger uniform within each, so no rejection): independent
+    LinUCB replayed on both in lockstep chooses within each silo's own candidates, so each silo accepts
+    exactly the rounds it accepts replayed alone, and the joint value is the mean of the two."""
+    from fedbandits.evaluation.logs import concatenate
+
+    full = _log(21, 60 * K * 4)
+    kept = full.rows((full.actions < 3) & (full.silos == 0))  # silo a: a uniform logger over 3 candidates
+    small = BanditLog(
+        kept.actions,
+        np.full(kept.n, 1 / 3),
+        kept.rewards,
+        np.zeros((3, 0), np.float32),
+        kept.dynamic[:, :3],
+        np.zeros(kept.n, np.int64),
+        ("a",),
+    )
+    other = dataclasses.replace(full.rows(full.silos == 1), silos=np.zeros(int((full.silos == 1).sum()), np.int64))
+    other = dataclasses.replace(other, silo_names=("b",))
+    both = concatenate([small, other])
+    assert both.catalogue is not None and both.n_arms == K
+    config = _config("linucb-independent", 40)
+    joint, alone_a, alone_b = (replay(config, 0, log) for log in (both, small, other))  # type: ignore[arg-type]
+    assert joint.rounds == alone_a.rounds == alone_b.rounds == 40 and joint.rate == 1.0
+    assert joint.value == pytest.approx((alone_a.value + alone_b.value) / 2, abs=1e-12)
+    assert joint.scanned[0] == alone_a.scanned[0] + alone_b.scanned[0]
+
+
+def test_a_candidate_mask_needs_a_learner_that_takes_one() -> None:
+    params = _config("linucb-super", 10).algorithms[0].params  # type: ignore[attr-defined]
+    policy = ALGORITHMS["linucb-super"].factory(params, PolicyContext(1, 1, K, DIM, 10, [np.random.default_rng(0)]))
+    with pytest.raises(ValueError, match=r"linucb-super chooses among all K candidates"):
+        policy.select(np.zeros((1, 1, K, DIM), np.float32), np.ones((1, 1, K), bool))
+
+
 def test_what_cannot_replay_is_refused_in_one_line() -> None:
     from fedbandits.evaluation.replay import check_replayable
 
@@ -192,7 +227,7 @@ def test_the_evaluate_command_refuses_bad_options_in_one_line(
     for argv, message in (
         ([str(config), "--logs", str(tmp_path / "a.npz")], "replay drives linucb-independent, fedlinucb"),
         ([str(config), "--logs", str(tmp_path / "a.npz"), "--estimators", "ips,xx"], "--estimators: each of"),
-        ([str(config), "--logs", str(tmp_path / "a.npz"), "--silos-by", "position"], "--silos-by goes with --obd"),
+        ([str(config), "--logs", str(tmp_path / "a.npz"), "--silos-by", "position"], "--silos-by and --features go"),
         ([str(config), "--logs", str(tmp_path / "b.npz")], "b.npz: not a readable .npz file"),
     ):
         assert main(["evaluate", *argv]) == 2

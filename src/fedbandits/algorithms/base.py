@@ -228,9 +228,24 @@ class Policy(ABC):
         self.messages = np.zeros(n_runs, dtype=np.float64)
         self.bytes_sent = np.zeros(n_runs, dtype=np.float64)
 
-    def select(self, features: np.ndarray) -> np.ndarray:
-        """Chosen arm per (run, agent), shape ``(R, M)``, for ``features (R, M, K, d)``."""
-        return self._select(self.check_features(features))
+    def select(self, features: np.ndarray, available: np.ndarray | None = None) -> np.ndarray:
+        """Chosen arm per (run, agent), shape ``(R, M)``, for ``features (R, M, K, d)``; ``available``
+        (R, M, K) bool, when given, the candidates each agent may choose (a silo with fewer than K:
+        replay on silos with catalogues of their own), for a learner that :class:`Explores` only."""
+        features = self.check_features(features)
+        if available is None:
+            return self._select(features)
+        explorer = getattr(self, "explorer", None)
+        if explorer is None:
+            raise ValueError(f"{self.name} chooses among all K candidates of a round: it takes no candidate mask")
+        available = check_array("available", available, features.shape[:3], dtype=np.bool_)
+        if not available.any(axis=2).all():
+            raise ValueError("available: every agent needs at least one candidate")
+        explorer.available = available.reshape(-1, self.n_arms)
+        try:
+            return self._select(features)
+        finally:
+            explorer.available = None
 
     def observe(self, x: np.ndarray, y: np.ndarray) -> None:
         """Feed back the chosen features ``x (R, M, d)`` and their rewards ``y (R, M)``.

@@ -2,7 +2,8 @@
 
     fedbandits evaluate CONFIG.toml (--logs SILO.npz [SILO.npz ...] | --serve-logs STATE_DIR [...]
         | --obd FOLDER [--behavior random]
-        [--campaign all] [--silos-by COLUMN]) [--split M] [--estimators dm,ips,snips,dr]
+        [--campaign all] [--silos-by COLUMN|campaign] [--features items|shared]) [--split M]
+        [--tune GRID.toml [--tune-share 0.5]] [--estimators dm,ips,snips,dr]
         [--interval normal|bootstrap] [--resamples 1000] [--seed 0] [--json FILE] [--figure FILE.png]
     fedbandits evaluate --check-estimators --obd FOLDER [--campaign all] [--bts-prior FILE] [--draws N]
 
@@ -21,10 +22,12 @@ from fedbandits.config import Config, ConfigError, config_from_dict
 from fedbandits.evaluation.csv_log import read_csv_log
 from fedbandits.evaluation.estimators import ESTIMATORS, INTERVALS
 from fedbandits.evaluation.logs import BanditLog, concatenate, read_npz
-from fedbandits.evaluation.obd import BEHAVIORS, CAMPAIGNS, read_obd
+from fedbandits.evaluation.obd import BEHAVIORS, CAMPAIGNS, FEATURES, read_obd, read_obd_campaigns
 from fedbandits.evaluation.obd_check import check, format_check
 from fedbandits.evaluation.report import evaluate_config, format_table, write_figure, write_json
 from fedbandits.evaluation.serve_log import read_serve_log
+from fedbandits.evaluation.tuned import tune_on_log
+from fedbandits.experiments.tune import load_grid
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -50,8 +53,28 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     )
     p.add_argument("--behavior", choices=BEHAVIORS, default="random", help="with --obd: the logging policy")
     p.add_argument("--campaign", choices=CAMPAIGNS, default="all", help="with --obd: the campaign")
-    p.add_argument("--silos-by", metavar="COLUMN", help="with --obd: one silo per value of this column")
+    p.add_argument(
+        "--silos-by",
+        metavar="COLUMN",
+        help="with --obd: one silo per value of this column, or 'campaign': the three campaigns as silos",
+    )
+    p.add_argument(
+        "--features",
+        choices=FEATURES,
+        help="with --obd: 'items' (one-hot item + affinity, d = K + 1; the default) or 'shared' (constant, "
+        "item_feature_0, affinity: d = 3, the same meaning in every campaign; --silos-by campaign's)",
+    )
     p.add_argument("--split", type=positive_int, metavar="M", help="deal the rounds to M silos (seeded by --seed)")
+    p.add_argument(
+        "--tune",
+        type=Path,
+        metavar="GRID.toml",
+        help="tune the entries (fedbandits tune's grid) by replay on the first --tune-share of every silo's "
+        "rounds, and report the tuned config on the rest",
+    )
+    p.add_argument(
+        "--tune-share", type=float, default=0.5, help="with --tune: the share of the rounds tuned on (default 0.5)"
+    )
     p.add_argument(
         "--estimators",
         default=",".join(ESTIMATORS),
@@ -76,8 +99,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 def load_log(args: argparse.Namespace) -> BanditLog:
     """The log the options name, with its silos (checked)."""
     if args.obd is None:
-        if args.silos_by is not None:
-            raise ValueError("--silos-by goes with --obd")
+        if args.silos_by is not None or args.features is not None:
+            raise ValueError("--silos-by and --features go with --obd")
         if args.serve_logs is not None:
             logs = []
             for folder in args.serve_logs:
@@ -88,8 +111,12 @@ def load_log(args: argparse.Namespace) -> BanditLog:
             log = concatenate(logs)
         else:
             log = concatenate([read_csv_log(path) if path.suffix == ".csv" else read_npz(path) for path in args.logs])
+    elif args.silos_by == "campaign":
+        if args.features == "items":
+            raise ValueError("--silos-by campaign: the campaigns share no item: their silos take --features shared")
+        log = read_obd_campaigns(args.obd, args.behavior)
     else:
-        log = read_obd(args.obd, args.behavior, args.campaign, args.silos_by)
+        log = read_obd(args.obd, args.behavior, args.campaign, args.silos_by, args.features or "items")
     if args.split is not None:
         if len(log.silo_names) > 1:
             raise ValueError("--split deals one log to M silos: give one log, without --silos-by")
@@ -124,6 +151,13 @@ def evaluate(args: argparse.Namespace) -> int:
         raise ValueError("give CONFIG.toml (its entries are replayed), or --check-estimators with --obd")
     config = load_config(args.config)
     log = load_log(args)
+    tuning = None
+    if args.tune is not None:
+        tuning = tune_on_log(config, load_grid(args.tune), log, share=args.tune_share, seed=args.seed)
+        print("\n".join(tuning.lines()))
+        config, log = tuning.config, tuning.report
+    elif args.tune_share != 0.5:
+        raise ValueError("--tune-share goes with --tune")
     rows = evaluate_config(
         config,
         log,
@@ -134,7 +168,7 @@ def evaluate(args: argparse.Namespace) -> int:
     )
     print(format_table(rows, log))
     if args.json is not None:
-        write_json(args.json, rows, log)
+        write_json(args.json, rows, log, None if tuning is None else tuning.record())
     if args.figure is not None:
         write_figure(args.figure, rows, log)
     return 0

@@ -39,11 +39,13 @@ def _normal_cdf(x: np.ndarray) -> np.ndarray:
 
 def greedy_distribution(scores: np.ndarray, rate: float) -> np.ndarray:
     """epsilon-greedy's pi (N, K) over ``scores`` (N, K): rate / K everywhere, 1 - rate more on the argmax
-    (ties to the lowest index, as the UCB choice)."""
-    n, k = scores.shape
-    probs = np.full((n, k), rate / k)
+    (ties to the lowest index, as the UCB choice); a candidate scored -inf (not offered) gets 0, and
+    rate / K' goes to each of the K' others."""
+    n = scores.shape[0]
+    offered = scores > -np.inf
+    probs = rate * offered / offered.sum(axis=1, keepdims=True)
     probs[np.arange(n), scores.argmax(axis=1)] += 1.0 - rate
-    return probs
+    return probs  # type: ignore[no-any-return]
 
 
 def softmax_distribution(scores: np.ndarray, temperature: float) -> np.ndarray:
@@ -77,6 +79,11 @@ def thompson_draw(features: np.ndarray, theta: np.ndarray, chol: np.ndarray, sca
     return np.einsum("nkd,nd->nk", features, sample)  # type: ignore[no-any-return]
 
 
+def masked(scores: np.ndarray, available: np.ndarray | None) -> np.ndarray:
+    """``scores`` (N, K) with the candidates ``available`` (N, K) does not offer at -inf (never chosen)."""
+    return scores if available is None else np.where(available, scores, -np.inf)
+
+
 def thompson_propensity(
     features: np.ndarray,
     theta: np.ndarray,
@@ -84,16 +91,18 @@ def thompson_propensity(
     scale: float,
     chosen: np.ndarray,
     normals: np.ndarray,
+    available: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """P(``chosen`` = argmax) under Thompson sampling, and its standard error, for N learners.
 
     K = 2: exact, Phi((mu_a - mu_b) / sd(s_a - s_b)), the score gap being normal (error 0).  K > 2:
     the share of ``normals`` (N, S, d) draws whose argmax is the chosen arm, with standard error
     sqrt(max(p (1 - p), 1 / S) / S): never below 1 / S, the resolution of S draws (a share of 0 does
-    not mean a probability of 0: the arm was chosen)."""
+    not mean a probability of 0: the arm was chosen).  ``available`` (N, K): the candidates offered
+    (the others never win; the Monte Carlo estimate then, for any K)."""
     n, k, _ = features.shape
     rows = np.arange(n)
-    if k == 2:
+    if k == 2 and available is None:
         other = 1 - chosen
         gap = features[rows, chosen] - features[rows, other]  # (N, d)
         mean = np.einsum("nd,nd->n", gap, theta)
@@ -104,7 +113,7 @@ def thompson_propensity(
         tie = (spread == 0) & (mean == 0)
         p = np.where(tie, (chosen < other).astype(float), p)
         return p, np.zeros(n)
-    means = np.einsum("nkd,nd->nk", features, theta)
+    means = masked(np.einsum("nkd,nd->nk", features, theta), available)
     spread = np.matmul(features, chol)  # (N, K, d): the scores' noise is spread @ z
     shifts = scale * np.matmul(normals, np.swapaxes(spread, 1, 2))  # (N, S, K)
     best = (means[:, None, :] + shifts).argmax(axis=2)  # (N, S)
@@ -143,7 +152,9 @@ class Explorer:
         self.samples = int(getattr(params, "propensity_samples", 1))
         self.shape = (n_runs, n_agents)
         self.choice_rngs = list(choice_rngs or [])
-        self._last: tuple[np.ndarray, ...] = ()
+        self._last: tuple[np.ndarray | None, ...] = ()
+        #: (N, K) bool: the candidates offered in the next choice (None: all), set by Policy.select
+        self.available: np.ndarray | None = None
 
     @property
     def randomized(self) -> bool:
@@ -154,17 +165,21 @@ class Explorer:
     ) -> np.ndarray:
         """The arms (R, M) of the learners whose candidates are ``flat`` (N, K, d), N = R M run-major,
         inverses ``inv`` (N, d, d), estimates ``theta`` (N, d) and radius ``beta`` (scalar or (N,))."""
+        offered = self.available
         if self.rule == "ucb":
-            return scorer.select(flat, inv, theta, beta).reshape(self.shape)
+            if offered is None:
+                return scorer.select(flat, inv, theta, beta).reshape(self.shape)
+            return masked(scorer.scores(flat, inv, theta, beta), offered).argmax(axis=1).reshape(self.shape)  # type: ignore[no-any-return]
         m, d = self.shape[1], flat.shape[2]
         if self.rule == "thompson":
             chol = cholesky_of_inverse(inv)
             z = np.concatenate([rng.standard_normal((m, d)) for rng in self.choice_rngs])
             features = flat.astype(np.float64)
-            choice = thompson_draw(features, theta, chol, self.scale, z).argmax(axis=1)
-            self._last = (features, theta, chol, choice)
+            choice = masked(thompson_draw(features, theta, chol, self.scale, z), offered).argmax(axis=1)
+            self._last = (features, theta, chol, choice, offered)
             return choice.reshape(self.shape)  # type: ignore[no-any-return]
-        probs = closed_form(self.rule, scorer.scores(flat, inv, theta, beta), self.rate, self.temperature)
+        scores = masked(scorer.scores(flat, inv, theta, beta), offered)
+        probs = closed_form(self.rule, scores, self.rate, self.temperature)
         choice = draw(probs, np.concatenate([rng.random(m) for rng in self.choice_rngs]))
         self._last = (probs[np.arange(len(choice)), choice],)
         return choice.reshape(self.shape)  # type: ignore[no-any-return]
@@ -176,8 +191,9 @@ class Explorer:
         if not self.randomized or not self._last:
             return np.ones(self.shape), np.zeros(self.shape)
         if len(self._last) == 1:
-            return self._last[0].reshape(self.shape), np.zeros(self.shape)
-        features, theta, chol, choice = self._last
+            return self._last[0].reshape(self.shape), np.zeros(self.shape)  # type: ignore[union-attr]
+        features, theta, chol, choice, offered = self._last
+        assert features is not None and theta is not None and chol is not None and choice is not None
         normals = (rng or np.random.default_rng(0)).standard_normal((len(choice), self.samples, theta.shape[1]))
-        p, error = thompson_propensity(features, theta, chol, self.scale, choice, normals)
+        p, error = thompson_propensity(features, theta, chol, self.scale, choice, normals, offered)
         return p.reshape(self.shape), error.reshape(self.shape)

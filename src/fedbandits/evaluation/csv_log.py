@@ -126,8 +126,9 @@ def write_csv_log(path: Path, log: BanditLog, silo: int = 0) -> None:
     x = log.features(rows)
     names = [f"x{j}" for j in range(log.dim)]
     out = [",".join([*HEADER, *names])]
+    arms = int(log.arms_of(rows[:1])[0]) if rows.size else log.n_arms  # this silo's own candidates
     for i, row in enumerate(rows):
-        for k in range(log.n_arms):
+        for k in range(arms):
             chosen = k == log.actions[row]
             extra = f"1,{float(log.propensities[row])!r},{float(log.rewards[row])!r}" if chosen else "0,,"
             out.append(f"{i},{k},{extra}," + ",".join(f"{v:.9g}" for v in x[i, k]))

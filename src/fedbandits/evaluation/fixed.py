@@ -4,7 +4,7 @@ and the estimators of :mod:`fedbandits.evaluation.estimators`.
 A fixed policy is given by ``pi`` (n, K): its probability of each candidate on each logged round.
 The built-in ones:
 
-* :func:`uniform`: 1/K on every candidate;
+* :func:`uniform`: 1/K_s on each of a round's K_s candidates;
 * :func:`on_policy`: not an off-policy question at all: the log's own mean reward, the logging
   policy's on-policy value (its interval the normal one of a mean): the truth the estimates of the
   other logging policy's rounds are checked against (:mod:`fedbandits.evaluation.obd_check`).
@@ -23,7 +23,11 @@ from fedbandits.evaluation.reward_model import cross_fitted
 
 
 def uniform(log: BanditLog) -> np.ndarray:
-    return np.full((log.n, log.n_arms), 1.0 / log.n_arms)
+    """1 / K_s on each of a round's K_s candidates (its silo's)."""
+    available = log.available(slice(None))
+    if available is None:
+        return np.full((log.n, log.n_arms), 1.0 / log.n_arms)
+    return available / available.sum(axis=1, keepdims=True)  # type: ignore[no-any-return]
 
 
 def terms(log: BanditLog, pi: np.ndarray, q: np.ndarray | None) -> LoggedTerms:

@@ -12,10 +12,16 @@ recorded when it chose), four hashed ``user_feature_*`` and ``user-item_affinity
 item k.  As the dataset's authors do (its Pipeline's ``pre_process``), each (row, position) is one
 logged decision among the K items.
 
-Candidates' features (d = K + 1): item k's one-hot code (static) and the user's affinity to k
-(dynamic), so a linear reward model is a per-item click rate plus an affinity slope.  Silos: one
-(``silo_column = None``), or one per distinct value of a column (``user_feature_0``, 3 values, or
-``position``), named by it.
+Candidates' features, ``features = "items"`` (d = K + 1): item k's one-hot code (static) and the
+user's affinity to k (dynamic), so a linear reward model is a per-item click rate plus an affinity
+slope.  ``"shared"`` (d = 3): a constant, the item's ``item_feature_0`` (the dataset's one numeric item
+attribute, standardized within each campaign) and the affinity: features that mean the same in every
+campaign (the campaigns' item ids and hashed categories do not: no hash of one campaign's
+``item_feature_1..3`` occurs in another's), so three campaigns can share one model.
+
+Silos: one (``silo_column = None``), or one per distinct value of a column (``user_feature_0``, 3
+values, or ``position``), named by it; or (:func:`read_obd_campaigns`) one per campaign, each with its
+own catalogue (80, 34 and 46 items) and the shared features.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedbandits.evaluation.logs import BanditLog
+from fedbandits.evaluation.logs import BanditLog, concatenate
 
 BEHAVIORS = ("random", "bts")
 CAMPAIGNS = ("all", "men", "women")
@@ -33,6 +39,7 @@ FIXED = ("", "timestamp", "item_id", "position", "click", "propensity_score")
 USER_FEATURES = tuple(f"user_feature_{j}" for j in range(4))
 AFFINITY = "user-item_affinity_"
 POSITIONS = 3
+FEATURES = ("items", "shared")
 
 
 def obd_files(folder: Path, behavior: str, campaign: str) -> tuple[Path, Path]:
@@ -51,8 +58,8 @@ def obd_files(folder: Path, behavior: str, campaign: str) -> tuple[Path, Path]:
     return log, items
 
 
-def _items(path: Path) -> int:
-    """K: the item file's rows, whose item_id must run 0..K-1."""
+def _items(path: Path) -> np.ndarray:
+    """item_feature_0 of each item (K,): the item file's rows, whose item_id must run 0..K-1."""
     with path.open(newline="", encoding="utf-8") as handle:
         rows = list(csv.reader(handle))
     if not rows or "item_id" not in rows[0]:
@@ -65,13 +72,26 @@ def _items(path: Path) -> int:
             )
     if len(rows) < 3:
         raise ValueError(f"{path}: fewer than 2 items")
-    return len(rows) - 1
+    if "item_feature_0" not in rows[0]:
+        raise ValueError(f"{path}: row 1: no item_feature_0 column")
+    at = rows[0].index("item_feature_0")
+    return np.array(
+        [
+            _number(path, line, "item_feature_0", row[at], float, None, None)
+            for line, row in enumerate(rows[1:], start=2)
+        ]
+    )
 
 
-def read_obd(folder: Path, behavior: str, campaign: str, silo_column: str | None = None) -> BanditLog:
+def read_obd(
+    folder: Path, behavior: str, campaign: str, silo_column: str | None = None, features: str = "items"
+) -> BanditLog:
     """One behavior policy's log of one campaign (module docstring), checked field by field."""
+    if features not in FEATURES:
+        raise ValueError(f"features must be one of {', '.join(map(repr, FEATURES))}, got {features!r}")
     log_path, item_path = obd_files(folder, behavior, campaign)
-    arms = _items(item_path)
+    attribute = _items(item_path)
+    arms = len(attribute)
     columns = (*FIXED, *USER_FEATURES, *(f"{AFFINITY}{k}" for k in range(arms)))
     with log_path.open(newline="", encoding="utf-8") as handle:
         reader = csv.reader(handle)
@@ -119,11 +139,15 @@ def read_obd(folder: Path, behavior: str, campaign: str, silo_column: str | None
     if silo_at is not None:
         values, silos = np.unique(np.array(keys), return_inverse=True)
         names = tuple(str(v) for v in values)
+    if features == "items":
+        static = np.eye(arms, dtype=np.float32)
+    else:
+        static = np.column_stack([np.ones(arms), attribute]).astype(np.float32)
     return BanditLog(
         actions,
         propensities,
         clicks,
-        np.eye(arms, dtype=np.float32),
+        static,
         affinity,
         silos.astype(np.int64),
         names,
@@ -147,3 +171,10 @@ def _number(path: Path, line: int, name: str, text: str, kind: type, low: int | 
     if low is not None and high is not None and not low <= value <= high:
         raise ValueError(f"{path}: row {line}: field {name} must be in [{low}, {high}], got {text!r}")
     return float(value)
+
+
+def read_obd_campaigns(folder: Path, behavior: str) -> BanditLog:
+    """One behavior policy's logs of the three campaigns, one silo each (named by it), each silo with
+    its own items and the shared features (module docstring)."""
+    logs = [read_obd(folder, behavior, campaign, features="shared") for campaign in CAMPAIGNS]
+    return concatenate(logs, names=CAMPAIGNS)

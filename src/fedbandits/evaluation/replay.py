@@ -7,8 +7,8 @@ skipped and the policy's state is untouched.  On a log of a uniform logger the a
 distributed as rounds the policy would have played online, so the mean accepted reward is an
 unbiased estimate of its online value over that many rounds (their Theorem 1).
 
-A non-uniform logger (the propensities vary): each match is also kept with probability
-p_min / p_i, p_min the smallest propensity of the log, so that every round is accepted with
+A non-uniform logger (the propensities vary within a silo): each match is also kept with probability
+p_min / p_i, p_min the smallest propensity of the silo's log, so that every round is accepted with
 probability p_min whatever the policy chose (the rejection-sampling replay of Dudik, Erhan, Langford
 & Li 2012).  A randomized policy (``exploration`` other than "ucb") too: a round is accepted with
 probability sum_a pi(a | x) p(a | x) (p_min / p(a | x)) = p_min.  The accepted rounds again follow
@@ -54,7 +54,7 @@ class Replayed:
     silos: int
     #: logged rows each run walked (accepted or not), (R,)
     scanned: np.ndarray
-    #: the rejection-sampling rate p_min (1 for a uniform logger)
+    #: the rejection-sampling rate p_min, the smallest silo's (1 for a logger uniform within each silo)
     rate: float
     #: the accepted rewards' standard deviation, pooled over runs
     spread: float
@@ -117,15 +117,16 @@ def replay(config: Config, index: int, log: BanditLog, *, seed: int = 0) -> Repl
     )
     policy = ALGORITHMS[alg.name].factory(alg.params, ctx)
     rows_of = [np.flatnonzero(log.silos == m) for m in range(silos)]
-    rate = float(log.propensities.min())
-    uniform = bool(np.allclose(log.propensities, rate))
+    # each silo's own p_min: a silo's rounds are all accepted at its rate, whatever the policy chose
+    rates = np.array([log.propensities[rows].min() if rows.size else 1.0 for rows in rows_of])
+    uniform = all(np.allclose(log.propensities[rows], rate) for rows, rate in zip(rows_of, rates, strict=True))
     keep = np.random.default_rng([seed, index])
     cursor = np.zeros((exp.runs, silos), dtype=np.int64)
     sums, squares, rounds = np.zeros(exp.runs), np.zeros(exp.runs), 0
     ends = np.array([len(rows) for rows in rows_of])
     binary, stopped_by = True, None
     for _ in range(exp.horizon):
-        chosen = _next_accepted(policy, log, rows_of, cursor, ends, keep, None if uniform else rate)
+        chosen = _next_accepted(policy, log, rows_of, cursor, ends, keep, None if uniform else rates)
         if chosen is None:
             stopped_by = log.silo_names[int(np.argmax((cursor >= ends).any(axis=0)))]
             break
@@ -142,7 +143,15 @@ def replay(config: Config, index: int, log: BanditLog, *, seed: int = 0) -> Repl
     variance = float(np.mean(squares / count - values**2)) if rounds else 0.0
     spread = math.sqrt(max(variance, 0.0))
     return Replayed(
-        alg.label, values, rounds, silos, cursor.sum(axis=1), 1.0 if uniform else rate, spread, binary, stopped_by
+        alg.label,
+        values,
+        rounds,
+        silos,
+        cursor.sum(axis=1),
+        1.0 if uniform else float(rates.min()),
+        spread,
+        binary,
+        stopped_by,
     )
 
 
@@ -153,7 +162,7 @@ def _next_accepted(
     cursor: np.ndarray,
     ends: np.ndarray,
     keep: np.random.Generator,
-    rate: float | None,
+    rates: np.ndarray | None,
 ) -> np.ndarray | None:
     """Each (run, silo)'s next accepted row, (R, M), advancing ``cursor`` past every row walked; None
     when a silo's rows run out first."""
@@ -165,10 +174,14 @@ def _next_accepted(
             return None
         position = np.minimum(cursor, ends - 1)
         rows = np.stack([rows_of[m][position[:, m]] for m in range(silos)], axis=1)
-        choice = policy.select(log.features(rows.ravel()).reshape(runs, silos, log.n_arms, log.dim))  # type: ignore[attr-defined]
+        offered = log.available(rows.ravel())  # None unless the silos have catalogues of their own
+        choice = policy.select(  # type: ignore[attr-defined]
+            log.features(rows.ravel()).reshape(runs, silos, log.n_arms, log.dim),
+            None if offered is None else offered.reshape(runs, silos, log.n_arms),
+        )
         match = pending & (choice == log.actions[rows])
-        if rate is not None:  # rejection sampling: keep a match with probability p_min / p_i
-            match &= keep.random(match.shape) < rate / log.propensities[rows]
+        if rates is not None:  # rejection sampling: keep a match with probability p_min / p_i (its silo's p_min)
+            match &= keep.random(match.shape) < rates[None, :] / log.propensities[rows]
         chosen[match] = rows[match]
         cursor[pending] += 1
         pending &= ~match

@@ -72,7 +72,7 @@ def evaluate_config(
 
 def format_table(rows: Sequence[Row], log: BanditLog) -> str:
     head = (
-        f"evaluated on {log.source}: {log.n} rounds, K = {log.n_arms}, d = {log.dim}, "
+        f"evaluated on {log.source}: {log.n} rounds, K = {_arms(log)}, d = {log.dim}, "
         f"{len(log.silo_names)} silo(s); intervals 95%"
     )
     width = max(len(r.policy) for r in rows)
@@ -83,15 +83,24 @@ def format_table(rows: Sequence[Row], log: BanditLog) -> str:
     return "\n".join(lines)
 
 
+def _arms(log: BanditLog) -> str:
+    """K, or each silo's K_s when the silos have catalogues of their own."""
+    if log.catalogue is None:
+        return str(log.n_arms)
+    return "/".join(str(int(k)) for k in (log.catalogue >= 0).sum(axis=1))
+
+
 def _num(value: float) -> str:
     return "nan" if math.isnan(value) else f"{value:.5f}"
 
 
-def write_json(path: Path, rows: Sequence[Row], log: BanditLog) -> None:
-    document = {
+def write_json(path: Path, rows: Sequence[Row], log: BanditLog, tuning: dict[str, object] | None = None) -> None:
+    document: dict[str, object] = {
         "log": {"source": log.source, "rounds": log.n, "arms": log.n_arms, "dim": log.dim, "silos": log.silo_names},
         "rows": [asdict(r) for r in rows],
     }
+    if tuning is not None:
+        document["tuning"] = tuning
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
 

@@ -27,8 +27,11 @@ def predictions(log: BanditLog, theta: np.ndarray, rows: np.ndarray) -> np.ndarr
     """q(x_i, k) for every candidate k of ``rows``, (len(rows), K), from the factored features and
     ``theta`` (d + 1: the features' weights, then the intercept)."""
     q = log.static.shape[1]
-    fixed = log.static.astype(np.float64) @ theta[:q] + theta[-1]
-    return fixed[None, :] + log.dynamic[rows].astype(np.float64) @ theta[q:-1]
+    if log.catalogue is None:  # the static part once for every round
+        fixed = (log.static.astype(np.float64) @ theta[:q])[None, :]
+    else:
+        fixed = log.static_of(rows).astype(np.float64) @ theta[:q]
+    return fixed + theta[-1] + log.dynamic[rows].astype(np.float64) @ theta[q:-1]  # type: ignore[no-any-return]
 
 
 def cross_fitted(log: BanditLog, *, folds: int = 2, reg: float = 1.0, seed: int = 0) -> np.ndarray:

@@ -262,6 +262,17 @@ def tune_plan(
     return TunePlan(config, grid, seed, tuning, tuple(candidates), keys)
 
 
+def with_values(config: Config, chosen: Mapping[str, Mapping[str, Any]]) -> Config:
+    """``config`` with each entry named in ``chosen`` (by label) given those values, named "-tuned"."""
+    data = config.to_dict()
+    labels = [a.label for a in config.algorithms]
+    for entry, values in chosen.items():
+        i = labels.index(entry)
+        data["algorithms"][i] = {**data["algorithms"][i], **values}
+    data["experiment"] = {**data["experiment"], "name": f"{config.experiment.name}-tuned"}
+    return config_from_dict(data)
+
+
 @dataclass(frozen=True)
 class Scored:
     candidate: Candidate
@@ -294,13 +305,8 @@ class Tuning:
     @property
     def config(self) -> Config:
         """The config with each tuned entry's chosen values (its other entries unchanged)."""
-        data = self.plan.config.to_dict()
-        labels = [a.label for a in self.plan.config.algorithms]
-        for entry, index in self.chosen.items():
-            i = labels.index(entry)
-            data["algorithms"][i] = {**data["algorithms"][i], **self.scores[entry][index].candidate.values}
-        data["experiment"] = {**data["experiment"], "name": f"{self.plan.config.experiment.name}-tuned"}
-        return config_from_dict(data)
+        chosen = {entry: self.scores[entry][index].candidate.values for entry, index in self.chosen.items()}
+        return with_values(self.plan.config, chosen)
 
     def task_seconds(self) -> float:
         """Wall-clock seconds inside the tuning's tasks, summed over tasks (environment and every candidate):
