@@ -46,6 +46,7 @@ def test_quick_audit_covers_every_private_mode(quick_audit) -> None:  # type: ig
         "FedLinUCB distributed-dp lazy, user-level (m = 4)",
         "FedLinUCB distributed-dp lazy, factorized release, user-level (m = 4)",
         "FedLinUCB-async ldp-prefix lazy, period trigger",
+        "FedLinUCB-async ldp-prefix lazy, period trigger, Thompson sampling",
         "FedLinUCB-async ldp-prefix, determinant trigger",
         "FedUCB Privatizer, private schedule",
         "FedUCB Privatizer, adaptive schedule",

@@ -127,6 +127,7 @@ def test_a_private_federation_replays_in_lockstep_until_a_silo_runs_out() -> Non
         ("fedlinucb-async", {"protocol": "ldp-prefix", "trigger": "period", "batch": 5}),
         ("feducb", {"epsilon": 1.0}),
         ("feducb-decentralized", {"private": False, "exploration": "thompson", "posterior_scale": 0.3}),
+        ("hetofedbandit", {"explore": 10, "exploration": "softmax"}),
     ],
 )
 def test_the_other_federated_learners_replay_in_lockstep(name: str, params: dict[str, object]) -> None:
@@ -179,9 +180,9 @@ def test_a_candidate_mask_needs_a_learner_that_takes_one() -> None:
 def test_what_cannot_replay_is_refused_in_one_line() -> None:
     from fedbandits.evaluation.replay import check_replayable
 
-    refused = r"^algorithms entry 'x' \(hetofedbandit\): replay drives linucb-independent, "
+    refused = r"^algorithms entry 'x' \(club\): replay drives linucb-independent, "
     with pytest.raises(ValueError, match=refused):
-        check_replayable(_config("hetofedbandit", 100))  # type: ignore[arg-type]
+        check_replayable(_config("club", 100))  # type: ignore[arg-type]
 
 
 def test_the_evaluate_command_prints_one_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -216,7 +217,7 @@ def test_the_evaluate_command_refuses_bad_options_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = tmp_path / "eval.toml"
-    config.write_text('[[algorithms]]\nname = "hetofedbandit"\n')
+    config.write_text('[[algorithms]]\nname = "club"\n')
     np.savez(
         tmp_path / "a.npz",
         features=np.zeros((3, 2, 2)),

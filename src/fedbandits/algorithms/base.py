@@ -79,13 +79,14 @@ class LinUCBParams:
 
 
 @dataclass(frozen=True)
-class ExploringLinUCBParams(LinUCBParams):
-    """A LinUCB-type learner that may choose at random, with the exact probability of its choice
+class ExplorationParams:
+    """How a LinUCB-type learner chooses, with the exact probability of its choice
     (:mod:`fedbandits.core.exploration`): ``exploration`` "ucb" (the highest upper confidence bound,
     deterministic: the default), "epsilon-greedy" (``exploration_rate``), "softmax" (``temperature``)
     over the UCB scores, or "thompson" (linear Thompson sampling, Agrawal & Goyal 2013, posterior
     N(theta, posterior_scale^2 V^{-1}) from the same statistics; its propensity estimated from
-    ``propensity_samples`` draws).  The choice's randomness touches no release."""
+    ``propensity_samples`` draws).  The choice's randomness touches no release.  Mixed into a
+    learner's parameters after its own (``class P(ExplorationParams, Own)``: Own's fields come first)."""
 
     exploration: str = field(
         default="ucb",
@@ -104,12 +105,19 @@ class ExploringLinUCBParams(LinUCBParams):
     )
 
     def __post_init__(self) -> None:
-        super().__post_init__()
+        parent = getattr(super(), "__post_init__", None)
+        if parent is not None:
+            parent()
         check_choice("exploration", self.exploration, EXPLORATIONS)
         check_float("exploration_rate", self.exploration_rate, low=0.0, high=1.0)
         check_float("temperature", self.temperature, low=0.0, low_open=True)
         check_float("posterior_scale", self.posterior_scale, low=0.0)
         check_int("propensity_samples", self.propensity_samples, low=1)
+
+
+@dataclass(frozen=True)
+class ExploringLinUCBParams(ExplorationParams, LinUCBParams):
+    """LinUCB's parameters, then :class:`ExplorationParams`."""
 
 
 #: How one key of :meth:`Policy.report` combines over the tasks of an experiment (each task

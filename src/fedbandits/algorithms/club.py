@@ -117,17 +117,6 @@ class _RidgeBank(_RidgeStats):
         self.proj[i, :, self.dim] = self.inv[i] @ b
 
 
-def _ucb_choice(features: np.ndarray, proj: np.ndarray, beta: float) -> int:
-    d = features.shape[1]
-    prod = features @ proj
-    width = np.einsum("kd,kd->k", prod[:, :d], features)
-    np.maximum(width, 0.0, out=width)
-    np.sqrt(width, out=width)
-    width *= beta
-    width += prod[:, d]
-    return int(width.argmax())
-
-
 class _Baseline(ClusteredPolicy):
     report_merge: ClassVar[Mapping[str, MergeRule]] = {"ari_final": "mean", "clusters_detected": "mean"}
 
@@ -174,7 +163,7 @@ class PerUserLinUCB(_Baseline):
 
     def choose(self, r: int, user: int, features: np.ndarray) -> int:
         bank = self.banks[r]
-        return _ucb_choice(features, bank.proj[user], self.beta(bank.count[user]))
+        return self.pick(r, features, bank.proj[user], self.beta(bank.count[user]))
 
     def update(self, r: int, user: int, x: np.ndarray, y: float) -> None:
         self.banks[r].add(user, x, y)
@@ -232,7 +221,7 @@ class CLUB(_Baseline):
     def choose(self, r: int, user: int, features: np.ndarray) -> int:
         st = self.runs[r]
         c = st.label[user]
-        return _ucb_choice(features, st.cluster.proj[c], self.beta(st.cluster.count[c]))
+        return self.pick(r, features, st.cluster.proj[c], self.beta(st.cluster.count[c]))
 
     def update(self, r: int, user: int, x: np.ndarray, y: float) -> None:
         st = self.runs[r]
@@ -322,7 +311,7 @@ class SCLUB(_Baseline):
     def choose(self, r: int, user: int, features: np.ndarray) -> int:
         st = self.runs[r]
         c = st.label[user]
-        return _ucb_choice(features, st.cluster.proj[c], self.beta(st.cluster.count[c]))
+        return self.pick(r, features, st.cluster.proj[c], self.beta(st.cluster.count[c]))
 
     def update(self, r: int, user: int, x: np.ndarray, y: float) -> None:
         st = self.runs[r]

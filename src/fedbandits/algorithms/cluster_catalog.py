@@ -28,7 +28,9 @@ from fedbandits.algorithms.fclub_params import (
 def _fclub(cls: type[FCLUBBase]) -> Callable[[Any, PolicyContext], Policy]:
     def build(params: Any, ctx: PolicyContext) -> Policy:
         users = UserStructure.from_env(ctx.env)
-        return cls(ctx.n_runs, ctx.n_agents, ctx.n_arms, ctx.dim, ctx.horizon, users, params, ctx.noise_rngs)
+        policy = cls(ctx.n_runs, ctx.n_agents, ctx.n_arms, ctx.dim, ctx.horizon, users, params, ctx.noise_rngs)
+        policy.explore_with(params, ctx.choice_rngs)
+        return policy
 
     return build
 
@@ -36,7 +38,9 @@ def _fclub(cls: type[FCLUBBase]) -> Callable[[Any, PolicyContext], Policy]:
 def _baseline(cls: type[Policy]) -> Callable[[Any, PolicyContext], Policy]:
     def build(params: Any, ctx: PolicyContext) -> Policy:
         users = UserStructure.from_env(ctx.env)
-        return cls(ctx.n_runs, ctx.n_agents, ctx.n_arms, ctx.dim, ctx.horizon, users, params)  # type: ignore[call-arg]
+        policy = cls(ctx.n_runs, ctx.n_agents, ctx.n_arms, ctx.dim, ctx.horizon, users, params)  # type: ignore[call-arg]
+        policy.explore_with(params, ctx.choice_rngs)  # type: ignore[attr-defined]
+        return policy
 
     return build
 

@@ -14,20 +14,22 @@ from __future__ import annotations
 
 import math
 from abc import abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import overload
 
 import numpy as np
 
-from fedbandits.algorithms.base import Policy
+from fedbandits.algorithms.base import ExplorationParams, Explores, Policy
+from fedbandits.core.exploration import ArrivalExplorer
 from fedbandits.core.ucb import ConfidenceRadius
 from fedbandits.core.validation import check_float
 from fedbandits.envs.base import Environment, Round
 
 
 @dataclass(frozen=True)
-class ClusterUCBParams:
-    """Ridge and exploration parameters shared by the clustering policies.
+class ClusterRidgeParams:
+    """Ridge and confidence-radius parameters shared by the clustering policies.
 
     ``radius = "theory"``: the policy's own confidence radius (Lemma 1 of Liu et al. 2022 for
     the FCLUB family, the self-normalised bound of Abbasi-Yadkori et al. 2011 for the
@@ -51,6 +53,12 @@ class ClusterUCBParams:
     def confidence_radius(self) -> ConfidenceRadius:
         scale = self.beta if self.radius == "constant" else self.beta_scale
         return ConfidenceRadius(kind=self.radius, scale=scale, alpha=self.alpha, noise_scale=self.noise_scale)
+
+
+@dataclass(frozen=True)
+class ClusterUCBParams(ExplorationParams, ClusterRidgeParams):
+    """The clustering policies' ridge and radius parameters, then how they choose
+    (:class:`ExplorationParams`: the papers' UCB rule by default)."""
 
 
 @overload
@@ -144,7 +152,7 @@ class UserStructure:
         )
 
 
-class ClusteredPolicy(Policy):
+class ClusteredPolicy(Policy, Explores):
     """A policy that serves one arriving user at a time (Algorithm 1, lines 10-13 of Liu et al.).
 
     The simulator's M agents are arrival *slots*: slot j of a round serves user
@@ -158,6 +166,16 @@ class ClusteredPolicy(Policy):
         self.arrivals = 0
         self.total_arrivals = horizon * n_agents
         self._env: Environment | None = None
+        self.explorer: ArrivalExplorer = ArrivalExplorer(None, n_runs, n_agents, None)  # UCB until explore_with
+        self.slot = 0  # the arrival slot j being served
+
+    def explore_with(self, params: object, choice_rngs: Sequence[np.random.Generator] | None) -> None:
+        """Choose by ``params``' rule (:class:`ExplorationParams`), run r drawing from ``choice_rngs[r]``."""
+        self.explorer = ArrivalExplorer(params, self.n_runs, self.n_agents, choice_rngs)
+
+    def pick(self, r: int, features: np.ndarray, proj: np.ndarray, beta: float) -> int:
+        """The arm for run r's current slot from its learner's projection [V^{-1} | theta] and radius."""
+        return self.explorer.choose_one(r, self.slot, features, proj, beta)
 
     # -- per-arrival hooks -------------------------------------------------------------------
     def before_arrival(self, t: int) -> None:
@@ -180,6 +198,7 @@ class ClusteredPolicy(Policy):
         for j in range(self.n_agents):
             self.arrivals += 1
             self.before_arrival(self.arrivals)
+            self.slot = j
             for r in range(self.n_runs):
                 u = users[r][j]
                 a = self.choose(r, u, feats[r, j])
@@ -204,6 +223,7 @@ class ClusteredPolicy(Policy):
         for j in range(self.n_agents):
             self.arrivals += 1
             self.before_arrival(self.arrivals)
+            self.slot = j
             for r in range(self.n_runs):
                 out[r, j] = self.choose(r, int(users[r, j]), features[r, j])
         return out

@@ -350,14 +350,7 @@ class FCLUBBase(ClusteredPolicy):
             proj, beta = st.gproj[k], st.gbeta[k]
         else:
             proj, beta = st.proj[c], st.beta[c]
-        prod = features @ proj
-        d = self.dim
-        width = np.einsum("kd,kd->k", prod[:, :d], features)
-        np.maximum(width, 0.0, out=width)
-        np.sqrt(width, out=width)
-        width *= beta
-        width += prod[:, d]
-        return int(width.argmax())
+        return self.pick(r, features, proj, beta)
 
     def update(self, r: int, user: int, x: np.ndarray, y: float) -> None:
         st = self.states[r]

@@ -42,7 +42,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from fedbandits.algorithms.base import MergeRule, Policy, PolicyContext, policy_entry
+from fedbandits.algorithms.base import ExplorationParams, Explores, MergeRule, Policy, PolicyContext, policy_entry
+from fedbandits.core.exploration import Explorer
 from fedbandits.core.ridge import spd_inverse
 from fedbandits.core.ucb import UCBScorer
 from fedbandits.core.validation import check_choice, check_float, check_int
@@ -52,7 +53,9 @@ RADII = ("alpha-t", "constant")
 
 
 @dataclass(frozen=True)
-class HetoFedBanditParams:
+class HetoFedBanditBase:
+    """HetoFedBandit's own parameters (the phase, the test, the trigger, the ridge and the radius)."""
+
     explore: int = field(default=70, metadata={"help": "rounds of pure exploration T0 >= 1 (the code: 70)"})
     test_alpha: float = field(
         default=0.01, metadata={"help": "level of the homogeneity test, in (0, 1): peers iff p > test_alpha"}
@@ -126,7 +129,13 @@ def homogeneity_pvalues(gram: np.ndarray, bias: np.ndarray, sigma: float) -> np.
     return out
 
 
-class HetoFedBandit(Policy):
+@dataclass(frozen=True)
+class HetoFedBanditParams(ExplorationParams, HetoFedBanditBase):
+    """HetoFedBandit's parameters, then how it chooses after the phase of pure exploration
+    (:class:`ExplorationParams`: the code's UCB rule by default)."""
+
+
+class HetoFedBandit(Policy, Explores):
     """HetoFedBandit (see the module docstring) for R runs x N agents."""
 
     name = "hetofedbandit"
@@ -148,10 +157,12 @@ class HetoFedBandit(Policy):
         horizon: int,
         params: HetoFedBanditParams,
         rngs: Sequence[np.random.Generator],
+        choice_rngs: Sequence[np.random.Generator] | None = None,
     ) -> None:
         super().__init__(n_runs, n_agents, n_arms, dim, horizon)
         self.params = params
         self.rngs = list(rngs)
+        self.explorer = Explorer(params, n_runs, n_agents, choice_rngs)
         R, N, d = n_runs, n_agents, dim
         lam = params.reg
         self.clean_gram = np.zeros((R, N, d, d))
@@ -181,13 +192,16 @@ class HetoFedBandit(Policy):
         return (alpha + math.sqrt(p.reg)).reshape(-1)
 
     def _select(self, features: np.ndarray) -> np.ndarray:
-        if self.exploring():
+        if self.exploring():  # the phase of uniform choices (the code's, from the noise streams): 1/K each
+            if self.explorer.available is not None:
+                raise ValueError("hetofedbandit's pure exploration draws among all K candidates: no candidate mask")
+            self.explorer.uniform(self.n_arms)
             return np.stack([rng.integers(0, self.n_arms, size=self.n_agents) for rng in self.rngs])
         n = self.n_runs * self.n_agents
         theta = np.einsum("...ij,...j->...i", self.inv, self.bias).reshape(n, self.dim)
         flat = features.reshape(n, self.n_arms, self.dim)
-        picks = self.scorer.select(flat, self.inv.reshape(n, self.dim, self.dim), theta, self._radius())
-        return picks.reshape(self.n_runs, self.n_agents)
+        inv = self.inv.reshape(n, self.dim, self.dim)
+        return self.explorer.choose(self.scorer, flat, inv, theta, self._radius())
 
     def _observe(self, x: np.ndarray, y: np.ndarray) -> None:
         outer, xy = x[..., :, None] * x[..., None, :], x * y[..., None]
@@ -253,7 +267,9 @@ class HetoFedBandit(Policy):
 
 
 def _build(params: HetoFedBanditParams, ctx: PolicyContext) -> Policy:
-    return HetoFedBandit(ctx.n_runs, ctx.n_agents, ctx.n_arms, ctx.dim, ctx.horizon, params, list(ctx.noise_rngs))
+    return HetoFedBandit(
+        ctx.n_runs, ctx.n_agents, ctx.n_arms, ctx.dim, ctx.horizon, params, list(ctx.noise_rngs), ctx.choice_rngs
+    )
 
 
 #: the registry's entry (fedbandits' pyproject.toml names it)

@@ -386,6 +386,14 @@ def _other_learner_cases() -> list[AuditCase]:
             "messages",
             dataset="full-sensitivity",
         ),
+        # its random choices read its downloads only: on the steering pair they cannot carry the first
+        # user's data into the later users' choices either (issue #46: every LinUCB-type learner explores)
+        AuditCase(
+            "FedLinUCB-async ldp-prefix lazy, period trigger, Thompson sampling",
+            _async_fedlinucb(trigger="period", exploration="thompson"),
+            "messages",
+            dataset="steering",
+        ),
         AuditCase(
             "FedUCB Privatizer, private schedule",
             _feducb("feducb", schedule="private", threshold=1.0),

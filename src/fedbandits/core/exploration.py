@@ -160,12 +160,18 @@ class Explorer:
     def randomized(self) -> bool:
         return self.rule != "ucb"
 
+    def uniform(self, n_arms: int) -> None:
+        """Record that every learner's choice this round was uniform over its ``n_arms`` candidates (drawn
+        by the learner itself: HetoFedBandit's phase of pure exploration): propensity 1 / K each."""
+        self._last = (np.full(self.shape[0] * self.shape[1], 1.0 / n_arms),)
+
     def choose(
         self, scorer: UCBScorer, flat: np.ndarray, inv: np.ndarray, theta: np.ndarray, beta: np.ndarray | float
     ) -> np.ndarray:
         """The arms (R, M) of the learners whose candidates are ``flat`` (N, K, d), N = R M run-major,
         inverses ``inv`` (N, d, d), estimates ``theta`` (N, d) and radius ``beta`` (scalar or (N,))."""
         offered = self.available
+        self._last = ()
         if self.rule == "ucb":
             if offered is None:
                 return scorer.select(flat, inv, theta, beta).reshape(self.shape)
@@ -188,7 +194,7 @@ class Explorer:
         """The probability of every learner's last choice (R, M), and its standard error: 1 and 0 for
         ``ucb``; exact for epsilon-greedy, softmax and Thompson sampling with K = 2; else Thompson's
         Monte Carlo estimate from ``propensity_samples`` draws of ``rng`` (not the choice Generators)."""
-        if not self.randomized or not self._last:
+        if not self._last:
             return np.ones(self.shape), np.zeros(self.shape)
         if len(self._last) == 1:
             return self._last[0].reshape(self.shape), np.zeros(self.shape)  # type: ignore[union-attr]
@@ -197,3 +203,63 @@ class Explorer:
         normals = (rng or np.random.default_rng(0)).standard_normal((len(choice), self.samples, theta.shape[1]))
         p, error = thompson_propensity(features, theta, chol, self.scale, choice, normals, offered)
         return p.reshape(self.shape), error.reshape(self.shape)
+
+
+def projected_scores(features: np.ndarray, proj: np.ndarray, beta: float) -> np.ndarray:
+    """One learner's UCB of every candidate (K,), from ``features`` (K, d) float32 and its projection
+    ``proj`` = [V^{-1} | theta] (d, d + 1): <x, theta> + beta ||x||_{V^{-1}} (the clustering policies'
+    float32 arithmetic, as the papers' code computes it)."""
+    d = features.shape[1]
+    prod = features @ proj
+    width = np.einsum("kd,kd->k", prod[:, :d], features)
+    np.maximum(width, 0.0, out=width)
+    np.sqrt(width, out=width)
+    width *= beta
+    width += prod[:, d]
+    return width  # type: ignore[no-any-return]
+
+
+class ArrivalExplorer(Explorer):
+    """:class:`Explorer` for learners that choose one arrival at a time (the clustering policies:
+    slot j of run r, each with the feedback of the earlier slots): the same rules and propensities,
+    run r's slots drawing in order from ``choice_rngs[r]``."""
+
+    def __init__(self, params: object, n_runs: int, n_agents: int, choice_rngs: Sequence[np.random.Generator] | None):
+        super().__init__(params, n_runs, n_agents, choice_rngs)
+        self._p = np.ones(self.shape)
+        self._thompson: dict[tuple[int, int], tuple[np.ndarray, ...]] = {}
+
+    def choose_one(self, r: int, slot: int, features: np.ndarray, proj: np.ndarray, beta: float) -> int:
+        """The arm of run r's slot ``slot`` from its learner's projection ``proj`` [V^{-1} | theta]."""
+        offered = None if self.available is None else self.available[r * self.shape[1] + slot][None]
+        if self.rule == "ucb" and offered is None:
+            return int(projected_scores(features, proj, beta).argmax())
+        d = features.shape[1]
+        if self.rule == "thompson":
+            theta = proj[:, d][None].astype(np.float64)
+            chol = cholesky_of_inverse(proj[None, :, :d].astype(np.float64))
+            x = features[None].astype(np.float64)
+            z = self.choice_rngs[r].standard_normal((1, d))
+            choice = masked(thompson_draw(x, theta, chol, self.scale, z), offered).argmax(axis=1)
+            self._thompson[(r, slot)] = (x, theta, chol, choice, *(() if offered is None else (offered,)))
+            return int(choice[0])
+        scores = masked(projected_scores(features, proj, beta)[None], offered)
+        if self.rule == "ucb":
+            return int(scores.argmax())
+        probs = closed_form(self.rule, scores, self.rate, self.temperature)
+        choice = int(draw(probs, self.choice_rngs[r].random(1))[0])
+        self._p[r, slot] = probs[0, choice]
+        self._thompson.pop((r, slot), None)
+        return choice
+
+    def propensities(self, rng: np.random.Generator | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Each slot's last choice's probability (R, M) and its standard error (:meth:`Explorer.propensities`)."""
+        p, error = self._p.copy(), np.zeros(self.shape)
+        if self.rule != "thompson":
+            return p, error
+        rng = rng or np.random.default_rng(0)
+        for (r, slot), (x, theta, chol, choice, *offered) in sorted(self._thompson.items()):
+            normals = rng.standard_normal((1, self.samples, theta.shape[1]))
+            one, err = thompson_propensity(x, theta, chol, self.scale, choice, normals, *offered)
+            p[r, slot], error[r, slot] = one[0], err[0]
+        return p, error

@@ -20,7 +20,8 @@ the M accepted rewards and syncs.  Replay stops when a silo's rows run out (the 
 stated) or at the config's horizon, which also fixes every private protocol's calibration and
 schedule before any row is read.  The policies are the simulator's, built from the config as it
 builds them; those whose choice changes nothing but their state when fed (LinUCB, FedLinUCB under
-every protocol, asynchronous FedLinUCB, FedUCB and decentralized FedUCB: :data:`REPLAYED`) replay.
+every protocol, asynchronous FedLinUCB, FedUCB, decentralized FedUCB and HetoFedBandit:
+:data:`REPLAYED`) replay.
 """
 
 from __future__ import annotations
@@ -37,9 +38,9 @@ from fedbandits.sim.seeding import choice_rngs, noise_rngs
 
 #: the algorithms replay drives: their ``select`` leaves the learner's state as it is (a randomized one
 #: draws from its choice stream, which is not learned state), and they choose through
-#: core.exploration.Explorer.  The clustering family reads the environment's arriving users
-#: (``bind``) and HetoFedBandit's first phase draws from its noise streams: not replayed.
-REPLAYED = ("linucb-independent", "fedlinucb", "fedlinucb-async", "feducb", "feducb-decentralized")
+#: core.exploration.Explorer.  The clustering family serves the environment's arriving users (``bind``),
+#: which a log does not name: not replayed.
+REPLAYED = ("linucb-independent", "fedlinucb", "fedlinucb-async", "feducb", "feducb-decentralized", "hetofedbandit")
 
 
 @dataclass(frozen=True)
