@@ -413,3 +413,39 @@ BAD_CALLS = [
 def test_bad_inputs_raise_naming_the_parameter(func, args, name) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ValueError, match=rf"^{name} must"):
         func(*args)
+
+
+def test_the_shuffled_calibration_feeds_lemma_f2_its_inputs_where_the_lemma_decides(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """sdp-amplification at eps = 0.01, delta = 1e-5, M = 10^6 silos, batch B = 25 over T = 100 rounds.
+    By hand: K = T / B = 4 releases; a datum sits in floor(log2 4) + 1 = 3 tree nodes; the largest p-sum
+    covers 2^(3 - 1) = 4 batches, n = 4 B = 100 points.  There Lemma F.2's multiplier (387.8) is 0.65 of
+    plain Gaussian composition's over 2 x 3 releases (597.2), so the lemma decides the noise, and its
+    inputs matter: with n halved it would be 269.7, doubled 588.2 (a factor-2 slip in n moves the noise
+    by 30% or more), and the multiplier certified for n = 100 points certifies eps = 0.040, not 0.01,
+    if the p-sums held 200."""
+    from fedbandits.privacy.calibration import PrivacySpec, calibrate
+
+    calls: list[tuple[object, ...]] = []
+    real = amp.amplification_noise_multiplier
+
+    def spy(*args: object) -> float:
+        calls.append(args)
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(amp, "amplification_noise_multiplier", spy)
+    spec = PrivacySpec("sdp-amplification", 0.01, 1e-5, calibration="tight")
+    cal = calibrate.__wrapped__(spec, agents=10**6, horizon=100, batch=25)  # past the cache: the spy sees it
+    assert calls == [(0.01, 1e-5, 100, 10**6, 3)]
+    details = cal.details
+    assert details["points_per_psum"] == 100 and details["certified_by"] == "amplification (Lemma F.2)"
+    z = details["noise_multiplier"]
+    assert z == pytest.approx(387.787, rel=1e-4) and details["noise_multiplier_composition"] == pytest.approx(
+        597.150, rel=1e-4
+    )
+    assert cal.sigma_cov == pytest.approx(z * spec.unit_sensitivity().cov, rel=1e-12)
+    assert real(0.01, 1e-5, 50, 10**6, 3) == pytest.approx(269.697, rel=1e-4)
+    assert real(0.01, 1e-5, 200, 10**6, 3) == pytest.approx(588.163, rel=1e-4)
+    assert amp.amplification_epsilon(z, 100, 10**6, 3, 1e-5) <= 0.01
+    assert amp.amplification_epsilon(z, 200, 10**6, 3, 1e-5) == pytest.approx(0.0402, rel=1e-2)
