@@ -38,6 +38,7 @@ def test_quick_audit_covers_every_private_mode(quick_audit) -> None:  # type: ig
             for lazy in ("lazy", "non-lazy (Alg. 1)")
         ),
         "FedLinUCB ldp lazy, factorized release",
+        "FedLinUCB ldp lazy, streaming release (BLT)",
         "FedLinUCB ldp lazy, Thompson sampling",
         "FedLinUCB ldp non-lazy (Alg. 1), Thompson sampling",
         "FedLinUCB distributed-dp (lazy by construction)",

@@ -26,6 +26,7 @@ from fedbandits.privacy.accounting import vector_sum_round_budget
 from fedbandits.privacy.calibration import MAX_EPSILON, NoiseCalibration, PrivacySpec
 from fedbandits.privacy.distributed_noise import DistributedCalibration
 from fedbandits.privacy.guarantee import not_covering_adaptivity
+from fedbandits.privacy.streaming import DEFAULT_BUFFERS
 from fedbandits.privacy.tree import max_nodes_per_datum
 from fedbandits.protocols.base import Protocol
 from fedbandits.protocols.vector_sum_tree import VectorSumCalibration
@@ -83,8 +84,13 @@ class FedLinUCBParams(ExploringLinUCBParams):
         default="tree",
         metadata={
             "help": "ldp/ldp-prefix/distributed-dp: 'tree' (noisy p-sums, the papers') or 'factorized' (square-root "
-            "factorization of the prefix-sum matrix: less noise for the same guarantee)"
+            "factorization of the prefix-sum matrix: less noise for the same guarantee); ldp/ldp-prefix: 'blt' "
+            "(streaming factorization: a few buffers of state, a guarantee with no planned horizon)"
         },
+    )
+    buffers: int = field(
+        default=DEFAULT_BUFFERS,
+        metadata={"help": "mechanism 'blt': the streaming strategy's buffers (state per silo), 1..12"},
     )
     colluders: int = field(
         default=0,
@@ -210,6 +216,7 @@ class FedLinUCBParams(ExploringLinUCBParams):
             adjacency=self.adjacency,
             mechanism=self.mechanism,
             contributions=self.contributions,
+            buffers=self.buffers,
         )
 
     def check_compatible(self, horizon: int, agents: int, dim: int | None) -> None:

@@ -321,6 +321,14 @@ def _fedlinucb_cases() -> list[AuditCase]:
             dataset="full-sensitivity",
         )
     )
+    cases.append(
+        AuditCase(
+            "FedLinUCB ldp lazy, streaming release (BLT)",
+            _fedlinucb("ldp", True, mechanism="blt"),
+            "messages",
+            dataset="full-sensitivity",
+        )
+    )
     # a random choice reads released statistics only and touches no release (issue #46): on the steering
     # dataset (two arms per user) Thompson sampling's random choices cannot carry the first user's data
     # into the later users' choices of a lazy learner

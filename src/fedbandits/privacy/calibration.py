@@ -33,6 +33,7 @@ from fedbandits.privacy import accounting, shuffle_amplification
 from fedbandits.privacy.factorization import MECHANISMS, Factorization, factorize
 from fedbandits.privacy.guarantee import certified
 from fedbandits.privacy.sensitivity import ADJACENCIES, Sensitivity, stream_sensitivity
+from fedbandits.privacy.streaming import BLT, DEFAULT_BUFFERS, strategy_for
 from fedbandits.privacy.tree import max_nodes_per_datum
 
 CALIBRATIONS = ("paper", "tight", "code")
@@ -60,6 +61,8 @@ class PrivacySpec:
     mechanism: str = "tree"
     #: the unit of privacy: 1 = one interaction; m > 1 = one user with up to m contributions (user-level)
     contributions: int = 1
+    #: mechanism "blt": the streaming strategy's buffers
+    buffers: int = DEFAULT_BUFFERS
 
     def __post_init__(self) -> None:
         check_int("max_contributions", self.contributions, low=1)
@@ -86,6 +89,12 @@ class PrivacySpec:
                 "'tight' "
                 f"(got protocol {self.protocol!r}, calibration {self.calibration!r})"
             )
+        if self.mechanism == "blt" and (self.protocol not in ("ldp", "ldp-prefix") or self.calibration != "tight"):
+            raise ValueError(
+                "mechanism 'blt' needs protocol 'ldp' or 'ldp-prefix' with calibration 'tight' (distributed-dp: "
+                f"not yet), got protocol {self.protocol!r}, calibration {self.calibration!r}"
+            )
+        check_int("buffers", self.buffers, low=1, high=12)
 
     def _check_user_level(self) -> None:
         """User-level privacy is calibrated for the tree and the factorized release of ``ldp``,
@@ -193,6 +202,11 @@ def calibrate(spec: PrivacySpec, *, agents: int, horizon: int, batch: int) -> No
         noise = _factorized_noise(spec, sens, factor, releases, details)
         nodes = factor.band  # releases one batch enters
         prefix_factor = float(factor.prefix_variance().max())
+    elif spec.mechanism == "blt":
+        blt = strategy_for(spec.buffers, releases)
+        noise = _streaming_noise(spec, sens, blt, releases, details)
+        nodes = releases  # a batch enters every later release: the unbounded column of B
+        prefix_factor = float(blt.prefix_variance(releases).max())
     elif spec.protocol in ("ldp", "ldp-prefix"):
         noise = _ldp_noise(spec, sens, releases, nodes, details)
     else:  # sdp-amplification
@@ -240,6 +254,33 @@ def _factorized_noise(
     certificate = (
         "Gaussian mechanism with the factor's column norm as sensitivity, adaptive streams "
         "(Denisov et al. 2022, Thm 2.1)"
+    )
+    return _Noise(sigma_cov, sigma_bias, epsilon_spent, epsilon_spent, certificate)
+
+
+def _streaming_noise(
+    spec: PrivacySpec, sens: Sensitivity, blt: BLT, releases: int, details: dict[str, object]
+) -> _Noise:
+    """The streaming (BLT) release of ``ldp``/``ldp-prefix`` (tight only): one Gaussian mechanism whose
+    sensitivity is the strategy's column norm over the unbounded stream, so the same noise covers every
+    release ever made (:mod:`fedbandits.privacy.streaming`)."""
+    z = accounting.tight_noise_multiplier(spec.epsilon, spec.delta, 2)
+    scale = math.sqrt(blt.sensitivity_sq)
+    sigma_cov, sigma_bias = z * scale * sens.cov, z * scale * sens.bias
+    details.update(
+        {
+            "noise_multiplier": z * scale,
+            "factorization": f"streaming BLT, {blt.theta.size} buffers, noise tuned for {releases} releases",
+            "blt_buffers": int(blt.theta.size),
+            "blt_sensitivity_sq": blt.sensitivity_sq,
+            "horizon_of_guarantee": "unbounded: every release the silo will ever make",
+        }
+    )
+    mu = gaussian_tree_mu(sigma_cov, sigma_bias, sens, blt.sensitivity_sq)
+    epsilon_spent = accounting.gaussian_epsilon(mu, spec.delta)
+    certificate = (
+        "Gaussian mechanism with the BLT strategy's column norm over the unbounded stream as sensitivity, "
+        "adaptive streams (Denisov et al. 2022, Thm 2.1)"
     )
     return _Noise(sigma_cov, sigma_bias, epsilon_spent, epsilon_spent, certificate)
 

@@ -40,7 +40,9 @@ import numpy as np
 from fedbandits.core.validation import check_int
 from fedbandits.privacy.mechanisms import silo_noise
 
-MECHANISMS = ("tree", "factorized")
+#: how a protocol's releases carry noise: tree p-sums, a factorization planned for K releases, or the
+#: streaming (BLT) factorization with no planned horizon (:mod:`fedbandits.privacy.streaming`)
+MECHANISMS = ("tree", "factorized", "blt")
 #: the encoder band used when none is given: the full square root up to this many releases (a
 #: silo keeps ``band`` past batches of P floats), a band of this width beyond it
 DEFAULT_MAX_BAND = 4096
