@@ -134,3 +134,21 @@ def test_the_streaming_release_is_in_the_audit_and_an_under_noised_one_is_flagge
     assert shrunk.guarantee == "formal" and shrunk.verdict == "violated" and shrunk.epsilon_lower_bound > 2.0
     honest = run_case(AuditCase("blt", algorithm, "messages", dataset="full-sensitivity"), 2000, seed=0)
     assert honest.verdict == "consistent"
+
+
+def test_the_online_agent_and_the_deployment_refuse_it_in_one_line() -> None:
+    """Not built there yet (issue #49): a config asking for it gets one line, not a silent tree."""
+    from fedbandits import Agent
+    from fedbandits.federation.spec import make_spec
+
+    config = config_from_dict(
+        {
+            "experiment": {"horizon": 100},
+            "environment": {"name": "gaussian-sphere", "agents": 2, "arms": 4, "dim": 3},
+            "algorithms": [{"name": "fedlinucb", "protocol": "ldp", "mechanism": "blt", "batch": 5}],
+        }
+    )
+    with pytest.raises(ConfigError, match=r"mechanism: an agent releases tree p-sums \('tree'\), got 'blt'$"):
+        Agent.from_config(config, silo=1)
+    with pytest.raises(ConfigError, match=r"mechanism 'blt' does not deploy yet"):
+        make_spec(config)
