@@ -235,26 +235,29 @@ def _factorized_noise(
     spec: PrivacySpec, sens: Sensitivity, factor: Factorization, releases: int, details: dict[str, object]
 ) -> _Noise:
     """The factorized release of ``ldp``/``ldp-prefix`` (tight only), its details added to ``details``."""
-    # one Gaussian mechanism with l2 sensitivity ||B[:, 1]|| per unit (module factorization);
-    # sigma = z ||B[:, 1]|| Delta per stream gives mu = sqrt(2) / z, as two compositions at z
-    z = accounting.tight_noise_multiplier(spec.epsilon, spec.delta, 2)
-    scale = math.sqrt(factor.sensitivity_sq)
-    sigma_cov, sigma_bias = z * scale * sens.cov, z * scale * sens.bias
     details.update(
         {
-            "noise_multiplier": z * scale,
             "factorization": "square root of the prefix-sum matrix"
             + ("" if factor.band == releases else f", banded to {factor.band}"),
             "factor_band": factor.band,
             "factor_sensitivity_sq": factor.sensitivity_sq,
         }
     )
-    mu = gaussian_tree_mu(sigma_cov, sigma_bias, sens, factor.sensitivity_sq)
+    return _encoded_noise(spec, sens, factor.sensitivity_sq, "the factor's column norm", details)
+
+
+def _encoded_noise(
+    spec: PrivacySpec, sens: Sensitivity, sensitivity_sq: float, norm: str, details: dict[str, object]
+) -> _Noise:
+    """One Gaussian mechanism whose l2 sensitivity is the encoder's column norm per unit:
+    sigma = z ||B e_j|| Delta per stream gives mu = sqrt(2) / z, as two compositions at z."""
+    z = accounting.tight_noise_multiplier(spec.epsilon, spec.delta, 2)
+    scale = math.sqrt(sensitivity_sq)
+    sigma_cov, sigma_bias = z * scale * sens.cov, z * scale * sens.bias
+    details["noise_multiplier"] = z * scale
+    mu = gaussian_tree_mu(sigma_cov, sigma_bias, sens, sensitivity_sq)
     epsilon_spent = accounting.gaussian_epsilon(mu, spec.delta)
-    certificate = (
-        "Gaussian mechanism with the factor's column norm as sensitivity, adaptive streams "
-        "(Denisov et al. 2022, Thm 2.1)"
-    )
+    certificate = f"Gaussian mechanism with {norm} as sensitivity, adaptive streams (Denisov et al. 2022, Thm 2.1)"
     return _Noise(sigma_cov, sigma_bias, epsilon_spent, epsilon_spent, certificate)
 
 
@@ -264,25 +267,17 @@ def _streaming_noise(
     """The streaming (BLT) release of ``ldp``/``ldp-prefix`` (tight only): one Gaussian mechanism whose
     sensitivity is the strategy's column norm over the unbounded stream, so the same noise covers every
     release ever made (:mod:`fedbandits.privacy.streaming`)."""
-    z = accounting.tight_noise_multiplier(spec.epsilon, spec.delta, 2)
-    scale = math.sqrt(blt.sensitivity_sq)
-    sigma_cov, sigma_bias = z * scale * sens.cov, z * scale * sens.bias
     details.update(
         {
-            "noise_multiplier": z * scale,
             "factorization": f"streaming BLT, {blt.theta.size} buffers, noise tuned for {releases} releases",
             "blt_buffers": int(blt.theta.size),
             "blt_sensitivity_sq": blt.sensitivity_sq,
             "horizon_of_guarantee": "unbounded: every release the silo will ever make",
         }
     )
-    mu = gaussian_tree_mu(sigma_cov, sigma_bias, sens, blt.sensitivity_sq)
-    epsilon_spent = accounting.gaussian_epsilon(mu, spec.delta)
-    certificate = (
-        "Gaussian mechanism with the BLT strategy's column norm over the unbounded stream as sensitivity, "
-        "adaptive streams (Denisov et al. 2022, Thm 2.1)"
+    return _encoded_noise(
+        spec, sens, blt.sensitivity_sq, "the BLT strategy's column norm over the unbounded stream", details
     )
-    return _Noise(sigma_cov, sigma_bias, epsilon_spent, epsilon_spent, certificate)
 
 
 def _ldp_noise(spec: PrivacySpec, sens: Sensitivity, releases: int, nodes: int, details: dict[str, object]) -> _Noise:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -176,13 +177,45 @@ class BandedEncoder:
         return np.tensordot(coefficients, self.batches, axes=1)
 
 
-class FactorizedRandomizer:
-    """Every silo's encoder for R runs x M silos: release k is (B gamma)_k + z_k.
+class EncodedRandomizer:
+    """Every silo's release for R runs x M silos through an encoder B: release k is (B gamma)_k + z_k,
+    z_k fresh (never redrawn).  ``sigma (P,)`` is the noise std of every packed entry,
+    ``silo_rngs[r][i]`` silo i's noise stream in run r; with a ``decoder`` the silo also decodes its
+    own messages (Algorithm 4's prefix-releasing variant).  The encoder and the decoder say which
+    factorization: :class:`FactorizedRandomizer`, or the streaming one of
+    :mod:`fedbandits.privacy.streaming`."""
 
-    ``sigma (P,)`` is the noise std of every packed entry, ``silo_rngs[r][i]`` silo i's noise
-    stream in run r.  The silo keeps its last ``band`` batches (a ring buffer); with
-    ``keep_prefix`` it also decodes its own messages (Algorithm 4's prefix-releasing variant).
-    """
+    def __init__(
+        self,
+        sigma: np.ndarray,
+        silo_rngs: Sequence[Sequence[np.random.Generator]],
+        encoder: BandedEncoder | Any,
+        decoder: FactorizedAnalyzer | Any | None,
+    ) -> None:
+        self.sigma = np.asarray(sigma, dtype=np.float64)
+        self.silo_rngs = silo_rngs
+        self.encoder = encoder
+        self.decoder = decoder
+        self.k = 0
+
+    def release(self, gamma: np.ndarray) -> np.ndarray:
+        """Release k = k + 1 of every silo, shape ``(R, M, P)``: its encoded batches plus fresh noise."""
+        encoded = self.encoder.encode(gamma)
+        message: np.ndarray = encoded + silo_noise(self.silo_rngs, gamma.shape[-1]) * self.sigma
+        if self.decoder is not None:
+            self.decoder.release_sum(message)
+        self.k = self.encoder.k
+        return message
+
+    def prefix(self) -> np.ndarray:
+        """Each silo's own noisy prefix after release k, ``(R, M, P)`` (the decoder on its messages)."""
+        if self.decoder is None:
+            raise ValueError("this randomizer was built without keep_prefix")
+        return self.decoder.prefix.copy()  # type: ignore[no-any-return]
+
+
+class FactorizedRandomizer(EncodedRandomizer):
+    """The factorized release: the silo keeps its last ``band`` batches (a ring buffer) to encode."""
 
     def __init__(
         self,
@@ -193,32 +226,14 @@ class FactorizedRandomizer:
         factorization: Factorization,
         keep_prefix: bool = False,
     ) -> None:
-        self.sigma = np.asarray(sigma, dtype=np.float64)
-        self.silo_rngs = silo_rngs
+        shape = (n_runs, n_silos, np.asarray(sigma).size)
+        decoder = FactorizedAnalyzer(shape, factorization) if keep_prefix else None
+        super().__init__(sigma, silo_rngs, BandedEncoder(shape, factorization), decoder)
         self.factorization = factorization
-        width = self.sigma.size
-        self.encoder = BandedEncoder((n_runs, n_silos, width), factorization)
-        self.decoder = FactorizedAnalyzer((n_runs, n_silos, width), factorization) if keep_prefix else None
-        self.k = 0
 
     @property
     def releases(self) -> int:
         return self.factorization.releases
-
-    def release(self, gamma: np.ndarray) -> np.ndarray:
-        """Release k = k + 1 of every silo, shape ``(R, M, P)``: its encoded batches plus fresh noise."""
-        encoded = self.encoder.encode(gamma)
-        message = encoded + silo_noise(self.silo_rngs, gamma.shape[-1]) * self.sigma
-        if self.decoder is not None:
-            self.decoder.release_sum(message)
-        self.k = self.encoder.k
-        return message
-
-    def prefix(self) -> np.ndarray:
-        """Each silo's own noisy prefix after release k, ``(R, M, P)`` (the decoder on its messages)."""
-        if self.decoder is None:
-            raise ValueError("this randomizer was built without keep_prefix")
-        return self.decoder.prefix.copy()
 
 
 class FactorizedAnalyzer:

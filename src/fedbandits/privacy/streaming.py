@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedbandits.core.validation import check_int
-from fedbandits.privacy.mechanisms import silo_noise
+from fedbandits.privacy.factorization import EncodedRandomizer
 
 #: buffers of the default streaming mechanism (5: measured in the module docstring)
 DEFAULT_BUFFERS = 5
@@ -176,9 +176,9 @@ class BLTEncoder:
         return out
 
 
-class StreamingRandomizer:
-    """Every silo's BLT encoder for R runs x M silos: release k is (B gamma)_k + z_k, z fresh per
-    release (never redrawn); with ``keep_prefix`` a silo also decodes its own messages (Algorithm 4)."""
+class StreamingRandomizer(EncodedRandomizer):
+    """The streaming release of R runs x M silos: each silo encodes with its BLT buffers
+    (:class:`fedbandits.privacy.factorization.EncodedRandomizer` adds the noise)."""
 
     def __init__(
         self,
@@ -189,24 +189,9 @@ class StreamingRandomizer:
         blt: BLT,
         keep_prefix: bool = False,
     ) -> None:
-        self.sigma = np.asarray(sigma, dtype=np.float64)
-        self.silo_rngs = silo_rngs
-        shape = (n_runs, n_silos, self.sigma.size)
-        self.encoder = BLTEncoder(shape, blt)
-        self.decoder = StreamingAnalyzer(shape, blt) if keep_prefix else None
-        self.k = 0
-
-    def release(self, gamma: np.ndarray) -> np.ndarray:
-        message = self.encoder.encode(gamma) + silo_noise(self.silo_rngs, gamma.shape[-1]) * self.sigma
-        if self.decoder is not None:
-            self.decoder.release_sum(message)
-        self.k = self.encoder.k
-        return message
-
-    def prefix(self) -> np.ndarray:
-        if self.decoder is None:
-            raise ValueError("this randomizer was built without keep_prefix")
-        return self.decoder.prefix.copy()
+        shape = (n_runs, n_silos, np.asarray(sigma).size)
+        decoder = StreamingAnalyzer(shape, blt) if keep_prefix else None
+        super().__init__(sigma, silo_rngs, BLTEncoder(shape, blt), decoder)
 
 
 class StreamingAnalyzer:
