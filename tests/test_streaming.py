@@ -88,6 +88,9 @@ def test_the_calibration_covers_the_unbounded_stream() -> None:
 
     assert z == pytest.approx(tight_noise_multiplier(1.0, 1e-5, 2), rel=1e-9)
     assert cal.prefix_factor == pytest.approx(float(blt.prefix_variance(100).max()))
+    # one user with up to 4 contributions, possibly in one batch, moves the sequence by 4 ||B e_j|| Delta
+    user = calibrate(PrivacySpec("ldp", 1.0, 1e-5, mechanism="blt", contributions=4), agents=3, horizon=1000, batch=10)
+    assert user.sigma_cov == pytest.approx(4 * cal.sigma_cov, rel=1e-12) and user.guarantee == "formal"
 
 
 def test_the_simulator_runs_the_streaming_release_and_bad_requests_are_refused() -> None:
