@@ -65,7 +65,10 @@ class LogTuning:
             "tuning_seed": self.seed,
             "tuning_rounds": self.tuning_rounds,
             "report_rounds": self.report.n,
-            "candidates": [c.__dict__ for c in self.candidates],
+            # a candidate that accepted nothing has no value: null, not -Infinity (not JSON)
+            "candidates": [
+                {**c.__dict__, "value": c.value if math.isfinite(c.value) else None} for c in self.candidates
+            ],
         }
 
 
