@@ -1,13 +1,15 @@
 """Shared pieces of the clustering-of-bandits policies (FCLUB family and its baselines).
 
-* :class:`ClusterUCBParams` -- radius / regulariser parameters every clustering policy shares;
+* :class:`ClusterUCBParams` -- radius / regulariser parameters every clustering policy shares, and
+  how it chooses (:class:`~fedbandits.algorithms.base.ExplorationParams`: UCB by default);
 * :func:`confidence_width_f` -- F(T) = sqrt((1 + ln(1 + T)) / (1 + T)) of Eqs. (3)-(4) of
   Liu et al. (2022) (the CB(T) of Gentile et al. 2014 without its alpha);
 * :func:`components` -- connected components of a boolean adjacency matrix (numbered as scipy's);
 * :func:`adjusted_rand_index` -- agreement of detected with true clusters;
 * :class:`UserStructure` -- users, servers and true clusters read from a clustered environment;
 * :class:`ClusteredPolicy` -- the per-arrival driver: slot j of a round is the user
-  ``env.last_users[:, j]``; slots are played in order, each with the feedback of the earlier ones.
+  ``env.last_users[:, j]``; slots are played in order, each with the feedback of the earlier ones,
+  and each choice goes through a :class:`~fedbandits.core.exploration.ArrivalExplorer`.
 """
 
 from __future__ import annotations
