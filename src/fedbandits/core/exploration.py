@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -133,6 +134,29 @@ def propensity_error_bound(samples: int) -> float:
     return 0.5 / math.sqrt(samples)
 
 
+@dataclass(frozen=True)
+class Rule:
+    """A learner's choice rule and its parameters, read by name from its entry's parameters
+    (:class:`fedbandits.algorithms.base.ExplorationParams`; UCB for parameters without them): the one
+    reading the simulator's :class:`Explorer` and the online agent's chooser share."""
+
+    name: str = "ucb"
+    rate: float = 0.0
+    temperature: float = 1.0
+    scale: float = 0.0
+    samples: int = 1
+
+    @classmethod
+    def of(cls, params: object) -> Rule:
+        return cls(
+            getattr(params, "exploration", "ucb"),
+            float(getattr(params, "exploration_rate", 0.0)),
+            float(getattr(params, "temperature", 1.0)),
+            float(getattr(params, "posterior_scale", 0.0)),
+            int(getattr(params, "propensity_samples", 1)),
+        )
+
+
 class Explorer:
     """The random choice of a batch of R x M learners (one per run and agent) and the probability of
     each one's last choice: what every exploring LinUCB-type learner of the simulator shares.
@@ -143,13 +167,11 @@ class Explorer:
     """
 
     def __init__(self, params: object, n_runs: int, n_agents: int, choice_rngs: Sequence[np.random.Generator] | None):
-        self.rule: str = getattr(params, "exploration", "ucb")
-        if self.rule != "ucb" and (choice_rngs is None or len(choice_rngs) != n_runs):
-            raise ValueError(f"exploration {self.rule!r} needs one choice Generator per run")
-        self.rate = float(getattr(params, "exploration_rate", 0.0))
-        self.temperature = float(getattr(params, "temperature", 1.0))
-        self.scale = float(getattr(params, "posterior_scale", 0.0))
-        self.samples = int(getattr(params, "propensity_samples", 1))
+        rule = Rule.of(params)
+        if rule.name != "ucb" and (choice_rngs is None or len(choice_rngs) != n_runs):
+            raise ValueError(f"exploration {rule.name!r} needs one choice Generator per run")
+        self.rule, self.rate, self.temperature = rule.name, rule.rate, rule.temperature
+        self.scale, self.samples = rule.scale, rule.samples
         self.shape = (n_runs, n_agents)
         self.choice_rngs = list(choice_rngs or [])
         self._last: tuple[np.ndarray | None, ...] = ()

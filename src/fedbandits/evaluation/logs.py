@@ -112,12 +112,16 @@ class BanditLog:
         """K: the most candidates of a round (every round's, without a catalogue)."""
         return int(self.static.shape[0] if self.catalogue is None else self.catalogue.shape[1])
 
+    @property
+    def silo_arms(self) -> np.ndarray:
+        """K_s of every silo, (S,): its catalogue's candidates, or K for all without one."""
+        if self.catalogue is None:
+            return np.full(len(self.silo_names), self.n_arms)
+        return (self.catalogue >= 0).sum(axis=1)  # type: ignore[no-any-return]
+
     def arms_of(self, rows: np.ndarray | slice) -> np.ndarray:
         """K_s of each round's silo, (len(rows),)."""
-        silos = self.silos[rows]
-        if self.catalogue is None:
-            return np.full(len(silos), self.n_arms)
-        return (self.catalogue >= 0).sum(axis=1)[silos]  # type: ignore[no-any-return]
+        return self.silo_arms[self.silos[rows]]  # type: ignore[no-any-return]
 
     def available(self, rows: np.ndarray | slice) -> np.ndarray | None:
         """Which candidates each of ``rows`` offers, (len(rows), K) bool; None when every round offers all K."""

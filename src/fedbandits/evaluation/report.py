@@ -87,7 +87,7 @@ def _arms(log: BanditLog) -> str:
     """K, or each silo's K_s when the silos have catalogues of their own."""
     if log.catalogue is None:
         return str(log.n_arms)
-    return "/".join(str(int(k)) for k in (log.catalogue >= 0).sum(axis=1))
+    return "/".join(str(int(k)) for k in log.silo_arms)
 
 
 def _num(value: float) -> str:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedbandits.core.exploration import (
+    Rule,
     cholesky_of_inverse,
     closed_form,
     draw,
@@ -32,11 +33,9 @@ class Chooser:
     """One silo's choice rule (its entry's ``exploration`` parameters) and its random streams."""
 
     def __init__(self, params: object, silos: int, silo: int, stream: np.random.Generator | None) -> None:
-        self.exploration: str = getattr(params, "exploration", "ucb")
-        self.rate = float(getattr(params, "exploration_rate", 0.0))
-        self.temperature = float(getattr(params, "temperature", 1.0))
-        self.scale = float(getattr(params, "posterior_scale", 0.0))
-        self.samples = int(getattr(params, "propensity_samples", 1))
+        rule = Rule.of(params)
+        self.exploration, self.rate, self.temperature = rule.name, rule.rate, rule.temperature
+        self.scale, self.samples = rule.scale, rule.samples
         self.silos, self.silo = silos, silo
         self.rng = np.random.default_rng() if stream is None else stream
         self.chol = np.zeros((1, 0, 0))
