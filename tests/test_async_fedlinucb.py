@@ -147,6 +147,7 @@ def test_private_labels_are_computed():
     assert "guarantee" not in reports["plain"]
 
 
+@pytest.mark.slow  # about 9 s: CI runs it in its slow audit step
 def test_period_mode_audit_flags_too_little_noise():
     """The audit row of the period trigger (one silo, B = 25, T = 100, eps = 2, delta = 1e-5), as the
     ldp lazy row: with its calibrated noise consistent, with 0.3x the noise violated.  The same

@@ -88,6 +88,7 @@ def test_quick_audit_formal_rows_hold_and_non_lazy_rows_are_refuted(quick_audit)
     assert rows["FedLinUCB sdp-vector-sum lazy"]["guarantee"] == "formal"
 
 
+@pytest.mark.slow  # about 12 s: CI runs it in its slow audit step
 def test_under_noised_mode_is_flagged() -> None:
     """The test-only hook shrinks a lazy ldp mode's noise to 0.3x at eps = 2, delta = 1e-5.
 

@@ -187,6 +187,7 @@ def test_distributed_user_level_calibration_meets_its_target(mechanism):
 # -- the audit ------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # about 17 s: CI runs it in its slow audit step
 def test_user_level_audit_rows_flag_too_little_noise():
     """The user-history neighbours (one user's 4 visits in the first batch) at eps = 2, delta = 1e-5: the
     user-level calibration with 0.3x its noise is the ldp lazy case of test_audit_privacy.py scaled by
@@ -201,6 +202,7 @@ def test_user_level_audit_rows_flag_too_little_noise():
     assert honest.verdict == "consistent"
 
 
+@pytest.mark.slow  # about 12 s each: CI runs them in its slow audit step
 @pytest.mark.parametrize("mechanism", ["tree", "factorized"])
 def test_distributed_user_level_audit_flags_too_little_noise(mechanism):
     """distributed-dp, 2 silos, m = 4, eps = 1: with 0.3x the shares the server's sums separate the
