@@ -206,7 +206,7 @@ def test_factorized_is_in_the_audit_and_an_under_noised_release_is_flagged() -> 
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        ({"mechanism": "matrix"}, "mechanism must be one of 'tree', 'factorized', 'blt', got 'matrix'"),
+        ({"mechanism": "matrix"}, "mechanism must be one of 'tree', 'factorized', 'blt', 'banded', got 'matrix'"),
         ({"mechanism": "factorized", "protocol": "sdp-amplification"}, "mechanism 'factorized' needs protocol 'ldp'"),
         ({"mechanism": "factorized", "protocol": "sdp-vector-sum"}, "mechanism 'factorized' needs protocol 'ldp'"),
         ({"mechanism": "factorized", "calibration": "paper"}, "with calibration 'tight'"),

@@ -85,12 +85,21 @@ class FedLinUCBParams(ExploringLinUCBParams):
         metadata={
             "help": "ldp/ldp-prefix/distributed-dp: 'tree' (noisy p-sums, the papers') or 'factorized' (square-root "
             "factorization of the prefix-sum matrix: less noise for the same guarantee); ldp/ldp-prefix: 'blt' "
-            "(streaming factorization: a few buffers of state, a guarantee with no planned horizon)"
+            "(streaming factorization: a few buffers of state, a guarantee with no planned horizon); "
+            "ldp/ldp-prefix/distributed-dp: 'banded' (the square root banded: the last `band` batches of state, "
+            "a guarantee with no planned horizon)"
         },
     )
     buffers: int = field(
         default=DEFAULT_BUFFERS,
         metadata={"help": "mechanism 'blt': the streaming strategy's buffers (state per silo), 1..12"},
+    )
+    band: int = field(
+        default=0,
+        metadata={
+            "help": "mechanism 'banded': the batches one batch's noise spans (state per silo: band x P floats), "
+            "1..65536; 0: the planned releases horizon // batch, at most 4096"
+        },
     )
     colluders: int = field(
         default=0,
@@ -217,6 +226,7 @@ class FedLinUCBParams(ExploringLinUCBParams):
             mechanism=self.mechanism,
             contributions=self.contributions,
             buffers=self.buffers,
+            band=self.band,
         )
 
     def check_compatible(self, horizon: int, agents: int, dim: int | None) -> None:

@@ -289,12 +289,12 @@ def default_cases() -> list[AuditCase]:
     only) and the factorized release of ldp and distributed-dp, FedUCB's Privatizer
     with the private schedule, decentralized FedUCB (epsilon = 1, delta = 1e-5, tight); and every
     private plugin protocol (:func:`plugin_cases`)."""
-    cases = [*_fedlinucb_cases(), *_user_level_cases(), *_other_learner_cases()]
+    cases = [*_fedlinucb_cases(), *_distributed_cases(), *_user_level_cases(), *_other_learner_cases()]
     return cases + plugin_cases()
 
 
 def _fedlinucb_cases() -> list[AuditCase]:
-    """FedLinUCB's private protocols, lazy and not, and the factorized release of ldp and distributed-dp."""
+    """FedLinUCB's private protocols, lazy and not; ldp's encoded releases and Thompson sampling."""
     cases = []
     fedlinucb_modes = (
         ("ldp", "messages", 1),
@@ -329,6 +329,14 @@ def _fedlinucb_cases() -> list[AuditCase]:
             dataset="full-sensitivity",
         )
     )
+    cases.append(  # band 2 of the run's 4 releases: the decoder's recursion runs past the band
+        AuditCase(
+            "FedLinUCB ldp lazy, streaming release (banded, band 2)",
+            _fedlinucb("ldp", True, mechanism="banded", band=2),
+            "messages",
+            dataset="full-sensitivity",
+        )
+    )
     # a random choice reads released statistics only and touches no release (issue #46): on the steering
     # dataset (two arms per user) Thompson sampling's random choices cannot carry the first user's data
     # into the later users' choices of a lazy learner
@@ -341,6 +349,12 @@ def _fedlinucb_cases() -> list[AuditCase]:
                 dataset="steering",
             )
         )
+    return cases
+
+
+def _distributed_cases() -> list[AuditCase]:
+    """distributed-dp (lazy by construction): the tree, the factorized and the streaming banded release."""
+    cases = []
     cases.append(
         AuditCase(
             "FedLinUCB distributed-dp (lazy by construction)",
@@ -359,6 +373,15 @@ def _fedlinucb_cases() -> list[AuditCase]:
             agents=2,
         )
     )
+    cases.append(
+        AuditCase(
+            "FedLinUCB distributed-dp lazy, streaming release (banded, band 2)",
+            _fedlinucb("distributed-dp", True, mechanism="banded", band=2),
+            "aggregate",
+            dataset="full-sensitivity",
+            agents=2,
+        )
+    )
     return cases
 
 
@@ -369,12 +392,16 @@ def _user_level_cases() -> list[AuditCase]:
         ("ldp", "messages", 1, "tree"),
         ("distributed-dp", "aggregate", 2, "tree"),
         ("distributed-dp", "aggregate", 2, "factorized"),
+        ("distributed-dp", "aggregate", 2, "banded"),
     ):
-        release = ", factorized release" if mechanism == "factorized" else ""
+        release = {"tree": "", "factorized": ", factorized release", "banded": ", streaming release (banded, band 2)"}
+        band = {"band": 2} if mechanism == "banded" else {}
         cases.append(
             AuditCase(
-                f"FedLinUCB {protocol} lazy{release}, user-level (m = {USER_HISTORY})",
-                _fedlinucb(protocol, True, privacy_unit="user", max_contributions=USER_HISTORY, mechanism=mechanism),
+                f"FedLinUCB {protocol} lazy{release[mechanism]}, user-level (m = {USER_HISTORY})",
+                _fedlinucb(
+                    protocol, True, privacy_unit="user", max_contributions=USER_HISTORY, mechanism=mechanism, **band
+                ),
                 view,
                 dataset="user-history",
                 agents=agents,

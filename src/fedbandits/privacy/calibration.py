@@ -33,7 +33,15 @@ from fedbandits.privacy import accounting, shuffle_amplification
 from fedbandits.privacy.factorization import MECHANISMS, Factorization, factorize
 from fedbandits.privacy.guarantee import certified
 from fedbandits.privacy.sensitivity import ADJACENCIES, Sensitivity, stream_sensitivity
-from fedbandits.privacy.streaming import BLT, DEFAULT_BUFFERS, strategy_for
+from fedbandits.privacy.streaming import (
+    DEFAULT_BUFFERS,
+    MAX_STREAM_BAND,
+    STREAMING,
+    BandedStream,
+    Stream,
+    stream_details,
+    stream_for,
+)
 from fedbandits.privacy.tree import max_nodes_per_datum
 
 CALIBRATIONS = ("paper", "tight", "code")
@@ -63,6 +71,8 @@ class PrivacySpec:
     contributions: int = 1
     #: mechanism "blt": the streaming strategy's buffers
     buffers: int = DEFAULT_BUFFERS
+    #: mechanism "banded": the streaming strategy's band (0: the planned releases, at most 4096)
+    band: int = 0
 
     def __post_init__(self) -> None:
         check_int("max_contributions", self.contributions, low=1)
@@ -91,10 +101,23 @@ class PrivacySpec:
             )
         if self.mechanism == "blt" and (self.protocol not in ("ldp", "ldp-prefix") or self.calibration != "tight"):
             raise ValueError(
-                "mechanism 'blt' needs protocol 'ldp' or 'ldp-prefix' with calibration 'tight' (distributed-dp: "
-                f"not yet), got protocol {self.protocol!r}, calibration {self.calibration!r}"
+                "mechanism 'blt' needs protocol 'ldp' or 'ldp-prefix' with calibration 'tight' (distributed-dp "
+                "rounds every message to its grid, which a BLT's unbounded memory cannot pay for: use 'banded'), "
+                f"got protocol {self.protocol!r}, calibration {self.calibration!r}"
+            )
+        if self.mechanism == "banded" and (
+            self.protocol not in ("ldp", "ldp-prefix", "distributed-dp") or self.calibration != "tight"
+        ):
+            raise ValueError(
+                "mechanism 'banded' needs protocol 'ldp', 'ldp-prefix' or 'distributed-dp' with calibration 'tight', "
+                f"got protocol {self.protocol!r}, calibration {self.calibration!r}"
             )
         check_int("buffers", self.buffers, low=1, high=12)
+        check_int("band", self.band, low=0, high=MAX_STREAM_BAND)
+
+    def stream(self, releases: int) -> Stream:
+        """The streaming strategy of mechanism 'blt' or 'banded' for a run planned for ``releases``."""
+        return stream_for(self.mechanism, releases, buffers=self.buffers, band=self.band)
 
     def _check_user_level(self) -> None:
         """User-level privacy is calibrated for the tree and the factorized release of ``ldp``,
@@ -202,11 +225,12 @@ def calibrate(spec: PrivacySpec, *, agents: int, horizon: int, batch: int) -> No
         noise = _factorized_noise(spec, sens, factor, releases, details)
         nodes = factor.band  # releases one batch enters
         prefix_factor = float(factor.prefix_variance().max())
-    elif spec.mechanism == "blt":
-        blt = strategy_for(spec.buffers, releases)
-        noise = _streaming_noise(spec, sens, blt, releases, details)
-        nodes = releases  # a batch enters every later release: the unbounded column of B
-        prefix_factor = float(blt.prefix_variance(releases).max())
+    elif spec.mechanism in STREAMING:
+        stream = spec.stream(releases)
+        noise = _streaming_noise(spec, sens, stream, releases, details)
+        # the releases one batch enters: a BLT's every later one (its unbounded column), a band's ``band``
+        nodes = stream.band if isinstance(stream, BandedStream) else releases
+        prefix_factor = float(stream.prefix_variance(releases).max())
     elif spec.protocol in ("ldp", "ldp-prefix"):
         noise = _ldp_noise(spec, sens, releases, nodes, details)
     else:  # sdp-amplification
@@ -262,21 +286,14 @@ def _encoded_noise(
 
 
 def _streaming_noise(
-    spec: PrivacySpec, sens: Sensitivity, blt: BLT, releases: int, details: dict[str, object]
+    spec: PrivacySpec, sens: Sensitivity, stream: Stream, releases: int, details: dict[str, object]
 ) -> _Noise:
-    """The streaming (BLT) release of ``ldp``/``ldp-prefix`` (tight only): one Gaussian mechanism whose
-    sensitivity is the strategy's column norm over the unbounded stream, so the same noise covers every
-    release ever made (:mod:`fedbandits.privacy.streaming`)."""
-    details.update(
-        {
-            "factorization": f"streaming BLT, {blt.theta.size} buffers, noise tuned for {releases} releases",
-            "blt_buffers": int(blt.theta.size),
-            "blt_sensitivity_sq": blt.sensitivity_sq,
-            "horizon_of_guarantee": "unbounded: every release the silo will ever make",
-        }
-    )
+    """The streaming release (BLT or banded) of ``ldp``/``ldp-prefix`` (tight only): one Gaussian mechanism
+    whose sensitivity is the strategy's column norm over the unbounded stream, so the same noise covers
+    every release ever made (:mod:`fedbandits.privacy.streaming`)."""
+    details.update(stream_details(stream, releases))
     return _encoded_noise(
-        spec, sens, blt.sensitivity_sq, "the BLT strategy's column norm over the unbounded stream", details
+        spec, sens, stream.sensitivity_sq, "the streaming strategy's column norm over the unbounded stream", details
     )
 
 

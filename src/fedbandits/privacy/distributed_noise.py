@@ -73,6 +73,16 @@ has sensitivity sqrt(2) r b_{k-j} + sqrt(P) (l1 likewise).  :func:`composed_epsi
 Prop. 14's bounds over the messages of batch 1 (the most messages, the largest coefficients); the
 composition is adaptive because each message's bound holds given the earlier releases.
 
+Streaming banded release
+------------------------
+With ``mechanism = "banded"`` (:class:`fedbandits.privacy.streaming.BandedStream`) the encoder is the
+square root banded to ``band`` coefficients with no planned horizon: one user enters exactly ``band``
+messages, with the sensitivities above for c_0..c_{band-1}, whatever the stream's length -- so one
+calibration covers every release.  (A BLT's user would enter every later message, each with its
+sqrt(P) rounding term: an unbounded sum, which is why BLT is not offered here.)  Its overflow bound
+cannot use the horizon: a message sums at most ``band`` batches of B users per silo, so T is replaced
+by band x B, and the union bound runs over :data:`STREAM_RELEASES` releases.
+
 User-level privacy
 ------------------
 With ``contributions = m`` (one user, up to m contributions) the releases one contribution enters --
@@ -95,6 +105,7 @@ from fedbandits.privacy.calibration import PrivacySpec
 from fedbandits.privacy.discrete_gaussian import zcdp_epsilon
 from fedbandits.privacy.factorization import factorize
 from fedbandits.privacy.guarantee import certified
+from fedbandits.privacy.streaming import BandedStream
 from fedbandits.privacy.tree import max_nodes_per_datum
 
 optimize = lazy_module("scipy.optimize")  # used to calibrate
@@ -105,6 +116,9 @@ OVERFLOW_PROBABILITY = 2.0**-64
 #: rounding term sqrt(P) of the sensitivity is below 1/1000 of the data term
 GRID_RESOLUTION = 1000.0
 MAX_BITS = 64
+#: mechanism "banded" has no planned horizon: its modulus keeps the overflow probability of every release
+#: below OVERFLOW_PROBABILITY / (P x STREAM_RELEASES) -- a silo releasing every millisecond for 30 years
+STREAM_RELEASES = 2**40
 
 
 def tau(share_sigma: float, honest: int) -> float:
@@ -213,13 +227,24 @@ class DistributedCalibration:
     profile: tuple[tuple[float, float], ...] = ()
     #: the unit of privacy: 1 = one interaction, m > 1 = one user with up to m contributions
     contributions: int = 1
+    #: mechanism "banded": the streaming strategy's band (0 otherwise)
+    band: int = 0
+
+    @property
+    def stream(self) -> BandedStream:
+        """The streaming strategy of mechanism 'banded'."""
+        if self.mechanism != "banded":
+            raise ValueError(f"mechanism {self.mechanism!r} has no streaming strategy")
+        return BandedStream(self.band)
 
     @property
     def prefix_factor(self) -> float:
-        """The largest prefix noise variance per unit share variance and silo: the tree's ``nodes``
-        (a bound on popcount), the factorized decoder's max_k ||A[k, :]||^2."""
+        """The largest prefix noise variance per unit share variance and silo (over the planned releases
+        for 'banded'): the tree's ``nodes`` (a bound on popcount), a factorization's max_k ||A[k, :]||^2."""
         if self.mechanism == "factorized":
             return float(factorize(self.releases).prefix_variance().max())
+        if self.mechanism == "banded":
+            return float(self.stream.prefix_variance(self.releases).max())
         return float(self.nodes)
 
     def release_sensitivities(self) -> tuple[tuple[float, float, int], ...]:
@@ -361,17 +386,19 @@ def calibrate_distributed(
     r = sens.cov / g
     l2 = math.sqrt(2.0) * r + math.sqrt(width)
     l1 = (math.sqrt(n_tri) + math.sqrt(dim)) * r + width
-    if spec.mechanism == "factorized":
-        profile = _factorized_profile(releases, r, n_tri, dim, width)
+    profile, band = _encoded_profile(spec, releases, r, dim)
+    if profile:
         one: tuple[tuple[float, float, int], ...] = tuple((a, b, 1) for a, b in profile)
         nodes = len(profile)
     else:
-        profile = ()
         one = ((l2, l1, tree_nodes),)
         nodes = tree_nodes
     sensitivities = user_releases(one, width, spec.contributions)
     share_sigma = _smallest_share_sigma(spec, honest, sensitivities, width)
-    bits = _modulus_bits(bits, spec, agents, horizon, g, g_bias, tree_nodes, share_sigma, width, releases)
+    if band:  # an unbounded stream: a message holds at most band x batch users per silo; size for 2^40 releases
+        bits = _modulus_bits(bits, spec, agents, band * batch, g, g_bias, 1, share_sigma, width, STREAM_RELEASES)
+    else:
+        bits = _modulus_bits(bits, spec, agents, horizon, g, g_bias, tree_nodes, share_sigma, width, releases)
     epsilon_worst = composed_epsilon(share_sigma, honest, sensitivities, width, spec.delta)
     guarantee, reason = _certify(epsilon_worst, spec, nodes, profile, honest, colluders, dropouts)
     return DistributedCalibration(
@@ -399,6 +426,7 @@ def calibrate_distributed(
         mechanism=spec.mechanism,
         profile=profile,
         contributions=spec.contributions,
+        band=band,
     )
 
 
@@ -434,7 +462,8 @@ def _certify(
 ) -> tuple[str, str]:
     """(guarantee, reason) of the calibrated worst case: ``honest`` shares over the releases one user enters."""
     releases_entered = (
-        f"{nodes} factorized messages (square-root factor, DMRST22 Thm 2.1 for adaptive streams)"
+        f"{nodes} {'streaming banded' if spec.mechanism == 'banded' else 'factorized'} messages (square-root "
+        "factor, DMRST22 Thm 2.1 for adaptive streams)"
         if profile
         else f"{nodes} tree nodes"
     )
@@ -447,11 +476,27 @@ def _certify(
     )
 
 
-def _factorized_profile(releases: int, r: float, n_tri: int, dim: int, width: int) -> tuple[tuple[float, float], ...]:
-    """(l2, l1) of the factorized messages one user enters, grid steps (r = Delta_cov / granularity)."""
+def _encoded_profile(
+    spec: PrivacySpec, releases: int, r: float, dim: int
+) -> tuple[tuple[tuple[float, float], ...], int]:
+    """(the (l2, l1) of the messages one user enters, the band) of an encoded release: the factorized one
+    (band 0: planned for ``releases``), the streaming banded one; ((), 0) for the tree."""
+    n_tri, width = dim * (dim + 1) // 2, dim * (dim + 1) // 2 + dim
+    if spec.mechanism == "banded":
+        stream = spec.stream(releases)
+        assert isinstance(stream, BandedStream)
+        return _coefficient_profile(stream.column, r, n_tri, dim, width), stream.band
+    if spec.mechanism == "factorized":
+        return _coefficient_profile(factorize(releases).encoder, r, n_tri, dim, width), 0
+    return (), 0
+
+
+def _coefficient_profile(
+    column: np.ndarray, r: float, n_tri: int, dim: int, width: int
+) -> tuple[tuple[float, float], ...]:
+    """(l2, l1) of the encoded messages one user enters, grid steps (r = Delta_cov / granularity)."""
     # message k carries b_{k-j} times the user's change (rounded: + the rounding term), for the
     # releases k >= j within the band; j = 1 enters the most, with the largest coefficients
-    column = factorize(releases).encoder
     return tuple(
         (math.sqrt(2.0) * r * b + math.sqrt(width), (math.sqrt(n_tri) + math.sqrt(dim)) * r * b + width) for b in column
     )

@@ -41,9 +41,9 @@ import numpy as np
 from fedbandits.core.validation import check_int
 from fedbandits.privacy.mechanisms import silo_noise
 
-#: how a protocol's releases carry noise: tree p-sums, a factorization planned for K releases, or the
-#: streaming (BLT) factorization with no planned horizon (:mod:`fedbandits.privacy.streaming`)
-MECHANISMS = ("tree", "factorized", "blt")
+#: how a protocol's releases carry noise: tree p-sums, a factorization planned for K releases, or a
+#: streaming one with no planned horizon, BLT or banded (:mod:`fedbandits.privacy.streaming`)
+MECHANISMS = ("tree", "factorized", "blt", "banded")
 #: the encoder band used when none is given: the full square root up to this many releases (a
 #: silo keeps ``band`` past batches of P floats), a band of this width beyond it
 DEFAULT_MAX_BAND = 4096
@@ -56,7 +56,7 @@ def sqrt_coefficients(n: int) -> np.ndarray:
     return np.concatenate([[1.0], np.cumprod((2 * m - 1) / (2 * m))])
 
 
-def _series_inverse(b: np.ndarray, n: int) -> np.ndarray:
+def series_inverse(b: np.ndarray, n: int) -> np.ndarray:
     """First ``n`` coefficients of 1 / b(x) for b_0 != 0: inv_k = -(sum_{1 <= i <= k} b_i inv_{k-i}) / b_0
     (b has ``len(b)`` coefficients, so this costs O(n len(b)))."""
     inv = np.zeros(n)
@@ -103,7 +103,7 @@ def factorize(releases: int, band: int | None = None) -> Factorization:
     if band == releases:
         a = sqrt_coefficients(releases)  # A = B exactly: (1 - x)^(-1/2) squared is 1 / (1 - x)
     else:
-        a = np.cumsum(_series_inverse(b, releases))  # A = C B^{-1}
+        a = np.cumsum(series_inverse(b, releases))  # A = C B^{-1}
     b.setflags(write=False)
     a.setflags(write=False)
     return Factorization(releases, band, b, a)
@@ -157,6 +157,7 @@ class BandedEncoder:
     """B gamma for every silo, release by release: keeps the last ``band`` batches (a ring buffer)."""
 
     def __init__(self, shape: tuple[int, ...], factorization: Factorization) -> None:
+        self.shape = shape
         self.factorization = factorization
         self.batches = np.zeros((factorization.band, *shape))
         self.k = 0
@@ -206,6 +207,11 @@ class EncodedRandomizer:
             self.decoder.release_sum(message)
         self.k = self.encoder.k
         return message
+
+    def skip(self) -> None:
+        """Release k + 1 is not made (a silo that was down): its batch is empty, nothing is drawn or sent."""
+        self.encoder.encode(np.zeros(self.encoder.shape))
+        self.k = self.encoder.k
 
     def prefix(self) -> np.ndarray:
         """Each silo's own noisy prefix after release k, ``(R, M, P)`` (the decoder on its messages)."""

@@ -13,6 +13,8 @@ With ``mechanism = "factorized"`` R encodes (B gamma)_k, the square-root factor 
 silo's batches (:class:`fedbandits.privacy.factorization.BandedEncoder`), instead of the node
 p-sum, and A decodes the prefix with the other factor; the calibration composes the messages one
 user enters with their own sensitivities (:func:`fedbandits.privacy.distributed_noise.calibrate_distributed`).
+``mechanism = "banded"`` is the same with the streaming banded square root
+(:class:`fedbandits.privacy.streaming.BandedStream`): no planned horizon, the last ``band`` batches of state.
 A message lost to a dropout is missing from every later prefix with weight a_{k'-k} (the tree
 instead recovers that data at the next higher node).
 
@@ -39,6 +41,7 @@ from fedbandits.privacy.distributed_noise import DistributedCalibration, Modular
 from fedbandits.privacy.factorization import BandedEncoder, Factorization, FactorizedAnalyzer, factorize
 from fedbandits.privacy.guarantee import NOT_FORMAL
 from fedbandits.privacy.mechanisms import pack, packed_width, protocol_streams, unpack
+from fedbandits.privacy.streaming import BandedStream, BandedStreamEncoder, StreamingAnalyzer
 from fedbandits.privacy.tree import lowest_set_bit, max_nodes_per_datum, prefix_levels
 from fedbandits.protocols.base import FLOAT_BYTES, Protocol
 
@@ -59,7 +62,7 @@ class DistributedRandomizer:
         sigma: float,
         rngs: Sequence[np.random.Generator],
         releases: int,
-        factorization: Factorization | None = None,
+        factorization: Factorization | BandedStream | None = None,
     ) -> None:
         if len(rngs) != n_runs:
             raise ValueError(f"need one Generator per run ({n_runs}), got {len(rngs)}")
@@ -68,15 +71,21 @@ class DistributedRandomizer:
         self.silo_rngs = [rng.spawn(n_silos) for rng in rngs]
         self.releases = releases
         shape = (n_runs, n_silos, codec.steps.size)
-        #: factorized: the silos' (B gamma)_k instead of the tree's node p-sums
-        self.encoder = None if factorization is None else BandedEncoder(shape, factorization)
+        #: factorized / banded: the silos' (B gamma)_k instead of the tree's node p-sums
+        self.encoder: BandedEncoder | BandedStreamEncoder | None = None
+        if isinstance(factorization, BandedStream):
+            self.encoder = factorization.encoder(shape)
+        elif factorization is not None:
+            self.encoder = BandedEncoder(shape, factorization)
+        #: a streaming encoder has no planned horizon
+        self.streaming = isinstance(factorization, BandedStream)
         self.levels = max_nodes_per_datum(releases)
         self.exact = np.zeros((self.levels if self.encoder is None else 0, *shape))
         self.k = 0
 
     def release(self, gamma: np.ndarray) -> np.ndarray:
         """Release k + 1: every silo's encoded, noisy node p-sum modulo 2^bits, ``(R, M, P)`` uint64."""
-        if self.k >= self.releases:
+        if self.k >= self.releases and not self.streaming:
             raise ValueError(f"the tree was planned for {self.releases} releases; release {self.k + 1} exceeds it")
         node = self._absorb(gamma)
         return self.codec.residues(self.codec.encode(node) + self._shares(node.shape[-1]))
@@ -136,11 +145,17 @@ class ModularTreeAnalyzer:
 
 
 class ModularFactorizedAnalyzer:
-    """The server's A for a factorized release: decoded message sums, and the prefix A (their sum)."""
+    """The server's A for a factorized (or streaming banded) release: decoded message sums, and the prefix
+    A (their sum)."""
 
-    def __init__(self, n_runs: int, codec: ModularCodec, factorization: Factorization) -> None:
+    def __init__(self, n_runs: int, codec: ModularCodec, factorization: Factorization | BandedStream) -> None:
         self.codec = codec
-        self.decoder = FactorizedAnalyzer((n_runs, codec.steps.size), factorization)
+        shape = (n_runs, codec.steps.size)
+        self.decoder: FactorizedAnalyzer | StreamingAnalyzer = (
+            StreamingAnalyzer(shape, factorization)
+            if isinstance(factorization, BandedStream)
+            else FactorizedAnalyzer(shape, factorization)
+        )
 
     @property
     def k(self) -> int:
@@ -211,7 +226,11 @@ class DistributedDPProtocol(Protocol):
         self.calibration = calibration
         self.codec = calibration.codec(dim)
         streams = [protocol_streams(rng) for rng in rngs]
-        factor = factorize(calibration.releases) if calibration.mechanism == "factorized" else None
+        factor: Factorization | BandedStream | None = None
+        if calibration.mechanism == "factorized":
+            factor = factorize(calibration.releases)
+        elif calibration.mechanism == "banded":
+            factor = calibration.stream
         self.randomizer = DistributedRandomizer(
             n_runs,
             n_agents,

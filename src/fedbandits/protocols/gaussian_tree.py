@@ -5,8 +5,9 @@
 * either of the first two with ``mechanism = "factorized"``: the silos release B gamma + noise and
   the server decodes with A, for a factorization C = A B of the prefix-sum matrix
   (:mod:`fedbandits.privacy.factorization`) -- less noise than the tree for the same guarantee;
-  or ``mechanism = "blt"``: the same with a streaming (BLT) B, a few buffers of state and a
-  guarantee with no planned horizon (:mod:`fedbandits.privacy.streaming`);
+  or ``mechanism = "blt"`` / ``"banded"``: the same with a streaming B (a few buffers, or the last
+  ``band`` batches, of state) and a guarantee with no planned horizon
+  (:mod:`fedbandits.privacy.streaming`);
 * ``sdp-amplification``: Algorithm 2 with a real shuffler S permuting the M messages of each
   release; the guarantee comes from the amplification Lemma F.2 (computed numerically) or, if
   the user asks for the paper's heuristic noise, carries the label "no formal guarantee".
@@ -33,7 +34,7 @@ from fedbandits.privacy.mechanisms import (
     shuffle_messages,
     unpack,
 )
-from fedbandits.privacy.streaming import StreamingAnalyzer, StreamingRandomizer, strategy_for
+from fedbandits.privacy.streaming import STREAMING, StreamingAnalyzer, StreamingRandomizer, calibrated_stream
 from fedbandits.protocols.base import Protocol
 
 
@@ -64,11 +65,11 @@ class GaussianTreeProtocol(Protocol):
         self.shuffle_rngs = [shuffle for _, shuffle in streams]
         self.randomizer: TreeRandomizer | FactorizedRandomizer | StreamingRandomizer
         self.analyzer: TreeAnalyzer | FactorizedAnalyzer | StreamingAnalyzer
-        if calibration.mechanism == "blt":
-            blt = strategy_for(int(calibration.details["blt_buffers"]), calibration.releases)  # type: ignore[call-overload]
+        if calibration.mechanism in STREAMING:
+            stream = calibrated_stream(calibration.mechanism, calibration.details, calibration.releases)
             silo_rngs = [rng.spawn(n_agents) for rng in noise_rngs]  # as TreeRandomizer: one stream per silo
-            self.randomizer = StreamingRandomizer(n_runs, n_agents, sigma, silo_rngs, blt, self.name == "ldp-prefix")
-            self.analyzer = StreamingAnalyzer((n_runs, packed_width(dim)), blt)
+            self.randomizer = StreamingRandomizer(n_runs, n_agents, sigma, silo_rngs, stream, self.name == "ldp-prefix")
+            self.analyzer = StreamingAnalyzer((n_runs, packed_width(dim)), stream)
         elif calibration.mechanism == "factorized":
             factor = factorize(calibration.releases)
             silo_rngs = [rng.spawn(n_agents) for rng in noise_rngs]  # as TreeRandomizer: one stream per silo
