@@ -65,6 +65,9 @@ def _spec(protocol: str = "ldp", **kw):  # type: ignore[no-untyped-def]
         # randomized choices (issue #46): each silo draws the simulator's choice stream
         ("ldp", 3, 'exploration = "thompson"\nposterior_scale = 0.3\npropensity_samples = 20'),
         ("none", 3, 'exploration = "epsilon-greedy"\nexploration_rate = 0.2'),
+        # the streaming banded release (issue #49), a band of 3 of the run's 13 synchronisations
+        ("ldp", 3, 'mechanism = "banded"\nband = 3'),
+        ("distributed-dp", 3, 'mechanism = "banded"\nband = 3'),
     ],
 )
 def test_loopback_parity_with_simulator(tmp_path: Path, protocol: str, agents: int, extra: str) -> None:
@@ -759,7 +762,9 @@ def test_spec_rejects_undeployable_configs() -> None:
     with pytest.raises(ConfigError, match="does not deploy"):
         _spec("ldp-prefix")
     for protocol in ("ldp", "distributed-dp"):  # the factorized release runs in the simulator only
-        with pytest.raises(ConfigError, match="mechanism 'factorized' does not deploy yet"):
+        with pytest.raises(
+            ConfigError, match="mechanism 'factorized' does not deploy; the deployment releases 'tree' or"
+        ):
             _spec(protocol, extra='mechanism = "factorized"')
     with pytest.raises(ConfigError, match="run must be"):
         make_spec(loads_config(_config()), run=3)

@@ -105,17 +105,19 @@ def test_standalone_agents_choose_as_the_simulators_independent_linucb():
 
 DDP = {"name": "fedlinucb", "batch": 4, "protocol": "distributed-dp", "epsilon": 1.0, "delta": 1e-3}
 DDP["feature_bound"] = 0.9  # < 1 = ||x||: every feature is clipped, so the clipping path is compared too
+LDP = {"name": "fedlinucb", "batch": 4, "protocol": "ldp", "epsilon": 1.0, "delta": 1e-3, "feature_bound": 0.9}
 FEDERATED = [
     pytest.param({"name": "fedlinucb", "batch": 4, "protocol": "none"}, id="none"),
     pytest.param({"name": "fedlinucb", "batch": 4, "protocol": "none", "lazy": True}, id="none-lazy"),
     # feature_bound < 1 = ||x||: every feature is clipped, so the clipping path is compared too
-    pytest.param(
-        {"name": "fedlinucb", "batch": 4, "protocol": "ldp", "epsilon": 1.0, "delta": 1e-3, "feature_bound": 0.9},
-        id="ldp",
-    ),
+    pytest.param(LDP, id="ldp"),
     pytest.param(DDP, id="ddp"),
     # rewards centred (reward_offset) and clipped to [c - B, c + B] = [0, 1]: the agent centres as the simulator does
     pytest.param({**DDP, "reward_offset": 0.5, "reward_bound": 0.5}, id="ddp-centred"),
+    # the streaming banded release (issue #49), a band of 3 of the run's 12 releases: the decoders'
+    # recursion runs past the band
+    pytest.param({**LDP, "mechanism": "banded", "band": 3}, id="ldp-banded"),
+    pytest.param({**DDP, "mechanism": "banded", "band": 3}, id="ddp-banded"),
 ]
 
 
@@ -145,6 +147,7 @@ def test_federated_agents_reproduce_the_simulators_fedlinucb(algorithm):
 USER_LEVEL = [
     pytest.param({**FEDERATED[2].values[0], "privacy_unit": "user", "max_contributions": 3}, id="ldp-user"),
     pytest.param({**FEDERATED[3].values[0], "privacy_unit": "user", "max_contributions": 3}, id="ddp-user"),
+    pytest.param({**FEDERATED[6].values[0], "privacy_unit": "user", "max_contributions": 3}, id="ddp-banded-user"),
     # Lemma C.4's radius grows with n = M t, the dropped rounds included: the agents must count them too
     pytest.param(
         {**FEDERATED[2].values[0], "privacy_unit": "user", "max_contributions": 3, "radius": "theory"},
@@ -236,7 +239,7 @@ def test_one_learner_scoring_and_update_are_the_batched_arithmetic_bit_for_bit()
     np.testing.assert_array_equal(bias, state.bias[0, 0])
 
 
-@pytest.mark.parametrize("algorithm", [FEDERATED[2], FEDERATED[3]])
+@pytest.mark.parametrize("algorithm", [FEDERATED[2], FEDERATED[3], FEDERATED[5], FEDERATED[6]])
 def test_parity_survives_a_save_and_load_mid_batch(algorithm, tmp_path):
     """Every silo saved and loaded at round 18 (mid-batch, after 4 releases): the loaded agents
     continue their noise streams where they stopped, so the run stays the simulator's bit for bit."""

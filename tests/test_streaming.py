@@ -82,7 +82,7 @@ def test_the_calibration_covers_the_unbounded_stream() -> None:
     cal = calibrate(spec, agents=3, horizon=1000, batch=10)
     blt = ra_blt(5, 100)
     assert cal.guarantee == "formal" and cal.epsilon_spent == pytest.approx(1.0, abs=1e-6)
-    assert cal.details["blt_sensitivity_sq"] == pytest.approx(blt.sensitivity_sq)
+    assert cal.details["stream_sensitivity_sq"] == pytest.approx(blt.sensitivity_sq)
     z = cal.sigma_cov / (spec.unit_sensitivity().cov * np.sqrt(blt.sensitivity_sq))
     from fedbandits.privacy.accounting import tight_noise_multiplier
 
@@ -140,7 +140,8 @@ def test_the_streaming_release_is_in_the_audit_and_an_under_noised_one_is_flagge
 
 
 def test_the_online_agent_and_the_deployment_refuse_it_in_one_line() -> None:
-    """Not built there yet (issue #49): a config asking for it gets one line, not a silent tree."""
+    """A silo's secret noise is discrete (rounded to a grid), and a BLT's rounded release would touch every
+    later message: the agent refuses it in one line that names 'banded'; the deployment refuses it too."""
     from fedbandits import Agent
     from fedbandits.federation.spec import make_spec
 
@@ -151,7 +152,9 @@ def test_the_online_agent_and_the_deployment_refuse_it_in_one_line() -> None:
             "algorithms": [{"name": "fedlinucb", "protocol": "ldp", "mechanism": "blt", "batch": 5}],
         }
     )
-    with pytest.raises(ConfigError, match=r"mechanism: an agent releases tree p-sums \('tree'\), got 'blt'$"):
+    with pytest.raises(ConfigError, match=r"got 'blt' \(a silo's secret noise .* 'banded' touches `band` of them\)$"):
         Agent.from_config(config, silo=1)
-    with pytest.raises(ConfigError, match=r"mechanism 'blt' does not deploy yet"):
+    with pytest.raises(
+        ConfigError, match=r"mechanism 'blt' does not deploy; the deployment releases 'tree' or 'banded'"
+    ):
         make_spec(config)

@@ -25,7 +25,7 @@ from fedbandits.algorithms.fedlinucb import FedLinUCBParams
 from fedbandits.config import Config, ConfigError, config_from_dict
 from fedbandits.core.files import atomic_write_bytes
 from fedbandits.envs.files import read_data_file
-from fedbandits.online.setup import AgentSetup
+from fedbandits.online.setup import AGENT_MECHANISMS, AgentSetup
 from fedbandits.plugins import CARRIERS
 from fedbandits.privacy.calibration import NoiseCalibration
 from fedbandits.privacy.discrete_gaussian import SECRET_SHARES_SAMPLER, SecretNoise
@@ -195,8 +195,11 @@ def make_spec(config: Config, label: str | None = None, run: int = 0) -> DeployS
             f"{', '.join(carried_protocols(*CARRIERS))} "
             "(sdp-vector-sum's shuffled integer messages are not deployed: see docs/deployment.md)"
         )
-    if params.mechanism != "tree":
-        raise ConfigError(f"mechanism {params.mechanism!r} does not deploy yet; the deployment releases tree p-sums")
+    if params.mechanism not in AGENT_MECHANISMS:  # a silo releases through the online agent's randomizer
+        raise ConfigError(
+            f"mechanism {params.mechanism!r} does not deploy; the deployment releases "
+            f"{' or '.join(map(repr, AGENT_MECHANISMS))} (docs/privacy.md)"
+        )
     if config.environment.params.agents < 1:
         raise ConfigError("the environment needs at least one agent (silo)")
     return DeploySpec(_absolute_data_paths(config), config.algorithms[index].label, index, run)

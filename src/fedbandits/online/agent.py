@@ -66,10 +66,9 @@ from fedbandits.online.inputs import (
     check_reward,
     user_key,
 )
-from fedbandits.online.setup import AgentSetup
+from fedbandits.online.setup import AgentSetup, Randomizer
 from fedbandits.online.status import report as agent_status
-from fedbandits.privacy.mechanisms import TreeRandomizer, pack, unpack
-from fedbandits.protocols.distributed_dp import DistributedRandomizer
+from fedbandits.privacy.mechanisms import pack, unpack
 
 
 @dataclass(frozen=True)
@@ -141,7 +140,7 @@ class Agent:
         self.chooser = Chooser(
             setup.params, setup.silos, silo, None if seed is None else setup.choice_stream(seed, run)
         )
-        self.randomizer: TreeRandomizer | DistributedRandomizer | None = None
+        self.randomizer: Randomizer | None = None
         if self.private:
             self.randomizer = setup.randomizer(None if seed is None else setup.noise_stream(silo, seed, run))
         # decision ids carry the agent's instance: another agent's ids are unknown here.  A seeded
@@ -327,6 +326,8 @@ class Agent:
         the epoch's releases are all made (the calibration covers K, not fewer)."""
         if not self.private:
             raise AgentError("new_epoch: only a private protocol has a budget to renew")
+        if self.setup.streaming:
+            raise AgentError("new_epoch: a streaming release has no budget epochs (one guarantee covers every release)")
         if self.noise_source != "os":
             raise AgentError("new_epoch: needs noise_source 'os' (a seeded stream would replay its noise)")
         if not self.budget_spent():

@@ -9,7 +9,8 @@ their rounds through it:
 ``none`` keeps the exact running sum; ``ldp`` adds the noisy p-sums and releases the tree prefix
 (:class:`~fedbandits.privacy.mechanisms.TreeAnalyzer`); ``distributed-dp`` adds the residues
 modulo 2^bits -- what secure aggregation's masks leave the server -- and decodes the prefix
-(:class:`~fedbandits.protocols.distributed_dp.ModularTreeAnalyzer`).  Masking itself (so that the
+(:class:`~fedbandits.protocols.distributed_dp.ModularTreeAnalyzer`); with ``mechanism = "banded"``
+either decodes the streaming release instead (no planned horizon: rounds never run out).  Masking itself (so that the
 server sees no single silo's residues) is the transport's job, as in the deployment.
 """
 
@@ -25,7 +26,8 @@ from fedbandits.config import Config
 from fedbandits.online.setup import AgentSetup
 from fedbandits.privacy.distributed_noise import DistributedCalibration
 from fedbandits.privacy.mechanisms import TreeAnalyzer
-from fedbandits.protocols.distributed_dp import ModularTreeAnalyzer
+from fedbandits.privacy.streaming import StreamingAnalyzer
+from fedbandits.protocols.distributed_dp import ModularFactorizedAnalyzer, ModularTreeAnalyzer
 
 
 class Aggregator:
@@ -39,14 +41,22 @@ class Aggregator:
         self.width = setup.width
         self.rounds = 0
         cal = setup.calibration
-        self.analyzer: TreeAnalyzer | None = None
-        self.modular: ModularTreeAnalyzer | None = None
+        self.analyzer: TreeAnalyzer | StreamingAnalyzer | None = None
+        self.modular: ModularTreeAnalyzer | ModularFactorizedAnalyzer | None = None
         self.total: np.ndarray | None = None
         if isinstance(cal, DistributedCalibration):
             self.codec = cal.codec(setup.dim)
-            self.modular = ModularTreeAnalyzer(1, self.codec, cal.releases)
+            self.modular = (
+                ModularFactorizedAnalyzer(1, self.codec, setup.stream)
+                if setup.streaming
+                else ModularTreeAnalyzer(1, self.codec, cal.releases)
+            )
         elif cal is not None:
-            self.analyzer = TreeAnalyzer(1, self.width, cal.releases)
+            self.analyzer = (
+                StreamingAnalyzer((1, self.width), setup.stream)
+                if setup.streaming
+                else TreeAnalyzer(1, self.width, cal.releases)
+            )
         else:
             self.total = np.zeros((1, self.width))
 

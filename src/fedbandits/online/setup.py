@@ -23,14 +23,32 @@ from fedbandits.config import Config, ConfigError, as_config
 from fedbandits.core.seeding import choice_rngs, noise_rngs
 from fedbandits.core.ucb import ConfidenceRadius
 from fedbandits.privacy.calibration import NoiseCalibration
-from fedbandits.privacy.discrete_gaussian import SecretNoise, SecretTreeRandomizer, secret_noise_for
+from fedbandits.privacy.discrete_gaussian import (
+    SecretNoise,
+    SecretStreamRandomizer,
+    SecretTreeRandomizer,
+    secret_noise_for,
+)
 from fedbandits.privacy.distributed_noise import DistributedCalibration
 from fedbandits.privacy.mechanisms import TreeRandomizer, packed_width, protocol_streams, silo_noise_rng
+from fedbandits.privacy.streaming import BandedStream, StreamingRandomizer, calibrated_stream
 from fedbandits.protocols.distributed_dp import DistributedRandomizer, SecretDistributedRandomizer
 from fedbandits.registry import PROTOCOLS, calibrated, carried_protocols
 
+#: a silo's local randomizer R, as :meth:`AgentSetup.randomizer` builds it
+Randomizer = TreeRandomizer | DistributedRandomizer | StreamingRandomizer | SecretStreamRandomizer
+
 #: the algorithms an agent runs: a standalone LinUCB silo, or one silo of a FedLinUCB federation
 AGENT_ALGORITHMS = ("linucb-independent", "fedlinucb")
+#: the release mechanisms an agent runs: the tree, and the streaming banded release (no planned horizon)
+AGENT_MECHANISMS = ("tree", "banded")
+_WHY_NOT = {
+    "factorized": " ('factorized' is planned for K releases; 'banded' is the same square root with no horizon)",
+    "blt": (
+        " (a silo's secret noise is exact discrete Gaussian on a grid, and a BLT's rounded release would touch "
+        "every later message: an unbounded sensitivity; 'banded' touches `band` of them)"
+    ),
+}
 
 
 def agent_protocols() -> tuple[str, ...]:
@@ -103,9 +121,10 @@ class AgentSetup:
                     f"{where}.protocol: an agent synchronises through {', '.join(map(repr, agent_protocols()))}, "
                     f"got {params.protocol!r}"
                 )
-            if params.mechanism != "tree":
+            if params.mechanism not in AGENT_MECHANISMS:
                 raise ConfigError(
-                    f"{where}.mechanism: an agent releases tree p-sums ('tree'), got {params.mechanism!r}"
+                    f"{where}.mechanism: an agent releases tree p-sums ('tree') or a streaming banded release "
+                    f"('banded'), got {params.mechanism!r}{_WHY_NOT.get(params.mechanism, '')}"
                 )
             horizon = config.experiment.horizon
             if params.private:
@@ -183,9 +202,27 @@ class AgentSetup:
         return self.config.experiment.horizon
 
     @property
+    def streaming(self) -> bool:
+        """Whether the releases are a streaming one (``mechanism = "banded"``): one guarantee covers every
+        release the silo will ever make, and no budget is ever spent."""
+        return self.private and self.fed_params.mechanism == "banded"
+
+    @property
+    def stream(self) -> BandedStream:
+        """The streaming strategy of ``mechanism = "banded"``."""
+        cal = self.calibration
+        assert cal is not None and self.streaming
+        if isinstance(cal, DistributedCalibration):
+            return cal.stream
+        stream = calibrated_stream(cal.mechanism, cal.details, cal.releases)
+        assert isinstance(stream, BandedStream)
+        return stream
+
+    @property
     def releases(self) -> int | None:
-        """K = T // B: the releases the noise is calibrated for (None: unlimited, non-private)."""
-        return self.horizon // self.fed_params.batch if self.private else None
+        """K = T // B: the releases the noise is calibrated for (None: unlimited -- non-private, or a
+        streaming release, whose guarantee has no horizon)."""
+        return self.horizon // self.fed_params.batch if self.private and not self.streaming else None
 
     @property
     def width(self) -> int:
@@ -233,7 +270,7 @@ class AgentSetup:
         for every silo of a config whose ``noise_seed`` (or ``seed``) is ``seed``."""
         return choice_rngs(seed, [run], self.config.noise_stream(self.index))[0]
 
-    def randomizer(self, stream: np.random.Generator | None) -> TreeRandomizer | DistributedRandomizer | None:
+    def randomizer(self, stream: np.random.Generator | None) -> Randomizer | None:
         """The silo's local randomizer R (None without privacy), as the deployment's silo builds it.
 
         ``stream=None`` (noise source ``os``, the default): the secret samplers of a deployed silo --
@@ -243,21 +280,23 @@ class AgentSetup:
         simulator's own classes for one silo, drawing from it."""
         cal = self.calibration
         placeholder = [np.random.Generator(np.random.SFC64(0))]  # replaced by the silo's stream below
+        banded = self.stream if self.streaming else None
         if isinstance(cal, DistributedCalibration):
-            if stream is None:
-                secret = SecretDistributedRandomizer(
-                    1, 1, cal.codec(self.dim), cal.share_sigma, placeholder, cal.releases
-                )
-                secret.silo_rngs = []  # no pseudo-random stream: the shares come from the OS CSPRNG
-                return secret
-            dist = DistributedRandomizer(1, 1, cal.codec(self.dim), cal.share_sigma, placeholder, cal.releases)
-            dist.silo_rngs = [[stream]]
+            kind = DistributedRandomizer if stream is not None else SecretDistributedRandomizer
+            dist = kind(1, 1, cal.codec(self.dim), cal.share_sigma, placeholder, cal.releases, banded)
+            # derived: the silo's stream; os: none, the shares come from the OS CSPRNG
+            dist.silo_rngs = [[stream]] if stream is not None else []
             return dist
         if isinstance(cal, NoiseCalibration):
             if stream is None:
                 noise = self.secret_noise()
                 assert noise is not None
-                return SecretTreeRandomizer(self.packed(noise.sigma_cov, noise.sigma_bias), noise.grid, cal.releases)
+                sigma = self.packed(noise.sigma_cov, noise.sigma_bias)
+                if banded is not None:
+                    return SecretStreamRandomizer(sigma, noise.grid, banded)
+                return SecretTreeRandomizer(sigma, noise.grid, cal.releases)
+            if banded is not None:
+                return StreamingRandomizer(1, 1, self.sigma(), [[stream]], banded)
             tree = TreeRandomizer(1, 1, self.sigma(), placeholder, cal.releases)
             tree.silo_rngs = [[stream]]
             return tree

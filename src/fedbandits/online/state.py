@@ -6,7 +6,8 @@ the pending decisions (features and deadlines), the expired ids, every counter, 
 user's contributions in the current epoch and each pending decision's user, as keyed digests (and
 the digests' secret key), the noise source
 and the local randomizer's tree: its exact nodes and the released noisy nodes (``ldp``), which a
-loaded agent re-uses, never redraws.  With ``derived`` noise the exact position of its noise
+loaded agent re-uses, never redraws (a streaming banded release: its last ``band`` batches).  With
+``derived`` noise the exact position of its noise
 stream is saved too (a loaded agent continues the stream: noise not yet drawn is never replayed);
 with ``os`` noise (the default) there is no stream -- a loaded agent draws every new node's noise
 fresh from the OS CSPRNG.
@@ -36,7 +37,9 @@ from fedbandits._version import __version__
 from fedbandits.config import ConfigError, config_from_dict
 from fedbandits.core.files import atomic_write_bytes
 from fedbandits.online.setup import AgentSetup
+from fedbandits.privacy.discrete_gaussian import SecretStreamRandomizer
 from fedbandits.privacy.mechanisms import TreeRandomizer
+from fedbandits.privacy.streaming import BandedStreamEncoder
 
 # the agent is typed Any here: this module is imported by fedbandits.online.agent, never the reverse
 Agent = Any
@@ -104,9 +107,13 @@ def dump(agent: Agent, pending: bool = True) -> tuple[dict[str, Any], dict[str, 
         if agent.noise_source == "derived":
             header["noise"] = _plain(r.silo_rngs[0][0].bit_generator.state)
         header["releases_made"] = r.k
-        arrays["tree_exact"] = r.exact
-        if isinstance(r, TreeRandomizer):
-            arrays["tree_noisy"] = r.noisy
+        encoder = getattr(r, "encoder", None)
+        if isinstance(encoder, BandedStreamEncoder):  # a streaming release: its last `band` batches
+            arrays["stream_past"] = encoder.past
+        else:
+            arrays["tree_exact"] = r.exact
+            if isinstance(r, TreeRandomizer):
+                arrays["tree_noisy"] = r.noisy
     return header, arrays
 
 
@@ -216,15 +223,28 @@ def restore(
     if r is not None:
         if source == "derived":
             r.silo_rngs[0][0].bit_generator.state = _numpy_state(header["noise"])
-        r.k = int(header["releases_made"])
-        r.exact[...] = arrays["tree_exact"]
-        if isinstance(r, TreeRandomizer):
-            r.noisy[...] = arrays["tree_noisy"]
+        _restore_randomizer(r, int(header["releases_made"]), arrays)
     choices = header.get("choices")  # a derived agent that explores at random: its choice stream's position
     if source == "derived" and choices is not None:
         agent.chooser.rng.bit_generator.state = _numpy_state(choices)
     agent._refresh()
     return agent
+
+
+def _restore_randomizer(r: Any, releases_made: int, arrays: dict[str, np.ndarray]) -> None:
+    """Give a fresh randomizer back its saved state: the tree's nodes, or a streaming release's batches."""
+    encoder = getattr(r, "encoder", None)
+    if isinstance(encoder, BandedStreamEncoder):
+        if "stream_past" not in arrays or arrays["stream_past"].shape != encoder.past.shape:
+            raise StateFileError("the state file's streaming release does not match its config's band")
+        encoder.past[...] = arrays["stream_past"]
+        encoder.k = releases_made
+    else:
+        r.exact[...] = arrays["tree_exact"]
+        if isinstance(r, TreeRandomizer):
+            r.noisy[...] = arrays["tree_noisy"]
+    if not isinstance(r, SecretStreamRandomizer):  # its k is its encoder's
+        r.k = releases_made
 
 
 def _plain(value: Any) -> Any:

@@ -1,11 +1,14 @@
 """What an online agent reports of itself: its counts, the privacy its releases spend and the noise
 in force (:meth:`fedbandits.online.agent.Agent.status`; ``serve`` shows it on its status page).
 
-Budget epochs compose by basic composition: each epoch begun spends what its noise certifies.
+Budget epochs compose by basic composition: each epoch begun spends what its noise certifies.  A
+streaming release (``mechanism = "banded"``) has one epoch, forever: its epsilon never grows, its
+prefix noise does (reported).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from fedbandits.privacy.discrete_gaussian import SECRET_SHARES_SAMPLER
@@ -68,6 +71,8 @@ def report(agent: Agent) -> dict[str, object]:
         out["epsilon_lifetime"] = begun * per_epoch
         out["delta_lifetime"] = begun * cal.delta
         out["releases_left"] = cal.releases - (c["syncs"] - c["epoch_start"])
+        if agent.setup.streaming:
+            out.update(_streaming_report(agent))
         if not agent.lazy:  # decisions act on unreleased data: the simulator withdraws the guarantee too
             out = not_covering_adaptivity(out)
     return out
@@ -95,6 +100,29 @@ def _noise_report(agent: Agent) -> dict[str, object]:
         **report,
         # what the secret noise spends (zCDP accounting, meets the target), not the continuous calibration's
         "epsilon_spent": secret.epsilon_spent if agent.counts["syncs"] > agent.counts["epoch_start"] else 0.0,
+    }
+
+
+def _streaming_report(agent: Agent) -> dict[str, object]:
+    """A streaming release: one guarantee for every release ever made (the epsilon stays where the first
+    release put it), no planned releases, and how its noise grows: the std of one covariance entry's noise
+    in the synced prefix (M silos' noise, decoded) now and at 10 times the releases made."""
+    setup = agent.setup
+    stream = setup.stream
+    cal = setup.calibration
+    sigma = cal.sigma_cov  # one silo's per-entry std (ldp: the continuous calibration's; ddp: one share's bound)
+    secret = setup.secret_noise() if agent.noise_source == "os" else None
+    if secret is not None:
+        sigma = secret.sigma_cov
+    k = max(agent.counts["syncs"], 1)
+    return {
+        "mechanism": "banded",
+        "stream_band": stream.band,
+        "horizon_of_guarantee": "unbounded: every release the silo will ever make",
+        "releases_planned": None,
+        "releases_left": None,
+        "prefix_noise_std": math.sqrt(setup.silos * sigma**2 * stream.prefix_variance_at(k)),
+        "prefix_noise_std_at_10x": math.sqrt(setup.silos * sigma**2 * stream.prefix_variance_at(10 * k)),
     }
 
 

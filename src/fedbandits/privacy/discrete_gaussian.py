@@ -43,6 +43,7 @@ from fedbandits.core.validation import check_float, check_int
 from fedbandits.privacy.calibration import NoiseCalibration
 from fedbandits.privacy.mechanisms import TreeRandomizer
 from fedbandits.privacy.sensitivity import Sensitivity
+from fedbandits.privacy.streaming import BandedStream, calibrated_stream
 
 optimize = lazy_module("scipy.optimize")  # used to calibrate
 
@@ -174,24 +175,28 @@ def release_rho(
     sens_cov: float,
     sens_bias: float,
     dim: int,
-    nodes: int,
+    nodes: int | tuple[float, ...],
     contributions: int = 1,
 ) -> float:
-    """rho of one user's releases: ``nodes`` rounded, discrete-Gaussian p-sums (module docstring).
+    """rho of one user's releases: ``nodes`` rounded, discrete-Gaussian p-sums (module docstring), or,
+    given a tuple, the messages of a streaming banded release, which carry the user's change times
+    those coefficients (each rounded message adds its sqrt(entries) once: a finite sum, the band's).
 
     ``contributions = m`` > 1 (user-level): the user's m contributions, each of sensitivity ``sens``,
     move a p-sum holding n_k of them by at most n_k a + r (a = sens / grid, r = sqrt(entries): the
     rounding, paid once per p-sum touched), with sum n_k = m nodes, n_k <= m and at most m nodes p-sums
     touched, so sum (n_k a + r)^2 <= nodes (m a + r)^2 + (m - 1) nodes r^2 (as
-    :func:`fedbandits.privacy.distributed_noise.user_releases` argues for the shares)."""
+    :func:`fedbandits.privacy.distributed_noise.user_releases` argues for the shares; with coefficients
+    c_k, a_k = c_k a in each term)."""
+    column = np.ones(nodes) if isinstance(nodes, int) else np.asarray(nodes, dtype=np.float64)
     n_cov, n_bias = dim * (dim + 1) // 2, dim
     m = contributions
     cov, bias = (
-        ((m * sens / grid + math.sqrt(entries)) / (sigma / grid)) ** 2
-        + (m - 1) * (math.sqrt(entries) / (sigma / grid)) ** 2
+        float(np.sum(((m * column * sens / grid + math.sqrt(entries)) / (sigma / grid)) ** 2))
+        + (m - 1) * column.size * (math.sqrt(entries) / (sigma / grid)) ** 2
         for sens, sigma, entries in ((sens_cov, sigma_cov, n_cov), (sens_bias, sigma_bias, n_bias))
     )
-    return 0.5 * nodes * (cov + bias)
+    return 0.5 * (cov + bias)
 
 
 def calibrate_secret_noise(
@@ -200,16 +205,18 @@ def calibrate_secret_noise(
     sens_cov: float,
     sens_bias: float,
     dim: int,
-    nodes: int,
+    nodes: int | tuple[float, ...],
     epsilon: float,
     delta: float,
     contributions: int = 1,
 ) -> SecretNoise:
     """The smallest common scale s >= 1 of the continuous sigmas whose discrete, rounded release
     meets (epsilon, delta) by the zCDP accounting (bisection to a relative 1e-6; the returned
-    noise always meets the target); ``contributions``: one user's contributions (:func:`release_rho`)."""
+    noise always meets the target); ``contributions``: one user's contributions, ``nodes``: the
+    p-sums or the banded coefficients of the releases one user enters (:func:`release_rho`)."""
     check_int("dim", dim, low=1)
-    check_int("nodes", nodes, low=1)
+    if isinstance(nodes, int):
+        check_int("nodes", nodes, low=1)
     check_int("contributions", contributions, low=1)
     grid = grid_step(min(sigma_cov, sigma_bias))
 
@@ -233,10 +240,18 @@ def calibrate_secret_noise(
 
 def secret_noise_for(cal: NoiseCalibration, sens: Sensitivity, dim: int, contributions: int = 1) -> SecretNoise:
     """The secret noise meeting a calibration's own (epsilon, delta) for its tree (``cal.nodes``
-    p-sums per contribution), with one contribution's sensitivities ``sens`` and up to ``contributions``
-    contributions per user: what a deployed silo and an online agent draw."""
+    p-sums per contribution) or its streaming banded release (the band's coefficients), with one
+    contribution's sensitivities ``sens`` and up to ``contributions`` contributions per user: what a
+    deployed silo and an online agent draw."""
+    nodes: int | tuple[float, ...] = cal.nodes
+    if cal.mechanism == "banded":
+        stream = calibrated_stream(cal.mechanism, cal.details, cal.releases)
+        assert isinstance(stream, BandedStream)
+        nodes = tuple(float(c) for c in stream.column)
+    elif cal.mechanism != "tree":
+        raise ValueError(f"mechanism {cal.mechanism!r} has no secret discrete release: use 'tree' or 'banded'")
     return calibrate_secret_noise(
-        cal.sigma_cov, cal.sigma_bias, sens.cov, sens.bias, dim, cal.nodes, cal.epsilon, cal.delta, contributions
+        cal.sigma_cov, cal.sigma_bias, sens.cov, sens.bias, dim, nodes, cal.epsilon, cal.delta, contributions
     )
 
 
@@ -244,33 +259,68 @@ def secret_noise_for(cal: NoiseCalibration, sens: Sensitivity, dim: int, contrib
 SECRET_SHARES_SAMPLER = "exact discrete Gaussian shares (Canonne, Kamath & Steinke 2020), OS CSPRNG"
 
 
-class SecretTreeRandomizer(TreeRandomizer):
-    """One deployed silo's randomizer with secret noise: every new node is released as
-    :func:`discrete_gaussian_release` with the OS CSPRNG.  Nothing secret is kept in the object
-    (it is pickled into the silo's durable state): released nodes are stored, never redrawn."""
+class DrawsAhead:
+    """Secret noise drawn between releases: :meth:`prepare` draws one entry of the next release's noise
+    ahead of time (it does not depend on the data), :meth:`_drawn` hands them to the release.  Drawn-ahead
+    noise is kept in memory only: never saved, never pickled (a restart draws afresh; nothing drawn ahead
+    was released)."""
 
-    def __init__(self, sigma: np.ndarray, grid: float, releases: int) -> None:
-        super().__init__(1, 1, sigma, [np.random.Generator(np.random.SFC64(0))], releases)
-        self.silo_rngs = []  # no pseudo-random stream: the noise comes from the OS CSPRNG
-        self.grid = check_float("grid", grid, low=0.0, low_open=True)
-        self._ahead: list[int] = []
+    sigma: np.ndarray
+    grid: float
+    _ahead: list[int]
 
     def prepare(self) -> bool:
-        """Draw one entry of the next node's noise ahead of time; False once the next node's noise is
-        complete.  The noise does not depend on the data, so a service draws it between releases and a
-        release costs no sampling.  Drawn-ahead noise is kept in memory only: never saved, never pickled
-        (a restart draws afresh; nothing drawn ahead was released)."""
+        """Draw one entry of the next release's noise; False once it is complete (a service calls this
+        between releases, so a release costs no sampling)."""
         if len(self._ahead) >= self.sigma.size:
             return False
         self._ahead.append(noise_ticks(float(self.sigma[len(self._ahead)]), self.grid))
         return True
 
-    def _noisy(self, node: np.ndarray) -> np.ndarray:
+    def _noisy(self, value: np.ndarray) -> np.ndarray:
         drawn, self._ahead = self._ahead, []
-        return discrete_gaussian_release(node, np.broadcast_to(self.sigma, node.shape), self.grid, drawn=drawn)
+        return discrete_gaussian_release(value, np.broadcast_to(self.sigma, value.shape), self.grid, drawn=drawn)
 
     def __getstate__(self) -> dict[str, object]:
         return {**self.__dict__, "_ahead": []}
 
     def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update({"_ahead": [], **state})
+
+
+class SecretTreeRandomizer(DrawsAhead, TreeRandomizer):
+    """One deployed silo's randomizer with secret noise: every new node is released as
+    :func:`discrete_gaussian_release` with the OS CSPRNG.  Nothing secret is kept in the object
+    (it is pickled into the silo's durable state): released nodes are stored, never redrawn."""
+
+    def __init__(self, sigma: np.ndarray, grid: float, releases: int) -> None:
+        TreeRandomizer.__init__(self, 1, 1, sigma, [np.random.Generator(np.random.SFC64(0))], releases)
+        self.silo_rngs = []  # no pseudo-random stream: the noise comes from the OS CSPRNG
+        self.grid = check_float("grid", grid, low=0.0, low_open=True)
+        self._ahead = []
+
+
+class SecretStreamRandomizer(DrawsAhead):
+    """One silo's streaming banded release with secret noise (``ldp``, ``mechanism = "banded"``): release k
+    is :func:`discrete_gaussian_release` of (B gamma)_k, the silo keeping its last ``band`` batches
+    (:class:`fedbandits.privacy.streaming.BandedStreamEncoder`); no planned horizon.  Its accounting is
+    :func:`release_rho` over the band's coefficients (:func:`secret_noise_for`)."""
+
+    def __init__(self, sigma: np.ndarray, grid: float, stream: BandedStream) -> None:
+        self.sigma = np.asarray(sigma, dtype=np.float64)
+        self.grid = check_float("grid", grid, low=0.0, low_open=True)
+        self.encoder = stream.encoder((1, 1, self.sigma.size))
+        self.silo_rngs: list[object] = []  # no pseudo-random stream: the noise comes from the OS CSPRNG
+        self._ahead = []
+
+    @property
+    def k(self) -> int:
+        return self.encoder.k
+
+    def release(self, gamma: np.ndarray) -> np.ndarray:
+        """Release k + 1, ``(1, 1, P)``: the encoded batches, rounded to the grid, plus fresh secret noise."""
+        return self._noisy(self.encoder.encode(gamma))
+
+    def skip(self) -> None:
+        """Release k + 1 is not made (a silo that was down): its batch is empty, nothing is drawn or sent."""
+        self.encoder.encode(np.zeros(self.encoder.shape))

@@ -400,7 +400,8 @@ class Coordinator:
             "sync_seconds": self.sync_seconds,
             "model_version": None if latest is None else f"{latest[0]}.{latest[1]}",
             "last_close": None if latest is None else latest[3],
-            "releases_per_epoch": None if cal is None else cal.releases,
+            "releases_per_epoch": self.setup.releases,  # None: no noise, or a streaming release (no horizon)
+            "horizon_of_guarantee": "unbounded: every release" if self.setup.streaming else None,
             "epsilon_per_epoch": None if cal is None else cal.epsilon,
             "history": self.history[-50:],
         }

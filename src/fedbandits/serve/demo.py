@@ -401,9 +401,16 @@ def summary(tally: Tally, statuses: list[dict[str, Any]], server: dict[str, Any]
             f"(second half, {len(half):,} users)"
         )
     s = statuses[0]
-    lines.append(
-        f"sync: {server['model_version']} (epoch.round) closed, every {server['sync_seconds']:g} s; "
-        f"epsilon spent {s.get('epsilon_lifetime', 0.0):.3f} over {int(s.get('epoch', 0)) + 1} epoch(s) of "
-        f"{s.get('releases_planned')} releases at epsilon {s.get('epsilon')} (delta {s.get('delta_lifetime')})"
-    )
+    if s.get("horizon_of_guarantee"):  # a streaming release: one guarantee, its noise grows instead
+        budget = (
+            f"epsilon spent {s.get('epsilon_lifetime', 0.0):.3f} for every release ever made (streaming, band "
+            f"{s.get('stream_band')}; delta {s.get('delta_lifetime')}); prefix noise std "
+            f"{s.get('prefix_noise_std'):.3g} now, {s.get('prefix_noise_std_at_10x'):.3g} at 10x the releases"
+        )
+    else:
+        budget = (
+            f"epsilon spent {s.get('epsilon_lifetime', 0.0):.3f} over {int(s.get('epoch', 0)) + 1} epoch(s) of "
+            f"{s.get('releases_planned')} releases at epsilon {s.get('epsilon')} (delta {s.get('delta_lifetime')})"
+        )
+    lines.append(f"sync: {server['model_version']} (epoch.round) closed, every {server['sync_seconds']:g} s; {budget}")
     return "\n".join(lines)

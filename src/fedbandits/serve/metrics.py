@@ -52,6 +52,8 @@ GAUGES = {
     "epsilon_spent": "epsilon spent in the current budget epoch",
     "epsilon_lifetime": "epsilon spent over every budget epoch (basic composition)",
     "releases_left": "releases left in the current budget epoch",
+    "prefix_noise_std": "streaming release: std of a covariance entry's noise in the synced prefix now",
+    "prefix_noise_std_at_10x": "streaming release: that std at 10 times the releases made",
     "epoch": "the current budget epoch (0 first)",
     "clipped": "observations clipped to the private bounds",
     "last_sync": "unix time of the last adopted prefix",

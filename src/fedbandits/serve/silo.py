@@ -39,7 +39,7 @@ from fedbandits.crypto.double_masking import Advert, Masked, MaskingSilo, Reveal
 from fedbandits.crypto.signing import Authority, Identity
 from fedbandits.online import Agent, AgentError, AgentSetup
 from fedbandits.online.inputs import AlreadyRewarded, ExpiredDecision
-from fedbandits.privacy.discrete_gaussian import SecretTreeRandomizer
+from fedbandits.privacy.discrete_gaussian import DrawsAhead
 from fedbandits.privacy.distributed_noise import DistributedCalibration
 from fedbandits.serve.masking import federation_context, mask_round, silo_state_from_text, silo_state_to_text
 from fedbandits.serve.options import POLICIES
@@ -403,7 +403,7 @@ class ServingSilo:
         """Draw one entry of the next release's secret noise ahead (``ldp``); False when none is left to
         draw.  The service calls it between requests, so a release costs no sampling."""
         r = self.agent.randomizer
-        return isinstance(r, SecretTreeRandomizer) and not self.agent.budget_spent() and r.prepare()
+        return isinstance(r, DrawsAhead) and not self.agent.budget_spent() and r.prepare()
 
     # -- reports -----------------------------------------------------------------------------
     def status(self, sync_seconds: float | None = None) -> dict[str, object]:

@@ -1,0 +1,39 @@
+"""A serving federation with the streaming banded release (issue #49, item 2): it syncs past the K
+releases a tree would stop or renew at, under one guarantee; the silos' and the coordinator's status
+and metrics state the constant epsilon and the growth of the prefix noise; ``renew`` starts no epoch."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from fedbandits.privacy.streaming import BandedStream
+from test_serve import AUTH, LDP, config, federation, traffic
+
+
+@pytest.mark.parametrize("protocol", ["ldp", "distributed-dp"])
+@pytest.mark.parametrize("policy", ["stop", "renew"])
+def test_a_streaming_federation_syncs_past_k_under_one_guarantee(tmp_path, protocol, policy):
+    """K = 4 planned releases, a band of 2: 10 rounds close in epoch 0 whatever the budget policy; the
+    epsilon stays the first release's; the prefix noise std grows as the band's prefix variance says."""
+    cfg = config({**LDP, "protocol": protocol, "mechanism": "banded", "band": 2})
+    silos, clients, _, coordinator = federation(tmp_path, policy=policy, cfg=cfg)
+    rng = np.random.default_rng(3)
+    for k in range(10):
+        traffic(clients, rng, 2)
+        tick = coordinator.tick()
+        assert tick.closed and (tick.epoch, tick.round) == (0, k)
+    assert not coordinator.finished
+    status = silos[0].status()
+    assert status["epoch"] == 0 and status["releases_left"] is None and status["horizon_of_guarantee"]
+    assert 0 < status["epsilon_lifetime"] <= 1.0 and status["syncs"] == 10
+    stream = BandedStream(2)
+    ratio = status["prefix_noise_std_at_10x"] / status["prefix_noise_std"]
+    assert ratio == pytest.approx(math.sqrt(stream.prefix_variance_at(100) / stream.prefix_variance_at(10)))
+    server = coordinator.status()
+    assert server["releases_per_epoch"] is None and server["horizon_of_guarantee"]
+    assert server["epsilon_lifetime"] == 1.0 and server["model_version"] == "0.9"
+    metrics = clients["silo0"].get("/metrics", headers=AUTH).text
+    assert "fedbandits_prefix_noise_std " in metrics and "fedbandits_releases_left " not in metrics
