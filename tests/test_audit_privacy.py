@@ -45,6 +45,7 @@ def test_quick_audit_covers_every_private_mode(quick_audit) -> None:  # type: ig
         "FedLinUCB ldp non-lazy (Alg. 1), Thompson sampling",
         "FedLinUCB distributed-dp (lazy by construction)",
         "FedLinUCB distributed-dp lazy, factorized release",
+        "FedLinUCB distributed-dp lazy, factorized release, bias_noise_ratio 0.5",
         "FedLinUCB ldp lazy, user-level (m = 4)",
         "FedLinUCB distributed-dp lazy, user-level (m = 4)",
         "FedLinUCB distributed-dp lazy, factorized release, user-level (m = 4)",

@@ -101,6 +101,13 @@ class FedLinUCBParams(ExploringLinUCBParams):
             "1..65536; 0: the planned releases horizon // batch, at most 4096"
         },
     )
+    bias_noise_ratio: float = field(
+        default=1.0,
+        metadata={
+            "help": "ldp/ldp-prefix/distributed-dp (tight): the bias stream's noise multiplier over the covariance "
+            "stream's at the same guarantee, 0.01..100 (1: even; > 1 moves noise from the covariance to the bias)"
+        },
+    )
     colluders: int = field(
         default=0,
         metadata={"help": "distributed-dp: silos that may share their noise with the server (noise provisioned)"},
@@ -227,6 +234,7 @@ class FedLinUCBParams(ExploringLinUCBParams):
             contributions=self.contributions,
             buffers=self.buffers,
             band=self.band,
+            bias_noise_ratio=self.bias_noise_ratio,
         )
 
     def check_compatible(self, horizon: int, agents: int, dim: int | None) -> None:

@@ -373,6 +373,15 @@ def _distributed_cases() -> list[AuditCase]:
             agents=2,
         )
     )
+    cases.append(  # the split of the noise the centred-rewards pay-off uses (docs/privacy.md)
+        AuditCase(
+            "FedLinUCB distributed-dp lazy, factorized release, bias_noise_ratio 0.5",
+            _fedlinucb("distributed-dp", True, mechanism="factorized", bias_noise_ratio=0.5),
+            "aggregate",
+            dataset="full-sensitivity",
+            agents=2,
+        )
+    )
     cases.append(
         AuditCase(
             "FedLinUCB distributed-dp lazy, streaming release (banded, band 2)",

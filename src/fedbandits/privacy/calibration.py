@@ -73,6 +73,8 @@ class PrivacySpec:
     buffers: int = DEFAULT_BUFFERS
     #: mechanism "banded": the streaming strategy's band (0: the planned releases, at most 4096)
     band: int = 0
+    #: the bias stream's noise multiplier over the covariance stream's, at the same guarantee (1: even)
+    bias_noise_ratio: float = 1.0
 
     def __post_init__(self) -> None:
         check_int("max_contributions", self.contributions, low=1)
@@ -114,6 +116,15 @@ class PrivacySpec:
             )
         check_int("buffers", self.buffers, low=1, high=12)
         check_int("band", self.band, low=0, high=MAX_STREAM_BAND)
+        check_float("bias_noise_ratio", self.bias_noise_ratio, low=0.01, high=100.0)
+        if self.bias_noise_ratio != 1.0 and (
+            self.protocol not in ("ldp", "ldp-prefix", "distributed-dp") or self.calibration != "tight"
+        ):
+            raise ValueError(
+                "bias_noise_ratio needs protocol 'ldp', 'ldp-prefix' or 'distributed-dp' with calibration 'tight' "
+                f"(the other calibrations fix both streams' noise), got protocol {self.protocol!r}, "
+                f"calibration {self.calibration!r}"
+            )
 
     def stream(self, releases: int) -> Stream:
         """The streaming strategy of mechanism 'blt' or 'banded' for a run planned for ``releases``."""
@@ -179,6 +190,14 @@ class NoiseCalibration:
         out.update({f"privacy_{k}": v for k, v in details.items()})
         out["noise_std"] = self.sigma_cov
         return out
+
+
+def split_noise(z: float, sens: Sensitivity, ratio: float) -> tuple[float, float]:
+    """(sigma_cov, sigma_bias) for the two streams at the privacy of multiplier ``z`` on both: the bias
+    stream's multiplier ``ratio`` times the covariance stream's, z_cov = z sqrt((1 + 1 / ratio^2) / 2), so
+    that (Delta_cov / sigma_cov)^2 + (Delta_bias / sigma_bias)^2 = 2 / z^2, the mu of an even split."""
+    z_cov = z * math.sqrt((1.0 + 1.0 / ratio**2) / 2.0)
+    return z_cov * sens.cov, ratio * z_cov * sens.bias
 
 
 def gaussian_tree_mu(sigma_cov: float, sigma_bias: float, sens: Sensitivity, nodes: float) -> float:
@@ -277,7 +296,7 @@ def _encoded_noise(
     sigma = z ||B e_j|| Delta per stream gives mu = sqrt(2) / z, as two compositions at z."""
     z = accounting.tight_noise_multiplier(spec.epsilon, spec.delta, 2)
     scale = math.sqrt(sensitivity_sq)
-    sigma_cov, sigma_bias = z * scale * sens.cov, z * scale * sens.bias
+    sigma_cov, sigma_bias = split_noise(z * scale, sens, spec.bias_noise_ratio)
     details["noise_multiplier"] = z * scale
     mu = gaussian_tree_mu(sigma_cov, sigma_bias, sens, sensitivity_sq)
     epsilon_spent = accounting.gaussian_epsilon(mu, spec.delta)
@@ -311,7 +330,7 @@ def _ldp_noise(spec: PrivacySpec, sens: Sensitivity, releases: int, nodes: int, 
         details[f"sigma0_{spec.calibration}"] = sigma0
     else:
         z = accounting.tight_noise_multiplier(spec.epsilon, spec.delta, 2 * nodes)
-        sigma_cov, sigma_bias = z * sens.cov, z * sens.bias
+        sigma_cov, sigma_bias = split_noise(z, sens, spec.bias_noise_ratio)
         details["noise_multiplier"] = z
     mu = gaussian_tree_mu(sigma_cov, sigma_bias, sens, nodes)
     epsilon_spent = accounting.gaussian_epsilon(mu, spec.delta)

@@ -12,7 +12,10 @@ Encoding (:class:`ModularCodec`)
 A packed entry v (covariance entries first, then bias) becomes ``round(v / g_j)`` with grid step
 g_j = ``granularity`` for covariance entries and ``granularity * Delta_bias / Delta_cov`` for
 bias entries, so both streams have the same sensitivity in grid units, r = Delta_cov /
-granularity.  Rounding is deterministic (to the nearest integer).  One user moves the unrounded
+granularity.  (With ``bias_noise_ratio`` = rho the bias grid is rho times coarser: the bias stream
+then moves r / rho steps and its noise, in data units, is rho times the covariance stream's; the
+sensitivities below then read sqrt(1 + 1 / rho^2) r and sqrt(P_bias) r / rho.)  Rounding is
+deterministic (to the nearest integer).  One user moves the unrounded
 vector by at most sqrt(2) r in L2 (Delta_cov and Delta_bias of
 :mod:`fedbandits.privacy.sensitivity`, each r grid steps); each rounding error lies in
 [-1/2, 1/2], so the difference of two rounding errors is below 1 per entry and the rounded
@@ -382,10 +385,13 @@ def calibrate_distributed(
         if granularity is None
         else check_float("granularity", granularity, low=0.0, low_open=True)
     )
-    g_bias = g * sens.bias / sens.cov
+    # the bias grid is the covariance one scaled by Delta_bias / Delta_cov (both streams move r steps) and by
+    # bias_noise_ratio (the bias stream then moves r / ratio steps, and its noise is ratio times larger)
+    ratio = spec.bias_noise_ratio
+    g_bias = g * sens.bias / sens.cov * ratio
     r = sens.cov / g
-    l2 = math.sqrt(2.0) * r + math.sqrt(width)
-    l1 = (math.sqrt(n_tri) + math.sqrt(dim)) * r + width
+    l2 = math.sqrt(1.0 + 1.0 / ratio**2) * r + math.sqrt(width)
+    l1 = (math.sqrt(n_tri) + math.sqrt(dim) / ratio) * r + width
     profile, band = _encoded_profile(spec, releases, r, dim)
     if profile:
         one: tuple[tuple[float, float, int], ...] = tuple((a, b, 1) for a, b in profile)
@@ -485,20 +491,24 @@ def _encoded_profile(
     if spec.mechanism == "banded":
         stream = spec.stream(releases)
         assert isinstance(stream, BandedStream)
-        return _coefficient_profile(stream.column, r, n_tri, dim, width), stream.band
+        return _coefficient_profile(stream.column, r, n_tri, dim, width, spec.bias_noise_ratio), stream.band
     if spec.mechanism == "factorized":
-        return _coefficient_profile(factorize(releases).encoder, r, n_tri, dim, width), 0
+        return _coefficient_profile(factorize(releases).encoder, r, n_tri, dim, width, spec.bias_noise_ratio), 0
     return (), 0
 
 
 def _coefficient_profile(
-    column: np.ndarray, r: float, n_tri: int, dim: int, width: int
+    column: np.ndarray, r: float, n_tri: int, dim: int, width: int, ratio: float = 1.0
 ) -> tuple[tuple[float, float], ...]:
     """(l2, l1) of the encoded messages one user enters, grid steps (r = Delta_cov / granularity)."""
     # message k carries b_{k-j} times the user's change (rounded: + the rounding term), for the
     # releases k >= j within the band; j = 1 enters the most, with the largest coefficients
     return tuple(
-        (math.sqrt(2.0) * r * b + math.sqrt(width), (math.sqrt(n_tri) + math.sqrt(dim)) * r * b + width) for b in column
+        (
+            math.sqrt(1.0 + 1.0 / ratio**2) * r * b + math.sqrt(width),
+            (math.sqrt(n_tri) + math.sqrt(dim) / ratio) * r * b + width,
+        )
+        for b in column
     )
 
 
