@@ -388,7 +388,11 @@ def test_the_example_grids_plan_against_their_configs() -> None:
     )
     assert len(centred.candidates) == 4 * 3 * 16 + 2 * 8  # the count its header states
     config = load_config(examples / "centred-rewards.toml")
-    for grid, count in (("centred-rewards-grid.toml", 6 + 24), ("centred-rewards-baseline-grid.toml", 24)):
+    for grid, count in (
+        ("centred-rewards-grid.toml", 6 + 24),
+        ("centred-rewards-baseline-grid.toml", 24),
+        ("centred-rewards-split-grid.toml", 4 + 6),  # the second stage (its keys apply to the first's config too)
+    ):
         assert len(tune_plan(config, load_grid(examples / grid)).candidates) == count
     config = load_config(examples / "ddp-vs-independent.toml")
     pair = tune_plan(config, load_grid(examples / "ddp-vs-independent-grid.toml"))
