@@ -285,7 +285,34 @@ def _weighted_sum(weights: np.ndarray, items: np.ndarray) -> np.ndarray:
     return out
 
 
-class BLTEncoder:
+class StreamEncoder:
+    """What a streaming strategy's encoder does with its state: (B gamma)_k is gamma_k plus the carry of
+    the earlier items (:meth:`_carry`), and the state then takes gamma_k (:meth:`_push`); decoding is the
+    exact inverse with the same state, holding the decoded past (b_0 = 1)."""
+
+    shape: tuple[int, ...]
+    k: int
+
+    def _carry(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def _push(self, item: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def encode(self, gamma: np.ndarray) -> np.ndarray:
+        """(B gamma)_k = gamma_k + the carry of gamma_1..gamma_{k-1}; the state then takes gamma_k."""
+        out = gamma + self._carry()
+        self._push(gamma)
+        return out
+
+    def decode(self, encoded: np.ndarray) -> np.ndarray:
+        """(B^{-1} y)_k for the encoded ``y_k``: gamma_k = y_k - the carry of the decoded past."""
+        out = encoded - self._carry()
+        self._push(out)
+        return out
+
+
+class BLTEncoder(StreamEncoder):
     """(B gamma)_k release by release, for batches of any shape: one buffer per decay, holding
     buf_j = sum_{i >= 1} theta_j^(i-1) gamma_{k-i}."""
 
@@ -303,21 +330,8 @@ class BLTEncoder:
         self.buffers += gamma
         self.k += 1
 
-    def encode(self, gamma: np.ndarray) -> np.ndarray:
-        """(B gamma)_k = gamma_k + sum_j omega_j buf_j, then the buffers take gamma_k."""
-        out = gamma + self._carry()
-        self._push(gamma)
-        return out
 
-    def decode(self, encoded: np.ndarray) -> np.ndarray:
-        """(B^{-1} y)_k for the encoded ``y_k``: gamma_k = y_k - sum_j omega_j buf_j, the buffers holding
-        the decoded past (the exact inverse of :meth:`encode`, with the same decays and scales)."""
-        out = encoded - self._carry()
-        self._push(out)
-        return out
-
-
-class BandedStreamEncoder:
+class BandedStreamEncoder(StreamEncoder):
     """(B gamma)_k for a banded B, release by release, with no planned horizon: the last ``band`` batches
     (encode) or decoded messages (decode), each kept twice in a ring of 2 x band slots so that the ones a
     release needs are one contiguous window, read without a copy."""
@@ -342,18 +356,6 @@ class BandedStreamEncoder:
         self.past[slot] = item
         self.past[slot + self.column.size] = item
         self.k += 1
-
-    def encode(self, gamma: np.ndarray) -> np.ndarray:
-        """(B gamma)_k = gamma_k + sum_{m >= 1} c_m gamma_{k-m} (c_0 = 1)."""
-        out = gamma + self._carry()
-        self._push(gamma)
-        return out
-
-    def decode(self, encoded: np.ndarray) -> np.ndarray:
-        """(B^{-1} y)_k: gamma_k = y_k - sum_{m >= 1} c_m gamma_{k-m}, the ring holding the decoded past."""
-        out = encoded - self._carry()
-        self._push(out)
-        return out
 
 
 class StreamingRandomizer(EncodedRandomizer):
