@@ -9,15 +9,16 @@ from pathlib import Path
 from fedbandits.federation.processes import Proc, start_process
 
 
-def one_silo_config(folder: Path, batch: int) -> Path:
+def one_silo_config(folder: Path, batch: int, mechanism: str = "tree") -> Path:
     """A config file of one `fedlinucb` `ldp` silo labelled "fed" (d = 5, K = 10): each sync round
-    closes as soon as that silo has released.  K = horizon // batch releases per budget epoch."""
+    closes as soon as that silo has released.  K = horizon // batch releases per budget epoch (with
+    ``mechanism = "banded"``: a streaming release banded to K, no budget epochs)."""
     path = folder / "serve.toml"
     path.write_text(
         "[experiment]\nseed = 1\nhorizon = 100000\n"
         '[environment]\nname = "gaussian-sphere"\nagents = 1\narms = 10\ndim = 5\n'
         f'[[algorithms]]\nname = "fedlinucb"\nlabel = "fed"\nbatch = {batch}\nprotocol = "ldp"\n'
-        "epsilon = 1.0\ndelta = 1e-5\n"
+        f'epsilon = 1.0\ndelta = 1e-5\nmechanism = "{mechanism}"\n'
     )
     return path
 

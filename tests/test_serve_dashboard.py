@@ -49,8 +49,10 @@ def shoot(page, name: str) -> None:  # type: ignore[no-untyped-def]
         page.screenshot(path=str(Path(where) / name), full_page=True)
 
 
-def test_the_silo_and_federation_dashboards_show_the_live_figures(tmp_path):
-    config = one_silo_config(tmp_path, batch=1000)
+@pytest.mark.parametrize("mechanism", ["tree", "banded"])
+def test_the_silo_and_federation_dashboards_show_the_live_figures(tmp_path, mechanism):
+    config = one_silo_config(tmp_path, batch=1000, mechanism=mechanism)
+    shots = "" if mechanism == "tree" else f"-{mechanism}"
     tokens = (tmp_path / "traffic.token", tmp_path / "sync.token")
     token, sync = write_token(tokens[0]), write_token(tokens[1])
     view = write_token(tmp_path / "view.token")
@@ -82,15 +84,22 @@ def test_the_silo_and_federation_dashboards_show_the_live_figures(tmp_path):
             assert page.locator("#reward-chart path.line").count() == 1
             assert page.locator("#decisions-chart path.line").count() == 1
             assert page.locator("#table tr").count() == 4  # header + 3 releases
-            assert "of 100 releases" in page.inner_text("[data-field='epsilon spent']")
-            shoot(page, "serve-dashboard-silo.png")
+            budget = page.inner_text("[data-field='epsilon spent']")
+            if mechanism == "tree":
+                assert "of 100 releases" in budget
+            else:  # one guarantee for every release, and the noise's growth instead of a budget bar
+                assert "streaming release (band 100): one guarantee for every release" in budget
+                assert "prefix noise std" in budget and "at 10x the releases" in budget
+            shoot(page, f"serve-dashboard-silo{shots}.png")
             # the federation's page, the token in the address's fragment
             page.goto(f"http://127.0.0.1:{port}/dashboard#token={view}")
             page.wait_for_selector("body[data-loaded=yes]")
             assert page.inner_text("[data-field='rounds closed'] b") == "3"
             assert page.inner_text("[data-field='silos reachable'] b") == "1 / 1"
             assert page.locator("#samples-chart path.line").count() == 1
-            shoot(page, "serve-dashboard-federation.png")
+            streaming = "streaming release: one guarantee for every release"
+            assert (streaming in page.inner_text("[data-field='epsilon spent']")) == (mechanism == "banded")
+            shoot(page, f"serve-dashboard-federation{shots}.png")
             browser.close()
     finally:
         server.should_exit = True
