@@ -904,6 +904,24 @@ def test_deploy_distributed_dp_parity_and_a_silo_killed_mid_round(tmp_path: Path
 
 
 @slow
+def test_deploy_distributed_dp_with_the_streaming_banded_release(tmp_path: Path) -> None:
+    """distributed-dp over Flower with the streaming banded release (issue #49), a band of 2 of the run's 6
+    synchronisations: the masked sums decode, through the server's recursion, to the simulator's prefixes
+    bit for bit, and the report states the mechanism and a formal guarantee."""
+    spec = _spec("distributed-dp", horizon=60, extra='mechanism = "banded"\nband = 2')  # K = 6, M = 3
+    with LocalDeployment(tmp_path, spec, round_timeout=20, join_timeout=60) as dep:
+        dep.start()
+        summary = dep.wait_done(300)
+    assert dep.leftovers() == [] and summary["completed"] == 6
+    coord = Coordinator(spec, dep.state / "server")
+    np.testing.assert_array_equal(coord.synced_prefixes(), reference_run(spec).prefixes)
+    from fedbandits.federation.deployment_results import deployment_results
+
+    report = deployment_results(spec, coord, 0.0).algorithms[spec.label].report
+    assert report["mechanism"] == "banded" and report["guarantee"] == "formal"
+
+
+@slow
 def test_deploy_sdp_amplification_through_a_shuffler_party(tmp_path: Path) -> None:
     """Server, silos and the shuffler as separate processes: silos post their p-sums to the shuffler
     (mutual TLS) and acknowledge to the server; the server sees only anonymous batches.  The shuffler
