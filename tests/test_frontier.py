@@ -387,6 +387,8 @@ def test_the_example_grids_plan_against_their_configs() -> None:
         load_grid(examples / "frontier-synthetic-centred-grid.toml"),
     )
     assert len(centred.candidates) == 4 * 3 * 16 + 2 * 8  # the count its header states
+    streaming = frontier_plan(load_config(examples / "frontier-streaming.toml"))  # the docs' streaming frontier
+    assert len({base for base, _ in streaming.variants.values()}) == 7 and len(streaming.variants) == 7 * 7
     config = load_config(examples / "centred-rewards.toml")
     for grid, count in (
         ("centred-rewards-grid.toml", 6 + 24),
