@@ -563,3 +563,21 @@ def test_the_quickstart_tasks_change_no_number():
         for name in ("curves", "per_agent", "sync_rounds", "messages", "bytes_sent"):
             assert np.array_equal(getattr(split.algorithms[label], name), getattr(result, name)), (label, name)
         assert split.algorithms[label].report == result.report, label
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["run", "CONFIG", "--worker", "2"], "unrecognized arguments: --worker 2"),  # was --workers 2 (#47)
+        (["tune", "CONFIG", "--gri", "grid.toml"], "the following arguments are required: --grid"),
+        (["deploy", "local", "--conf", "CONFIG"], "unrecognized arguments: --conf"),
+        (["serve", "demo", "--sec", "1"], "unrecognized arguments: --sec 1"),
+    ],
+)
+def test_abbreviated_options_are_refused_in_one_line(argv, message, tiny_config):  # type: ignore[no-untyped-def]
+    """No command takes a prefix of an option for the option: every parser, subcommands' included."""
+    err = io.StringIO()
+    with redirect_stderr(err), pytest.raises(SystemExit) as exc:
+        main([str(tiny_config) if a == "CONFIG" else a for a in argv])
+    lines = err.getvalue().strip().splitlines()
+    assert exc.value.code == 2 and len(lines) == 1 and message in lines[0], lines

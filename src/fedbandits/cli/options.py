@@ -7,7 +7,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn, TypedDict
+from typing import Any, NoReturn, TypedDict
 
 from fedbandits.sim.memory import parse_bytes
 from fedbandits.sim.results import Results
@@ -17,6 +17,13 @@ EXIT_FAILED = 1
 
 
 class Parser(argparse.ArgumentParser):
+    """Every parser of the command line (subcommands' too): one-line errors, and no abbreviated options
+    (``--worker 2`` is refused, not taken as ``--workers 2``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:
         # one line, like every other error of the CLI (argparse would also print the usage)
         self.exit(EXIT_USAGE, f"fedbandits: error: {message} (see `{self.prog} --help`)\n")
