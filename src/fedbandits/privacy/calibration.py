@@ -51,6 +51,8 @@ MAX_EPSILON = 1000.0
 GAUSSIAN_PROTOCOLS = ("ldp", "ldp-prefix", "sdp-amplification")
 #: the calibrations of every other protocol
 OTHER_CALIBRATIONS = ("paper", "tight")
+#: the protocols whose releases the encoded mechanisms, user-level privacy and an uneven noise split apply to
+ENCODED_PROTOCOLS = ("ldp", "ldp-prefix", "distributed-dp")
 #: the protocols whose public-code constants (calibration "code") exist: the Gaussian tree and the vector sum
 CODE_PROTOCOLS = (*GAUSSIAN_PROTOCOLS, "sdp-vector-sum")
 
@@ -93,37 +95,23 @@ class PrivacySpec:
         check_float("reward_bound", self.reward_bound, low=0.0, low_open=True)
         check_choice("adjacency", self.adjacency, ADJACENCIES)
         check_choice("mechanism", self.mechanism, MECHANISMS)
-        if self.mechanism == "factorized" and (
-            self.protocol not in ("ldp", "ldp-prefix", "distributed-dp") or self.calibration != "tight"
-        ):
-            raise ValueError(
-                "mechanism 'factorized' needs protocol 'ldp', 'ldp-prefix' or 'distributed-dp' with calibration "
-                "'tight' "
-                f"(got protocol {self.protocol!r}, calibration {self.calibration!r})"
+        if self.mechanism == "factorized":
+            self._needs_tight("mechanism 'factorized'", ENCODED_PROTOCOLS)
+        if self.mechanism == "blt":
+            self._needs_tight(
+                "mechanism 'blt'",
+                ("ldp", "ldp-prefix"),
+                " (distributed-dp rounds every message to its grid, which a BLT's unbounded memory cannot pay for: "
+                "use 'banded')",
             )
-        if self.mechanism == "blt" and (self.protocol not in ("ldp", "ldp-prefix") or self.calibration != "tight"):
-            raise ValueError(
-                "mechanism 'blt' needs protocol 'ldp' or 'ldp-prefix' with calibration 'tight' (distributed-dp "
-                "rounds every message to its grid, which a BLT's unbounded memory cannot pay for: use 'banded'), "
-                f"got protocol {self.protocol!r}, calibration {self.calibration!r}"
-            )
-        if self.mechanism == "banded" and (
-            self.protocol not in ("ldp", "ldp-prefix", "distributed-dp") or self.calibration != "tight"
-        ):
-            raise ValueError(
-                "mechanism 'banded' needs protocol 'ldp', 'ldp-prefix' or 'distributed-dp' with calibration 'tight', "
-                f"got protocol {self.protocol!r}, calibration {self.calibration!r}"
-            )
+        if self.mechanism == "banded":
+            self._needs_tight("mechanism 'banded'", ENCODED_PROTOCOLS)
         check_int("buffers", self.buffers, low=1, high=12)
         check_int("band", self.band, low=0, high=MAX_STREAM_BAND)
         check_float("bias_noise_ratio", self.bias_noise_ratio, low=0.01, high=100.0)
-        if self.bias_noise_ratio != 1.0 and (
-            self.protocol not in ("ldp", "ldp-prefix", "distributed-dp") or self.calibration != "tight"
-        ):
-            raise ValueError(
-                "bias_noise_ratio needs protocol 'ldp', 'ldp-prefix' or 'distributed-dp' with calibration 'tight' "
-                f"(the other calibrations fix both streams' noise), got protocol {self.protocol!r}, "
-                f"calibration {self.calibration!r}"
+        if self.bias_noise_ratio != 1.0:
+            self._needs_tight(
+                "bias_noise_ratio", ENCODED_PROTOCOLS, " (the other calibrations fix both streams' noise)"
             )
 
     def stream(self, releases: int) -> Stream:
@@ -133,10 +121,16 @@ class PrivacySpec:
     def _check_user_level(self) -> None:
         """User-level privacy is calibrated for the tree and the factorized release of ``ldp``,
         ``ldp-prefix`` and ``distributed-dp``, by the tight accountant only."""
-        if self.protocol not in ("ldp", "ldp-prefix", "distributed-dp") or self.calibration != "tight":
+        self._needs_tight("privacy_unit 'user'", ENCODED_PROTOCOLS)
+
+    def _needs_tight(self, what: str, protocols: tuple[str, ...], why: str = "") -> None:
+        """One line refusing ``what`` unless the protocol is one of ``protocols`` with calibration 'tight'."""
+        if self.protocol not in protocols or self.calibration != "tight":
+            head, last = protocols[:-1], repr(protocols[-1])
+            names = f"{', '.join(map(repr, head))} or {last}" if head else last
             raise ValueError(
-                "privacy_unit 'user' needs protocol 'ldp', 'ldp-prefix' or 'distributed-dp' with calibration "
-                f"'tight', got protocol {self.protocol!r}, calibration {self.calibration!r}"
+                f"{what} needs protocol {names} with calibration 'tight'{why}, got protocol {self.protocol!r}, "
+                f"calibration {self.calibration!r}"
             )
 
     def sensitivity(self) -> Sensitivity:
