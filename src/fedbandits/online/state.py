@@ -37,7 +37,6 @@ from fedbandits._version import __version__
 from fedbandits.config import ConfigError, config_from_dict
 from fedbandits.core.files import atomic_write_bytes
 from fedbandits.online.setup import AgentSetup
-from fedbandits.privacy.discrete_gaussian import SecretStreamRandomizer
 from fedbandits.privacy.mechanisms import TreeRandomizer
 from fedbandits.privacy.streaming import BandedStreamEncoder
 
@@ -243,8 +242,7 @@ def _restore_randomizer(r: Any, releases_made: int, arrays: dict[str, np.ndarray
         r.exact[...] = arrays["tree_exact"]
         if isinstance(r, TreeRandomizer):
             r.noisy[...] = arrays["tree_noisy"]
-    if not isinstance(r, SecretStreamRandomizer):  # its k is its encoder's
-        r.k = releases_made
+    r.k = releases_made
 
 
 def _plain(value: Any) -> Any:

@@ -41,6 +41,7 @@ import numpy as np
 from fedbandits.core.lazy import lazy_module
 from fedbandits.core.validation import check_float, check_int
 from fedbandits.privacy.calibration import NoiseCalibration
+from fedbandits.privacy.factorization import EncodedRandomizer
 from fedbandits.privacy.mechanisms import TreeRandomizer
 from fedbandits.privacy.sensitivity import Sensitivity
 from fedbandits.privacy.streaming import BandedStream, calibrated_stream
@@ -261,7 +262,7 @@ SECRET_SHARES_SAMPLER = "exact discrete Gaussian shares (Canonne, Kamath & Stein
 
 class DrawsAhead:
     """Secret noise drawn between releases: :meth:`prepare` draws one entry of the next release's noise
-    ahead of time (it does not depend on the data), :meth:`_drawn` hands them to the release.  Drawn-ahead
+    ahead of time (it does not depend on the data), :meth:`_noisy` hands them to the release.  Drawn-ahead
     noise is kept in memory only: never saved, never pickled (a restart draws afresh; nothing drawn ahead
     was released)."""
 
@@ -300,27 +301,17 @@ class SecretTreeRandomizer(DrawsAhead, TreeRandomizer):
         self._ahead = []
 
 
-class SecretStreamRandomizer(DrawsAhead):
+class SecretStreamRandomizer(DrawsAhead, EncodedRandomizer):
     """One silo's streaming banded release with secret noise (``ldp``, ``mechanism = "banded"``): release k
     is :func:`discrete_gaussian_release` of (B gamma)_k, the silo keeping its last ``band`` batches
     (:class:`fedbandits.privacy.streaming.BandedStreamEncoder`); no planned horizon.  Its accounting is
-    :func:`release_rho` over the band's coefficients (:func:`secret_noise_for`)."""
+    :func:`release_rho` over the band's coefficients (:func:`secret_noise_for`).  The encoding, the count
+    and a skipped release are :class:`~fedbandits.privacy.factorization.EncodedRandomizer`'s; only the
+    noise is this class's, as :class:`SecretTreeRandomizer` is the tree's with secret noise."""
 
     def __init__(self, sigma: np.ndarray, grid: float, stream: BandedStream) -> None:
-        self.sigma = np.asarray(sigma, dtype=np.float64)
+        sigma = np.asarray(sigma, dtype=np.float64)
+        # no pseudo-random stream: the noise comes from the OS CSPRNG
+        EncodedRandomizer.__init__(self, sigma, [], stream.encoder((1, 1, sigma.size)), None)
         self.grid = check_float("grid", grid, low=0.0, low_open=True)
-        self.encoder = stream.encoder((1, 1, self.sigma.size))
-        self.silo_rngs: list[object] = []  # no pseudo-random stream: the noise comes from the OS CSPRNG
         self._ahead = []
-
-    @property
-    def k(self) -> int:
-        return self.encoder.k
-
-    def release(self, gamma: np.ndarray) -> np.ndarray:
-        """Release k + 1, ``(1, 1, P)``: the encoded batches, rounded to the grid, plus fresh secret noise."""
-        return self._noisy(self.encoder.encode(gamma))
-
-    def skip(self) -> None:
-        """Release k + 1 is not made (a silo that was down): its batch is empty, nothing is drawn or sent."""
-        self.encoder.encode(np.zeros(self.encoder.shape))

@@ -201,12 +201,15 @@ class EncodedRandomizer:
 
     def release(self, gamma: np.ndarray) -> np.ndarray:
         """Release k = k + 1 of every silo, shape ``(R, M, P)``: its encoded batches plus fresh noise."""
-        encoded = self.encoder.encode(gamma)
-        message: np.ndarray = encoded + silo_noise(self.silo_rngs, gamma.shape[-1]) * self.sigma
+        message = self._noisy(self.encoder.encode(gamma))
         if self.decoder is not None:
             self.decoder.release_sum(message)
         self.k = self.encoder.k
         return message
+
+    def _noisy(self, encoded: np.ndarray) -> np.ndarray:
+        """The released value of encoded batches ``(R, M, P)``: Gaussian noise from each silo's own stream."""
+        return encoded + silo_noise(self.silo_rngs, encoded.shape[-1]) * self.sigma  # type: ignore[no-any-return]
 
     def skip(self) -> None:
         """Release k + 1 is not made (a silo that was down): its batch is empty, nothing is drawn or sent."""
