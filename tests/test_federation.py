@@ -1195,14 +1195,12 @@ def test_run_deploy_certs_and_local_end_to_end(tmp_path: Path, capsys: pytest.Ca
 
 
 def _silo_command(fb: str, port: int, creds: Path, i: int, tmp: Path, config: Path, *extra: str) -> list[str]:
-    """``fedbandits deploy silo`` for silo i of a loopback trial (derived noise, for parity checks)."""
-    from fedbandits.federation.processes import free_port
-
+    """``fedbandits deploy silo`` for silo i of a loopback trial (derived noise, for parity checks); no
+    ``--runtime-port``: the silos on this one host each pick a free one, as docs/deployment.md says."""
     return [
         fb, "deploy", "silo", "--superlink", f"127.0.0.1:{port}", "--silo-id", str(i),
         "--ca", str(creds / "ca.pem"), "--key", str(creds / f"silo-{i}"), "--state-dir", str(tmp / f"silo-{i}"),
-        "--runtime-port", str(free_port()), "--noise-source", "derived", "--share-report", "--config", str(config),
-        *extra,
+        "--noise-source", "derived", "--share-report", "--config", str(config), *extra,
     ]  # fmt: skip
 
 
@@ -1266,6 +1264,9 @@ def test_deploy_server_and_silos_as_separate_commands_on_their_own_data(tmp_path
             proc.stop()
     for i in range(3):
         assert processes_under(tmp_path / f"silo-{i}" / "flwr-home") == []
+    said = [(tmp_path / f"silo-{i}.log").read_text() for i in range(3)]
+    runtime = {m for text in said for m in re.findall(r"SuperNode runtime API on 127\.0\.0\.1:(\d+) \(a free", text)}
+    assert len(runtime) == 3  # three silos on one host, each on a free port of its own
     assert f"server up on 127.0.0.1:{port} (TLS, SuperNode auth); waiting for 3 silos" in out
     assert "(deployed on Flower, 3 silos, TLS + SuperNode auth): data-files, M=3, T=30, run 0" in out
     assert "rejected 0" in out

@@ -4,7 +4,8 @@
     fedbandits deploy certs --out DIR --silos M [--host HOST ...]
     fedbandits deploy server --config CONFIG.toml --creds DIR --workdir DIR [--host 127.0.0.1] [--port 9092]
     fedbandits deploy silo --superlink HOST:PORT --silo-id I --config CONFIG.toml --ca CA.pem --key silo-I
-        --state-dir DIR [--data FILE] [--shuffler HOST:PORT --tls-cert silo-I-client.pem --tls-key ...]
+        --state-dir DIR [--runtime-port PORT] [--data FILE]
+        [--shuffler HOST:PORT --tls-cert silo-I-client.pem --tls-key ...]
     fedbandits deploy shuffler --config CONFIG.toml --listen HOST:PORT --ca CA.pem --cert shuffler.pem
         --key shuffler.key --state-dir DIR
 
@@ -143,7 +144,12 @@ def _silo_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     silo.add_argument("--ca", type=Path, required=True, help="CA certificate that signed the server's")
     silo.add_argument("--key", type=Path, required=True, help="this silo's private authentication key")
     silo.add_argument("--state-dir", type=Path, required=True, help="durable state folder of this silo")
-    silo.add_argument("--runtime-port", type=int, default=9094, help="local port of the SuperNode runtime API")
+    silo.add_argument(
+        "--runtime-port", type=int,
+        help="port of the SuperNode's runtime (ClientAppIo) API on 127.0.0.1 (flower-supernode --port); default: a "
+        "free loopback port, printed at start, so several silos can share a host; a given port already in use is "
+        "refused",
+    )  # fmt: skip
     silo.add_argument(
         "--noise-source",
         choices=["os", "derived"],
@@ -377,7 +383,7 @@ def _silo(args: argparse.Namespace) -> int:
     split_address(args.superlink, "--superlink")
     if args.silo_id < 0:
         raise ValueError(f"--silo-id must be >= 0, got {args.silo_id}")
-    if not 1 <= args.runtime_port <= 65535:
+    if args.runtime_port is not None and not 1 <= args.runtime_port <= 65535:
         raise ValueError(f"--runtime-port must be in [1, 65535], got {args.runtime_port}")
     for name in ("ca", "key", "data", "config"):
         path = getattr(args, name)
@@ -416,9 +422,6 @@ def _silo(args: argparse.Namespace) -> int:
         check_quotable("--state-dir", state_dir)
     except DeployError as exc:
         raise ValueError(str(exc)) from None
-    cmd = supernode_command(
-        args.superlink, args.ca.resolve(), args.key.resolve(), args.silo_id, state_dir, args.runtime_port, extra
-    )
     home = state_dir / "flwr-home"
     with hold_lock(state_dir, "silo"):
         # a SuperNode left by a SIGKILLed earlier `deploy silo` on this state folder (no other live
@@ -426,10 +429,32 @@ def _silo(args: argparse.Namespace) -> int:
         killed = kill_processes_under(home)
         if killed:
             print(f"stopped {len(killed)} process(es) left by an earlier instance of this silo", flush=True)
+        port, how = _runtime_port(args.runtime_port)
+        cmd = supernode_command(
+            args.superlink, args.ca.resolve(), args.key.resolve(), args.silo_id, state_dir, port, extra
+        )
+        print(f"SuperNode runtime API on 127.0.0.1:{port} ({how})", flush=True)
         print("starting: " + " ".join(cmd), flush=True)
         # a silo restarted soon after a crash is refused until the server sees its old instance time
         # out (<= 60 s): keep trying for a bounded time (see fedbandits.federation.supervisor)
         return supervise(cmd, env=flower_env(home))
+
+
+def _runtime_port(requested: int | None) -> tuple[int, str]:
+    """The port of the SuperNode's runtime API on 127.0.0.1, and how it was chosen: ``requested``,
+    refused in one line if a listener could not bind it now (Flower would die on it with a traceback),
+    else a free loopback port."""
+    from fedbandits.federation.processes import free_port, loopback_port_problem
+
+    if requested is None:
+        return free_port(), "a free loopback port; --runtime-port to choose one"
+    problem = loopback_port_problem(requested)
+    if problem is not None:
+        raise ValueError(
+            f"--runtime-port {requested}: cannot listen on 127.0.0.1:{requested} ({problem}; another silo's "
+            "SuperNode?): give a free port, or leave --runtime-port out to have one picked"
+        )
+    return requested, "--runtime-port"
 
 
 def _check_files(args: argparse.Namespace, names: tuple[str, ...], needed: bool, protocol: str, why: str) -> None:

@@ -1,6 +1,6 @@
 """The processes of a deployment: start, wait for, signal and find them, with bounded waits.
 
-Free loopback ports (:func:`free_port`), the Flower executables and environment
+Free loopback ports (:func:`free_port`, :func:`loopback_port_problem`), the Flower executables and environment
 (:func:`flower_bin`, :func:`flower_env`), a started process and its session (:class:`Proc`,
 :func:`start_process`; stopping one also signals the sessions its descendants detached into),
 the processes still carrying a deployment's ``FLWR_HOME`` (:func:`processes_under`,
@@ -77,6 +77,18 @@ def free_port() -> int:
             _HANDED_OUT.add(port)
             return port
     raise DeployError("no free loopback port found")
+
+
+def loopback_port_problem(port: int) -> str | None:
+    """Why a listener could not bind 127.0.0.1:``port`` now (``None``: it could).  Bound as uvicorn
+    binds, with SO_REUSEADDR: a closed connection in TIME_WAIT on the port is no problem."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError as exc:
+            return exc.strerror or str(exc)
+    return None
 
 
 def flower_bin(name: str) -> str:
