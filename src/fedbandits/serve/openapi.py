@@ -2,7 +2,8 @@
 
 Written out rather than generated: the handlers check their bodies themselves (one-line errors
 naming the field), so this is the contract they enforce, kept beside them; tests/test_serve.py
-checks that every route is described and every described path is routed.
+checks that every route is described and every described path is routed, tests/test_serve_rewards.py
+that the rewards' real answers are the ones described.
 """
 
 from __future__ import annotations
@@ -26,6 +27,39 @@ _REWARD = {
     "required": ["decision_id", "reward"],
     "properties": {"decision_id": _ID, "reward": {"type": "number"}},
 }
+
+#: the answer to one reward: 200 only when learned (404, 409, 410, 422 are errors, one line each)
+_LEARNED = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["status"],
+    "properties": {"status": {"type": "string", "enum": ["learned"]}},
+}
+
+
+def _batch_answer(max_batch: int) -> dict[str, Any]:
+    """The answer to a batch of rewards: one result per item, in order (a 503 fails the whole batch)."""
+    result = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["decision_id", "status"],
+        "properties": {
+            "decision_id": _ID,
+            "status": {
+                "type": "integer",
+                "enum": [200, 404, 409, 410, 422],
+                "description": "200 learned, 404 unknown decision, 409 already rewarded, 410 expired (counted, not "
+                "learned), 422 a bad value",
+            },
+            "error": {"type": "string", "description": "with a status other than 200: one line naming the field"},
+        },
+    }
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["results"],
+        "properties": {"results": {"type": "array", "minItems": 1, "maxItems": max_batch, "items": result}},
+    }
 
 
 def _json(schema: dict[str, Any]) -> dict[str, Any]:
@@ -115,7 +149,7 @@ def document(max_arms: int, max_batch: int, max_body: int) -> dict[str, Any]:
                         },
                     ]
                 },
-                obj,
+                {"oneOf": [_LEARNED, _batch_answer(max_batch)]},
                 (400, 404, 409, 410, 422, 503),
             ),
             "/v1/status": _get("counts, model version, sync state, privacy spent, latency", _json(obj)),
