@@ -17,8 +17,9 @@ Every request but ``/healthz`` needs ``Authorization: Bearer <token>``: the traf
 first four, the federation's sync token for ``/v1/sync/*``.  A bad request gets a 4xx whose body
 is one line ``{"error": "..."}`` naming the field, and nothing is stored.  A single reward answers
 200 (learned), 404 (unknown decision id), 409 (already rewarded), 410 (expired: counted, not
-learned) or 422 (a bad value); a batch answers 200 with one such status per item, in order, after
-checking the batch's shape (a malformed batch stores nothing).
+learned) or 422 (a bad value, named ``reward``); a batch answers 200 ``{"results": [...]}`` with one
+such status per item, in order (a bad value named ``rewards[i].reward``), after checking the batch's
+shape (a malformed batch stores nothing).
 """
 
 from __future__ import annotations
@@ -257,9 +258,9 @@ class Service:
                     )
                 )
             results = []
-            for decision_id, value in checked:
+            for i, (decision_id, value) in enumerate(checked):
                 try:
-                    self.silo.reward(decision_id, value)
+                    self.silo.reward(decision_id, value, f"rewards[{i}].reward")
                     self._tick(rewards=1, total=value)
                     results.append({"decision_id": decision_id, "status": 200})
                 except ServeError as exc:
@@ -269,7 +270,7 @@ class Service:
             return JSONResponse({"results": results})
         one = _object(body, {"decision_id", "reward"}, {"decision_id", "reward"})
         value = _reward_value(one["reward"], "reward")
-        self.silo.reward(_decision_id(one["decision_id"], "decision_id"), value)
+        self.silo.reward(_decision_id(one["decision_id"], "decision_id"), value, "reward")
         self._tick(rewards=1, total=value)
         return JSONResponse({"status": "learned"})
 

@@ -38,7 +38,7 @@ from fedbandits.config import Config, config_from_dict
 from fedbandits.crypto.double_masking import Advert, Masked, MaskingSilo, Reveal, SecAggError, SignedRoster
 from fedbandits.crypto.signing import Authority, Identity
 from fedbandits.online import Agent, AgentError, AgentSetup
-from fedbandits.online.inputs import AlreadyRewarded, ExpiredDecision
+from fedbandits.online.inputs import AlreadyRewarded, ExpiredDecision, check_reward
 from fedbandits.privacy.discrete_gaussian import DrawsAhead
 from fedbandits.privacy.distributed_noise import DistributedCalibration
 from fedbandits.serve.masking import federation_context, mask_round, silo_state_from_text, silo_state_to_text
@@ -235,13 +235,18 @@ class ServingSilo:
         )
         return decision.arm, decision.decision_id, decision.propensity
 
-    def reward(self, decision_id: str, value: float) -> None:
+    def reward(self, decision_id: str, value: float, name: str = "reward") -> None:
+        """Complete ``decision_id``; a refused value (422) is named ``name``, the request's field."""
         self._usable()
         agent = self.agent
         try:
             number = agent.decision_number(decision_id)
         except AgentError as exc:
             raise ServeError(404, str(exc)) from None
+        try:  # the agent's own check (its bound, its offset), naming the field rather than the agent's argument
+            check_reward(name, value, None if agent.clip_out_of_bound else agent.reward_bound, agent.reward_offset)
+        except AgentError as exc:
+            raise ServeError(422, str(exc)) from None
         now = self.clock.now()
         self.clock.pinned = now
         try:
