@@ -33,7 +33,7 @@ class LinUCBParams:
     fits E[y] - c = <x, theta>: the same linear model as E[y] = <x, theta> whenever the features hold a
     constant coordinate (an intercept).  Centring the rewards of a range [a, b] at c = (a + b) / 2 lets a
     private learner clip to [-(b - a) / 2, (b - a) / 2] instead of [-max(|a|, |b|), max(|a|, |b|)]: the
-    same data, half the bias sensitivity for rewards in [0, b] (docs/privacy.md, "Centring rewards").
+    same data, half the bias sensitivity for rewards in [0, b] (docs/bounds.md, "Centring rewards").
     """
 
     reg: float = field(default=1.0, metadata={"help": "ridge regulariser lambda > 0"})

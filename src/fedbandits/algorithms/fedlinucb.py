@@ -34,7 +34,7 @@ from fedbandits.protocols.vector_sum_tree import VectorSumCalibration
 REGULARIZERS = ("auto", "fixed", "theory", "noise")
 UNITS = ("interaction", "user")
 #: the constant radius of ``radius = "auto"`` with a private protocol (with lambda = 2 Lambda): chosen
-#: once by benchmarks/noise_tuning.py on seed 1000, which no report uses (docs/privacy.md)
+#: once by benchmarks/noise_tuning.py on seed 1000, which no report uses (docs/frontier.md)
 NOISE_AWARE_BETA = 10.0
 DISTRIBUTED = "distributed-dp"
 

@@ -373,7 +373,7 @@ def _distributed_cases() -> list[AuditCase]:
             agents=2,
         )
     )
-    cases.append(  # the split of the noise the centred-rewards pay-off uses (docs/privacy.md)
+    cases.append(  # the split of the noise the centred-rewards pay-off uses (docs/comparisons.md)
         AuditCase(
             "FedLinUCB distributed-dp lazy, factorized release, bias_noise_ratio 0.5",
             _fedlinucb("distributed-dp", True, mechanism="factorized", bias_noise_ratio=0.5),

@@ -198,7 +198,7 @@ def make_spec(config: Config, label: str | None = None, run: int = 0) -> DeployS
     if params.mechanism not in AGENT_MECHANISMS:  # a silo releases through the online agent's randomizer
         raise ConfigError(
             f"mechanism {params.mechanism!r} does not deploy; the deployment releases "
-            f"{' or '.join(map(repr, AGENT_MECHANISMS))} (docs/privacy.md)"
+            f"{' or '.join(map(repr, AGENT_MECHANISMS))} (docs/mechanisms.md)"
         )
     if config.environment.params.agents < 1:
         raise ConfigError("the environment needs at least one agent (silo)")

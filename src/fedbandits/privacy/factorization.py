@@ -144,7 +144,7 @@ def honaker_prefix_variance(releases: int) -> np.ndarray:
     releases one node per batch, K observations of K unknowns, so it has no redundancy to exploit
     (its prefix is already the only unbiased linear estimate); the full tree's Honaker estimate
     needs twice the messages and lowers the largest prefix variance by less than 2x, where the
-    factorized release lowers it 6.5-9.6x at K = 100-4,000 (docs/privacy.md).
+    factorized release lowers it 6.5-9.6x at K = 100-4,000 (docs/mechanisms.md).
     """
     check_int("releases", releases, low=1)
     v = honaker_node_variance(releases.bit_length())

@@ -42,7 +42,7 @@ class TranscriptArrays(TypedDict):
 #: a run that clips more than this share of its features or of its rewards gets a warning
 #: (:meth:`Results.clipping_warnings`): beyond a few percent, clipping changes a noticeable part of
 #: what the learner sees -- a bias, whatever it does to the regret (raising a bound costs noise:
-#: docs/privacy.md, "Clipping bounds", measures both on the synthetic instances)
+#: docs/bounds.md, "Clipping bounds", measures both on the synthetic instances)
 CLIP_WARNING_SHARE = 0.05
 
 
@@ -250,7 +250,7 @@ class Results:
                 lines.append(
                     f"[[algorithms]] entry {label!r} clipped {' and '.join(text for _, text in over)} of "
                     f"{int(n):,} observations{runs}: raise its {' and '.join(b for b, _ in over)} to clip less, "
-                    "at the cost of more noise (docs/privacy.md, 'Clipping bounds')"
+                    "at the cost of more noise (docs/bounds.md, 'Clipping bounds')"
                 )
         return lines
 
