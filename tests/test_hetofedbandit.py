@@ -11,7 +11,8 @@ from fedbandits.algorithms.hetofedbandit import (
     maximal_cliques,
 )
 from fedbandits.envs.heterogeneous import HeterogeneousClients, HeterogeneousClientsParams
-from fedbandits.registry import ALGORITHMS, PolicyContext
+from fedbandits.envs.synthetic import GapInstanceParams, GaussianSphereParams
+from fedbandits.registry import ALGORITHMS, ENVIRONMENTS, PolicyContext
 
 
 def test_maximal_cliques_known_graph():
@@ -89,3 +90,33 @@ def test_bad_parameters_are_refused_in_one_line():
                 "algorithms": [{"name": "hetofedbandit"}],
             }
         )
+
+
+def test_environments_state_the_noise_scale_a_default_should_fit():
+    """The stated Gaussian noise sd where there is one, else half the expected rewards' range."""
+    rngs = [np.random.default_rng(0)]
+    assert HeterogeneousClients(rngs, HeterogeneousClientsParams()).noise_scale() == 0.1
+    assert HeterogeneousClients(rngs, HeterogeneousClientsParams(noise_sd=0.0)).noise_scale() == 1.0  # [-1, 1]
+    assert ENVIRONMENTS["gaussian-sphere"].factory(GaussianSphereParams(), rngs).noise_scale() == 0.5
+    assert ENVIRONMENTS["gap-instance"].factory(GapInstanceParams(), rngs).noise_scale() == 0.5  # Bernoulli in [0, 1]
+
+
+@pytest.mark.parametrize(("sigma", "groups"), [(None, 4), (0.5, 1)])
+def test_the_default_sigma_fits_the_instance_it_ships_with(sigma, groups):
+    """heterogeneous-clients at its defaults (30 clients in 4 clusters, noise 0.1), 2 runs to the end of the
+    70 rounds of exploration: the default sigma is the instance's 0.1 and the test finds the 4 planted clusters;
+    the former fixed default 0.5 divides S by 25 more and every pair passes as homogeneous (one group of 30)."""
+    rngs = [np.random.default_rng([5, r]) for r in range(2)]
+    env = HeterogeneousClients(rngs, HeterogeneousClientsParams())
+    policy = ALGORITHMS["hetofedbandit"].factory(
+        HetoFedBanditParams(sigma=sigma),
+        PolicyContext(2, 30, 25, 25, 3000, [np.random.default_rng([6, r]) for r in range(2)], env=env),
+    )
+    assert isinstance(policy, HetoFedBandit)
+    assert policy.sigma == (0.1 if sigma is None else sigma) and policy.report()["sigma"] == policy.sigma
+    for _ in range(70):
+        policy.step(env.next_round(), env)
+    assert [len(g) for g in policy.groups] == [groups, groups]
+    if sigma is None:
+        planted = sorted(tuple(np.flatnonzero(env.user_cluster == c).tolist()) for c in range(4))
+        assert policy.groups == [planted, planted]

@@ -27,10 +27,14 @@ its README calls HetoFedBandit), batched over runs x agents:
 
 Choices where the code is a script and this is a library: ``threshold`` D is a parameter (the code's
 D = T / ((N / M) d ln T) uses the true number of clusters M; at its defaults, T = 3000, N = 30, M = 4,
-d = 25, that is 2.0, our default); ``sigma`` defaults to 0.5, a sub-Gaussian bound of rewards in [0, 1]
-(the code's 0.1 matches its Gaussian noise of 0.1); a member's inverse is refreshed at the download
-(the code refreshes it one decision later).  The determinant ratio is a running sum of
-log(1 + x^T V^{-1} x) with V^{-1} kept by Sherman-Morrison: O(d^2) per observation.  Non-private.
+d = 25, that is 2.0, our default); ``sigma`` defaults to the environment's reward-noise scale
+(:meth:`~fedbandits.envs.base.Environment.noise_scale`: its stated noise sd, 0.1 on ``heterogeneous-clients``
+as in the code, whose sigma 0.1 matches its Gaussian noise; else half its expected rewards' range, 0.5 for
+rewards in [0, 1]; 0.5 without an environment), because the test divides by sigma^2: at 5x the noise
+(the former fixed default 0.5 on that instance) every pair passes as homogeneous, one group of all 30
+clients, and the final regret is 20x; a member's inverse is refreshed at the download (the code refreshes
+it one decision later).  The determinant ratio is a running sum of log(1 + x^T V^{-1} x) with V^{-1} kept
+by Sherman-Morrison: O(d^2) per observation.  Non-private.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -49,7 +53,12 @@ from fedbandits.core.ucb import UCBScorer
 from fedbandits.core.validation import check_choice, check_float, check_int
 from fedbandits.protocols.base import FLOAT_BYTES, symmetric_payload_floats
 
+if TYPE_CHECKING:
+    from fedbandits.envs.base import Environment
+
 RADII = ("alpha-t", "constant")
+#: sigma's default without an environment to state the noise (a policy built alone): rewards in [0, 1]
+SIGMA_WITHOUT_ENV = 0.5
 
 
 @dataclass(frozen=True)
@@ -63,8 +72,13 @@ class HetoFedBanditBase:
     threshold: float = field(
         default=2.0, metadata={"help": "D > 0 of the event trigger n_buf ln(det ratio) >= D (the code's D3: 2.0)"}
     )
-    sigma: float = field(
-        default=0.5, metadata={"help": "sub-Gaussian reward-noise scale > 0 of the test and of alpha_t"}
+    sigma: float | None = field(
+        default=None,
+        metadata={
+            "help": "sub-Gaussian reward-noise scale > 0 of the test and of alpha_t; default: the environment's "
+            "reward-noise sd where it states one (heterogeneous-clients: noise_sd), else half its expected "
+            "rewards' range (0.5 for rewards in [0, 1])"
+        },
     )
     reg: float = field(default=0.1, metadata={"help": "ridge regulariser lambda > 0 (the code: 0.1)"})
     delta: float = field(default=0.1, metadata={"help": "confidence delta in (0, 1) of alpha_t (the code: 0.1)"})
@@ -75,7 +89,8 @@ class HetoFedBanditBase:
         check_int("explore", self.explore, low=1)
         check_float("test_alpha", self.test_alpha, low=0.0, high=1.0, low_open=True, high_open=True)
         check_float("threshold", self.threshold, low=0.0, low_open=True)
-        check_float("sigma", self.sigma, low=0.0, low_open=True)
+        if self.sigma is not None:
+            check_float("sigma", self.sigma, low=0.0, low_open=True)
         check_float("reg", self.reg, low=0.0, low_open=True)
         check_float("delta", self.delta, low=0.0, high=1.0, low_open=True, high_open=True)
         check_choice("radius", self.radius, RADII)
@@ -143,6 +158,7 @@ class HetoFedBandit(Policy, Explores):
     report_merge: ClassVar[Mapping[str, MergeRule]] = {
         "explore": "same",
         "threshold": "same",
+        "sigma": "same",
         "groups_found": "mean",
         "largest_group": "max",
         "group_syncs": "sum",
@@ -158,9 +174,14 @@ class HetoFedBandit(Policy, Explores):
         params: HetoFedBanditParams,
         rngs: Sequence[np.random.Generator],
         choice_rngs: Sequence[np.random.Generator] | None = None,
+        env: Environment | None = None,
     ) -> None:
         super().__init__(n_runs, n_agents, n_arms, dim, horizon)
         self.params = params
+        #: sigma as given, else the noise scale ``env`` states (see the module docstring)
+        self.sigma = (
+            params.sigma if params.sigma is not None else env.noise_scale() if env is not None else SIGMA_WITHOUT_ENV
+        )
         self.rngs = list(rngs)
         self.explorer = Explorer(params, n_runs, n_agents, choice_rngs)
         R, N, d = n_runs, n_agents, dim
@@ -188,7 +209,7 @@ class HetoFedBandit(Policy, Explores):
         if p.radius == "constant":
             return p.beta
         d = self.dim
-        alpha = p.sigma * np.sqrt(d * np.log1p(self.n / (d * p.reg)) + 2.0 * math.log(1.0 / p.delta))
+        alpha = self.sigma * np.sqrt(d * np.log1p(self.n / (d * p.reg)) + 2.0 * math.log(1.0 / p.delta))
         return (alpha + math.sqrt(p.reg)).reshape(-1)
 
     def _select(self, features: np.ndarray) -> np.ndarray:
@@ -234,7 +255,7 @@ class HetoFedBandit(Policy, Explores):
     def cluster(self) -> None:
         """Section 2 of the module docstring, for every run."""
         for r in range(self.n_runs):
-            p = homogeneity_pvalues(self.clean_gram[r], self.clean_bias[r], self.params.sigma)
+            p = homogeneity_pvalues(self.clean_gram[r], self.clean_bias[r], self.sigma)
             adjacent = p > self.params.test_alpha
             np.fill_diagonal(adjacent, False)
             self.groups[r] = maximal_cliques(adjacent)
@@ -260,6 +281,7 @@ class HetoFedBandit(Policy, Explores):
         return {
             "explore": self.params.explore,
             "threshold": self.params.threshold,
+            "sigma": self.sigma,
             "groups_found": float(np.mean(found)) if found else 0.0,
             "largest_group": max((len(c) for g in self.groups for c in g), default=0),
             "group_syncs": self.group_syncs,
@@ -268,7 +290,15 @@ class HetoFedBandit(Policy, Explores):
 
 def _build(params: HetoFedBanditParams, ctx: PolicyContext) -> Policy:
     return HetoFedBandit(
-        ctx.n_runs, ctx.n_agents, ctx.n_arms, ctx.dim, ctx.horizon, params, list(ctx.noise_rngs), ctx.choice_rngs
+        ctx.n_runs,
+        ctx.n_agents,
+        ctx.n_arms,
+        ctx.dim,
+        ctx.horizon,
+        params,
+        list(ctx.noise_rngs),
+        ctx.choice_rngs,
+        env=ctx.env,
     )
 
 

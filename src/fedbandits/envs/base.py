@@ -66,6 +66,10 @@ class Environment(ABC):
     reward_range: tuple[float, float] = (0.0, 1.0)
     #: users per silo whose ids every Round carries (:attr:`Round.users`); 0: no ids, each interaction a user
     n_users: int = 0
+    #: standard deviation of the Gaussian reward noise around the expected reward, where the environment
+    #: adds such noise (its ``noise_sd`` or ``reward_noise_sd`` parameter); None: it does not (Bernoulli
+    #: rewards: gap-instance, clustered-synthetic, movielens)
+    noise_sd: float | None = None
 
     def __init__(self, rngs: Sequence[np.random.Generator], agents: int, arms: int, dim: int) -> None:
         if len(rngs) < 1:
@@ -86,6 +90,15 @@ class Environment(ABC):
 
     def describe(self) -> dict[str, object]:
         return {"name": self.name, "agents": self.n_agents, "arms": self.n_arms, "dim": self.dim}
+
+    def noise_scale(self) -> float:
+        """A sub-Gaussian scale of an observed reward around its expectation, for a default that should fit
+        the instance: the stated :attr:`noise_sd` when positive, else half the width of :attr:`reward_range`
+        (a reward bounded in [a, b] is (b - a) / 2-sub-Gaussian: 0.5 for rewards in [0, 1])."""
+        if self.noise_sd:
+            return float(self.noise_sd)
+        low, high = self.reward_range
+        return (high - low) / 2.0
 
 
 def env_entry(cls: type[Environment], params: type, description: str | None = None) -> Entry:

@@ -438,7 +438,7 @@ class DataFiles(Environment):
         self.agent_ids = tuple(agent_ids)
         self.federation_agents = federation
         self.order = params.order
-        self.noise_sd = params.reward_noise_sd
+        self.noise_sd: float = params.reward_noise_sd
         self.cycle = params.cycle
         self.users = np.array([a.users for a in data], dtype=np.int64)
         self._offsets = np.concatenate([[0], np.cumsum(self.users)[:-1]]).astype(np.intp)

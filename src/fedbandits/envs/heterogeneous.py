@@ -69,7 +69,7 @@ class HeterogeneousClients(Environment):
 
     def __init__(self, rngs: Sequence[np.random.Generator], params: HeterogeneousClientsParams) -> None:
         super().__init__(rngs, params.agents, params.arms, params.dim)
-        self.noise_sd = params.noise_sd
+        self.noise_sd: float = params.noise_sd
         setup = np.random.default_rng(params.instance_seed)
         self.centres = _centres(setup, params.clusters, params.dim, params.gap + 2.0 * params.spread)
         self.user_cluster = setup.integers(0, params.clusters, size=params.agents)

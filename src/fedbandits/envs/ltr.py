@@ -171,7 +171,7 @@ class LearningToRank(Environment):
         self.params = params
         self.instance = inst
         self.theta = inst.theta  # (d,), shared by every run
-        self.noise_sd = params.reward_noise_sd
+        self.noise_sd: float = params.reward_noise_sd
         m, k = self.n_agents, self.n_arms
         owner = np.arange(inst.n_queries) % m
         #: query indices of agent m: ``agent_queries[agent_start[m] : agent_start[m] + agent_count[m]]``

@@ -101,7 +101,7 @@ class GaussianSphere(Environment):
 
     def __init__(self, rngs: Sequence[np.random.Generator], params: GaussianSphereParams) -> None:
         super().__init__(rngs, params.agents, params.arms, params.dim)
-        self.noise_sd = params.noise_sd
+        self.noise_sd: float = params.noise_sd
         shape = (self.n_runs, self.n_agents, self.n_arms, self.dim)
         self._raw = np.empty((*shape[:-1], self.dim - 1), dtype=np.float32)
         self._features = np.empty(shape, dtype=np.float32)
@@ -257,7 +257,7 @@ class UniformCube(Environment):
 
     def __init__(self, rngs: Sequence[np.random.Generator], params: UniformCubeParams) -> None:
         super().__init__(rngs, params.agents, params.arms, params.dim)
-        self.noise_sd = params.noise_sd
+        self.noise_sd: float = params.noise_sd
         self.scale = 1.0 / math.sqrt(self.dim)
         self.theta = np.full(self.dim, self.scale, dtype=np.float32)
         shape = (self.n_runs, self.n_agents, self.n_arms, self.dim)
