@@ -159,14 +159,18 @@ def test_registry_configs_are_valid(name: str, scale: str) -> None:
             assert (config.experiment.runs, config.experiment.horizon) == (10, 500_000)
             assert config.environment.params.agents == 5
         return
-    if name.startswith("he-"):  # the authors' code's setting: 30,000 interactions of M = 50, 20 repetitions
+    if name.startswith("he-"):  # the authors' code's settings: 30,000 interactions of M agents, 20 repetitions
         assert exp.paper.startswith("He, Wang, Min & Gu") and config.environment.name == "uniform-cube"
         if scale in ("paper", "published"):
+            # he-fig: M = 50 (M-15/Federated.py as committed); he-fig-m15: M = 15 (M-15/Federatedc.py, whose
+            # outputs the authors stored): every agent acts every round, so T = 30,000 / M rounds
+            agents = 15 if name == "he-fig-m15" else 50
             assert (config.experiment.runs, config.experiment.horizon, config.environment.params.agents) == (
                 20,
-                600,
-                50,
+                30_000 // agents,
+                agents,
             )
+            assert f"at M = {agents} " in exp.figure
             assert (config.environment.params.dim, config.environment.params.arms) == (15, 25)
         return
     if name.startswith("blaser-"):  # the authors' code's Simulation.py: N = 30, 4 clusters, d = K = 25, T = 3,000

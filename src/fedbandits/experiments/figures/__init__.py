@@ -31,7 +31,7 @@ from collections.abc import Callable
 from fedbandits.experiments.figures.blaser import blaser_fig
 from fedbandits.experiments.figures.common import SCALES, Cause, Claim, Experiment
 from fedbandits.experiments.figures.dubey import dubey_appfig2, dubey_fig1a, dubey_fig1b, dubey_fig1c
-from fedbandits.experiments.figures.he import he_fig
+from fedbandits.experiments.figures.he import he_fig, he_fig_m15
 from fedbandits.experiments.figures.liu import liu_comm, liu_fig2a, liu_fig2b
 from fedbandits.experiments.figures.zhou import (
     zhou_fig2a,
@@ -62,6 +62,7 @@ EXPERIMENTS: dict[str, Callable[..., Experiment]] = {
     "liu-fig2b": liu_fig2b,
     "liu-comm": liu_comm,
     "he-fig": he_fig,
+    "he-fig-m15": he_fig_m15,
     "blaser-fig": blaser_fig,
 }
 
