@@ -509,15 +509,18 @@ def test_the_command_line_refuses_unsafe_or_bad_settings_in_one_line(tmp_path, c
     good.write_text("a" * 24)
     other.write_text("b" * 24)
     short.write_text("c" * 8)
-    base = ["serve", "silo", str(DEMO_CONFIG), "--state-dir", str(tmp_path / "state")]
+    # the demo's config with its federated entry under ldp (the demo runs distributed-dp: below)
+    ldp = tmp_path / "ldp.toml"
+    ldp.write_text(DEMO_CONFIG.read_text().replace('protocol = "distributed-dp"', 'protocol = "ldp"'))
+    base = ["serve", "silo", str(ldp), "--state-dir", str(tmp_path / "state")]
     cases = [
         (["--token-file", str(good), "--sync-token-file", str(other), "--host", "0.0.0.0"], "needs --tls-cert"),
         (["--token-file", str(short), "--sync-token-file", str(other)], "at least 16 characters"),
         (["--token-file", str(good), "--sync-token-file", str(good)], "different tokens"),
         (["--token-file", str(tmp_path / "none"), "--sync-token-file", str(other)], "cannot read"),
         (
-            ["--token-file", str(good), "--sync-token-file", str(other), "--silo", "3"],
-            "silo must be an integer in [0, 3)",
+            ["--token-file", str(good), "--sync-token-file", str(other), "--silo", "20"],
+            "silo must be an integer in [0, 20)",
         ),
         (
             ["--token-file", str(good), "--sync-token-file", str(other), "--node-key", str(good)],
@@ -568,8 +571,7 @@ def test_the_command_line_refuses_unsafe_or_bad_settings_in_one_line(tmp_path, c
         err = capsys.readouterr().err.strip()
         assert err.startswith("fedbandits: error: ") and words in err and "\n" not in err, err
     # distributed-dp: the signing identity is required, and must be the CA's certificate for this silo
-    ddp = tmp_path / "ddp.toml"
-    ddp.write_text(DEMO_CONFIG.read_text().replace('protocol = "ldp"', 'protocol = "distributed-dp"'))
+    ddp = DEMO_CONFIG
     ids = signing(tmp_path, 2)
     folder = tmp_path / "signing"
     files = ["--signing-cert", str(folder / "silo-1-signing.pem"), "--signing-ca", str(folder / "signing-ca.pem")]

@@ -13,7 +13,7 @@
          | --flower --certs DIR [--superlink-host H] [--superlink-port P] [--round-timeout S])
         [--port P --token-file F [--host 127.0.0.1] [--tls-cert C --tls-key K] [--insecure-http]]
         [--shuffler HOST:PORT --shuffler-ca CA.pem --shuffler-cert C --shuffler-key K]   (sdp-amplification)
-    fedbandits serve demo [--seconds 120] [--rate 20] [--workdir DIR] [--flower]
+    fedbandits serve demo [--seconds 120] [--rate 4] [--silos N] [--seed S] [--workdir DIR] [--flower]
 
 The server reaches the silos either over HTTPS (``--silo-url``, with the federation's sync token)
 or through the Flower deployment of ``fedbandits deploy`` (``--flower``; each silo runs with
@@ -72,16 +72,21 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     server.add_argument("--tls-cert", type=Path)
     server.add_argument("--tls-key", type=Path)
     server.add_argument("--insecure-http", action="store_true", help="allow plain HTTP off loopback")
-    demo = sub.add_parser("demo", help="server + 3 serving silos + traffic on 127.0.0.1 for a few minutes")
+    demo = sub.add_parser(
+        "demo", help="federated and lone serving silos (20 each) + server + traffic on 127.0.0.1, 2 minutes"
+    )
     demo.add_argument("--seconds", type=float, default=120.0, help="how long the traffic runs (default 120)")
     demo.add_argument(
         "--config",
         type=Path,
         metavar="CONFIG.toml",
-        help="a gaussian-sphere config with entries labelled 'fed' (fedlinucb) and 'alone' (default: the embedded one)",
+        help="a gaussian-sphere config with entries labelled 'fed' (fedlinucb) and 'alone' (linucb-independent) "
+        "(default: the embedded one, 20 silos, distributed-dp)",
     )
     demo.add_argument("--workdir", type=Path, help="keep tokens, logs and event logs here (default: temporary)")
-    demo.add_argument("--rate", type=float, default=20.0, help="users per second per silo (default 20)")
+    demo.add_argument("--rate", type=float, default=4.0, help="users per second per silo (default 4)")
+    demo.add_argument("--silos", type=int, help="silos per line (default: the config's agents, 20; 3 with --flower)")
+    demo.add_argument("--seed", type=int, help="seed of the users, theta* and rewards (default: the config's)")
     demo.add_argument(
         "--flower",
         action="store_true",
@@ -154,6 +159,8 @@ def run_serve(args: argparse.Namespace) -> int:
         return run_server(args)
     if not args.seconds > 0 or not args.rate > 0:
         raise ValueError("--seconds and --rate must be > 0")
+    if args.silos is not None and args.silos < 1:
+        raise ValueError(f"--silos must be >= 1, got {args.silos}")
     from fedbandits.serve.demo import run_demo
 
-    return run_demo(args.config, args.seconds, args.rate, args.workdir, args.flower)
+    return run_demo(args.config, args.seconds, args.rate, args.workdir, args.flower, args.silos, args.seed)

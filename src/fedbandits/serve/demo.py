@@ -1,19 +1,20 @@
-"""``fedbandits serve demo``: a server, 3 serving silos and live traffic on 127.0.0.1.
+"""``fedbandits serve demo``: a server, 20 federated serving silos, 20 lone ones and live traffic on 127.0.0.1.
 
-Six silo processes serve the same users: 3 federated silos (``fedlinucb``, ``ldp``, synced by the
-coordinator every few seconds) and, for comparison, 3 silos serving alone (``linucb-independent``).
-Users come from the synthetic instance of the embedded config (gaussian-sphere: K fresh arms,
-expected reward <x, theta*>); each user is shown to a federated silo and to its lone twin, and each
-posts the observed reward (clipped to the private bound [-1, 1]) after a random delay (exponential,
-mean 2 s), or never (1 user in 10).  At the end the demo prints decisions served, client-side
-p50/p99 latency, the mean *expected* reward of the chosen arms (federated against alone, over the
-second half of the traffic: the pseudo-regret view), the sync rounds closed and the epsilon spent,
-then stops every process it started.
+2 x M silo processes serve the same users: M federated silos (``fedlinucb``; the embedded config:
+M = 20, ``distributed-dp`` with the streaming banded release, synced by the coordinator every 5 s)
+and, for comparison, M silos serving alone (``linucb-independent``).  Users come from the synthetic
+instance of the config (gaussian-sphere: K fresh arms, expected reward <x, theta*>;
+:mod:`fedbandits.serve.demo_traffic`); each user is shown to a federated silo and to its lone twin,
+and posts the observed reward after a random delay (exponential, mean 2 s), or never (1 user in 10).
+At the end the demo prints decisions served, client-side p50/p99 latency, the pseudo-regret per user
+of both lines as a learning curve with 95% intervals and a verdict
+(:mod:`fedbandits.serve.demo_report`), the sync rounds closed and the epsilon spent, then stops every
+process it started.  With ``--flower`` the rounds go through a Flower deployment, 3 silos per line by
+default (each Flower message starts a process on the silo's host).
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import secrets
 import shutil
@@ -22,17 +23,18 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
+import tomli_w
 import uvicorn
 
-from fedbandits.config import Config, load_config
-from fedbandits.envs.synthetic import GaussianSphere, GaussianSphereParams
-from fedbandits.federation.certs import create_flower_credentials
+from fedbandits.config import Config, config_from_dict, load_config
+from fedbandits.envs.synthetic import GaussianSphereParams
+from fedbandits.federation.certs import create_flower_credentials, create_signing_credentials, signing_files
 from fedbandits.federation.processes import (
     DeployError,
     Proc,
@@ -42,6 +44,8 @@ from fedbandits.federation.processes import (
     watch_processes_under,
 )
 from fedbandits.serve.coordinator import Coordinator
+from fedbandits.serve.demo_report import regret_table
+from fedbandits.serve.demo_traffic import Tally, run_traffic
 from fedbandits.serve.links import HttpLink
 from fedbandits.serve.server_http import federation_app
 
@@ -50,6 +54,12 @@ SYNC_SECONDS = 5.0
 #: with --flower: every message starts a ClientApp process on the silo's host (Flower 1.42; about
 #: 2 s of CPU, docs/serving.md), and the demo's 3 silos share one host with the traffic generator
 FLOWER_SYNC_SECONDS = 15.0
+#: with --flower the demo runs 3 silos per line unless --silos says otherwise: each silo's SuperNode starts
+#: a ClientApp process per message (about 2 s of CPU), and distributed-dp's rounds take several messages
+FLOWER_SILOS = 3
+#: how long the silos, started side by side, may take to answer /healthz (2 x 20 processes importing
+#: numpy and starlette at once on 2 cores)
+STARTUP_SECONDS = 120.0
 
 
 @dataclass
@@ -75,6 +85,28 @@ def write_token(path: Path) -> str:
     return token
 
 
+def launch_silo(
+    config: Path,
+    silo: int,
+    entry: str,
+    workdir: Path,
+    tokens: tuple[Path, Path],
+    extra: Sequence[str] = (),
+    port: int | None = None,
+) -> SiloProcess:
+    """Start one silo process (on ``port``, default a free one) without waiting for it."""
+    port = port or free_port()
+    name = f"{entry}-{silo}"
+    log = workdir / f"{name}.log"
+    cmd = [
+        sys.executable, "-m", "fedbandits.cli", "serve", "silo", str(config), "--silo", str(silo),
+        "--entry", entry, "--state-dir", str(workdir / name), "--token-file", str(tokens[0]),
+        "--sync-token-file", str(tokens[1]), "--port", str(port), *extra,
+    ]  # fmt: skip
+    process = start_process(name, cmd, log, marked(workdir))
+    return SiloProcess(process, f"http://127.0.0.1:{port}", log)
+
+
 def start_silo(
     config: Path,
     silo: int,
@@ -86,34 +118,9 @@ def start_silo(
 ) -> SiloProcess:
     """Start one silo process (on ``port``, default a free one) and wait until it answers ``/healthz``
     (30 s at most)."""
-    port = port or free_port()
-    name = f"{entry}-{silo}"
-    log = workdir / f"{name}.log"
-    cmd = [
-        sys.executable,
-        "-m",
-        "fedbandits.cli",
-        "serve",
-        "silo",
-        str(config),
-        "--silo",
-        str(silo),
-        "--entry",
-        entry,
-        "--state-dir",
-        str(workdir / name),
-        "--token-file",
-        str(tokens[0]),
-        "--sync-token-file",
-        str(tokens[1]),
-        "--port",
-        str(port),
-        *extra,
-    ]
-    process = start_process(name, cmd, log, marked(workdir))
-    url = f"http://127.0.0.1:{port}"
-    wait_healthy(process, url, log)
-    return SiloProcess(process, url, log)
+    started = launch_silo(config, silo, entry, workdir, tokens, extra, port)
+    wait_healthy(started.process, started.url, started.log)
+    return started
 
 
 def start_flower_server(
@@ -159,103 +166,10 @@ def wait_healthy(process: Proc, url: str, log: Path, seconds: float = 30.0, what
     raise RuntimeError(f"{what} at {url} did not become healthy in {seconds:g} s")
 
 
-@dataclass
-class Tally:
-    """Client-side figures of the traffic."""
-
-    latencies: list[float] = field(default_factory=list)
-    chosen: dict[str, list[tuple[float, float, float]]] = field(default_factory=dict)  # (time, mean, best)
-    errors: dict[str, int] = field(default_factory=dict)
-
-    def error(self, what: str) -> None:
-        self.errors[what] = self.errors.get(what, 0) + 1
-
-    rewards_posted: int = 0
-
-
-async def _user(
-    client: httpx.AsyncClient,
-    url: str,
-    features: np.ndarray,
-    means: np.ndarray,
-    noise: float,
-    tally: Tally,
-    line: str,
-    rng: np.random.Generator,
-    slots: asyncio.Semaphore,
-) -> None:
-    try:
-        async with slots:
-            start = time.perf_counter()
-            r = await client.post(url + "/v1/decisions", json={"features": features.tolist()})
-    except httpx.HTTPError as exc:
-        tally.error(type(exc).__name__)
-        return
-    tally.latencies.append(time.perf_counter() - start)
-    if r.status_code != 200:
-        tally.error(f"decision {r.status_code}")
-        return
-    got = r.json()
-    arm = int(got["arm"])
-    tally.chosen.setdefault(line, []).append((time.time(), float(means[arm]), float(means.max())))
-    if rng.random() < 0.1:  # this user never acts
-        return
-    await asyncio.sleep(float(rng.exponential(2.0)))
-    reward = float(np.clip(means[arm] + noise, -1.0, 1.0))
-    try:
-        async with slots:
-            r = await client.post(url + "/v1/rewards", json={"decision_id": got["decision_id"], "reward": reward})
-        if r.status_code == 200:
-            tally.rewards_posted += 1
-        else:
-            tally.error(f"reward {r.status_code}")
-    except httpx.HTTPError as exc:
-        tally.error(type(exc).__name__)
-
-
-async def traffic(
-    fed: list[str], alone: list[str], token: str, config: Any, seconds: float, rate: float, seed: int = 2026
-) -> Tally:
-    """``rate`` users per second per silo for ``seconds``; each shown to a federated silo and its lone twin."""
-    env = config.environment
-    assert isinstance(env.params, GaussianSphereParams)  # the demo's embedded config
-    params = env.params
-    sphere = GaussianSphere([np.random.default_rng(seed)], params)
-    rng = np.random.default_rng(seed + 1)
-    tally = Tally()
-    tasks: set[asyncio.Task[None]] = set()
-    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64, keepalive_expiry=2.0)
-    # requests wait for one of the pool's connections here, not in httpx's pool, whose queue costs
-    # time quadratic in its length: an open-loop generator that falls behind must not spiral
-    slots = asyncio.Semaphore(64)
-    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=10.0, limits=limits) as client:
-        start = time.monotonic()
-        step = 0
-        while (now := time.monotonic()) < start + seconds:
-            wait = start + step / rate - now
-            if wait > 0:
-                await asyncio.sleep(wait)
-            step += 1
-            round_ = sphere.next_round()
-            for i in range(len(fed)):
-                x = round_.features[0, i].astype(np.float64)
-                means = round_.means[0, i].astype(np.float64)
-                noise = float(params.noise_sd * round_.noise[0, i])
-                for line, url in (("federated", fed[i]), ("alone", alone[i])):
-                    task = asyncio.create_task(_user(client, url, x, means, noise, tally, line, rng, slots))
-                    tasks.add(task)
-                    task.add_done_callback(tasks.discard)
-        if tasks:
-            await asyncio.wait(tasks, timeout=30.0)
-        for task in list(tasks):  # users still waiting to act when the demo ends never do
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-    return tally
-
-
-def demo_config(path: Path | None, flower: bool) -> tuple[Path, Config, str]:
+def demo_config(path: Path | None, flower: bool, silos: int | None = None) -> tuple[Path, Config, str]:
     """The demo's config (the embedded one unless ``path``), checked: its file, the config, the
-    protocol of 'fed'; with ``flower``, that the deploy extra is installed."""
+    protocol of 'fed'; with ``flower``, that the deploy extra is installed.  ``silos``: that many
+    silos per line instead of the config's agents (the caller writes the changed config out)."""
     path = Path(path) if path else DEMO_CONFIG
     config = load_config(path)
     labels = {a.label: a.name for a in config.algorithms}
@@ -265,6 +179,12 @@ def demo_config(path: Path | None, flower: bool) -> tuple[Path, Config, str]:
         raise ValueError(
             f"--config {path}: the demo needs entries labelled 'fed' (fedlinucb) and 'alone' (linucb-independent)"
         )
+    if silos is not None and silos != config.environment.params.agents:
+        if isinstance(silos, bool) or not isinstance(silos, int) or silos < 1:
+            raise ValueError(f"--silos must be an integer >= 1, got {silos!r}")
+        data = config.to_dict()
+        data["environment"]["agents"] = silos
+        config = config_from_dict(data)
     protocol = next(a for a in config.algorithms if a.label == "fed").params.protocol  # type: ignore[attr-defined]
     if flower:
         try:
@@ -283,68 +203,123 @@ def _start_silos(
     web_port: int,
     sync_seconds: float,
     processes: list[Proc],
+    masked: bool,
 ) -> tuple[list[SiloProcess], list[SiloProcess]]:
     """The federated silos (with ``flower``: behind `serve server --flower`'s SuperLink) and the lone
-    ones; every process started is in ``processes``, to be stopped whatever happens next."""
+    ones, all started at once, then waited for (every process started is in ``processes``, to be
+    stopped whatever happens next).  ``masked`` (distributed-dp): each federated silo gets a trial
+    signing identity for its secure-aggregation keys."""
     schedule = ["--sync-seconds", str(sync_seconds), "--budget-policy", "renew"]
+    certs = workdir / "certs"
     if flower:  # the Flower deployment carries the rounds: `serve server --flower`, silos with --superlink
         server, link = start_flower_server(path, workdir, silos, web_port)
         processes.append(server)
-        schedule += ["--superlink", link, "--superlink-ca", str(workdir / "certs" / "ca.pem")]
-    fed = []
+        schedule += ["--superlink", link, "--superlink-ca", str(certs / "ca.pem")]
+    if masked:
+        create_signing_credentials(certs, silos)
+    fed, alone = [], []
     for i in range(silos):
-        key = ["--node-key", str(workdir / "certs" / f"silo-{i}")] if flower else []
-        fed.append(start_silo(path, i, "fed", workdir, tokens, [*schedule, *key]))
+        extra = list(schedule)
+        if flower:
+            extra += ["--node-key", str(certs / f"silo-{i}")]
+        if masked:
+            key, cert, ca = signing_files(certs, i)
+            extra += ["--signing-key", str(key), "--signing-cert", str(cert), "--signing-ca", str(ca)]
+        fed.append(launch_silo(path, i, "fed", workdir, tokens, extra))
         processes.append(fed[-1].process)
-    alone = []
-    for i in range(silos):
-        alone.append(start_silo(path, i, "alone", workdir, tokens))
+        alone.append(launch_silo(path, i, "alone", workdir, tokens))
         processes.append(alone[-1].process)
+    for started in (*fed, *alone):  # they start side by side: the two cores import at once
+        wait_healthy(started.process, started.url, started.log, STARTUP_SECONDS)
     return fed, alone
 
 
-def run_demo(config_file: Path | None, seconds: float, rate: float, workdir: Path | None, flower: bool) -> int:
-    """Run the demo: ``seconds`` of traffic at ``rate`` users per second per silo, its work folder
-    kept in ``workdir`` if given (else a temporary one, removed), synced through Flower if ``flower``."""
-    if not seconds > 0 or not rate > 0:
-        raise ValueError(f"seconds and rate must be > 0, got {seconds} and {rate}")
-    path, config, protocol = demo_config(config_file, flower)
-    keep = workdir is not None
-    workdir = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="fedbandits-serve-demo-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    tokens = (workdir / "traffic.token", workdir / "sync.token")
-    token, sync = write_token(tokens[0]), write_token(tokens[1])
-    silos = config.environment.params.agents  # type: ignore[attr-defined]
-    processes: list[Proc] = []
-    watchdog = watch_processes_under(workdir)
+@dataclass
+class Sync:
+    """The demo's sync side without --flower: the coordinator's thread and the federation's status page."""
+
     coordinator: Coordinator | None = None
     thread: threading.Thread | None = None
     web: uvicorn.Server | None = None
-    web_thread = threading.Thread()
+    web_thread: threading.Thread | None = None
+
+    def start(self, config: Config, fed: list[SiloProcess], sync: str, workdir: Path, seconds: float) -> None:
+        self.coordinator = Coordinator(
+            config,
+            HttpLink([s.url for s in fed], sync),
+            workdir / "server",
+            entry="fed",
+            sync_seconds=seconds,
+            policy="renew",
+        )
+        self.thread = threading.Thread(target=self.coordinator.run, name="sync-rounds", daemon=True)
+        self.thread.start()
+
+    def serve_status(self, view: str, port: int) -> None:
+        assert self.coordinator is not None
+        app = federation_app(self.coordinator.status, view)
+        self.web = uvicorn.Server(uvicorn.Config(app, port=port, log_level="warning"))
+        self.web_thread = threading.Thread(target=self.web.run, name="federation-status", daemon=True)
+        self.web_thread.start()
+
+    def stop_rounds(self) -> None:
+        if self.coordinator is not None:
+            self.coordinator.stop()
+            if self.thread is not None:
+                self.thread.join(timeout=30.0)
+
+    def close(self) -> None:
+        if self.web is not None and self.web_thread is not None:
+            self.web.should_exit = True
+            self.web_thread.join(timeout=10.0)
+        self.stop_rounds()
+        if self.coordinator is not None:
+            self.coordinator.close()
+
+
+def run_demo(
+    config_file: Path | None,
+    seconds: float,
+    rate: float,
+    workdir: Path | None,
+    flower: bool,
+    silos: int | None = None,
+    seed: int | None = None,
+) -> int:
+    """Run the demo: ``seconds`` of traffic at ``rate`` users per second per silo, its work folder
+    kept in ``workdir`` if given (else a temporary one, removed), synced through Flower if ``flower``;
+    ``silos`` per line (default: the config's agents, or 3 with ``flower``), users drawn from ``seed``
+    (default: the config's)."""
+    if not seconds > 0 or not rate > 0:
+        raise ValueError(f"seconds and rate must be > 0, got {seconds} and {rate}")
+    _, config, protocol = demo_config(config_file, flower, FLOWER_SILOS if flower and silos is None else silos)
+    seed = config.experiment.seed if seed is None else seed
+    keep = workdir is not None
+    workdir = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="fedbandits-serve-demo-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    path = workdir / "demo.toml"  # the config every process of the demo runs
+    path.write_text(tomli_w.dumps(config.to_dict()), encoding="utf-8")
+    tokens = (workdir / "traffic.token", workdir / "sync.token")
+    token, sync = write_token(tokens[0]), write_token(tokens[1])
+    silos = int(config.environment.params.agents)  # type: ignore[attr-defined]
+    processes: list[Proc] = []
+    watchdog = watch_processes_under(workdir)
+    side = Sync()
     view = write_token(workdir / "view.token")
     web_port = free_port()
+    masked = protocol == "distributed-dp"
     try:
         sync_seconds = FLOWER_SYNC_SECONDS if flower else SYNC_SECONDS
-        fed, alone = _start_silos(flower, path, workdir, silos, tokens, web_port, sync_seconds, processes)
+        begun = time.monotonic()
+        fed, alone = _start_silos(flower, path, workdir, silos, tokens, web_port, sync_seconds, processes, masked)
         if not flower:
-            coordinator = Coordinator(
-                config,
-                HttpLink([s.url for s in fed], sync),
-                workdir / "server",
-                entry="fed",
-                sync_seconds=sync_seconds,
-                policy="renew",
-            )
-            thread = threading.Thread(target=coordinator.run, name="sync-rounds", daemon=True)
-            thread.start()
-            app = federation_app(coordinator.status, view)
-            web = uvicorn.Server(uvicorn.Config(app, port=web_port, log_level="warning"))
-            web_thread = threading.Thread(target=web.run, name="federation-status", daemon=True)
-            web_thread.start()
+            side.start(config, fed, sync, workdir, sync_seconds)
+            side.serve_status(view, web_port)
         carrier = "the Flower deployment" if flower else "the silos' sync API"
         print(
             f"demo: {silos} federated silos ({protocol}, sync every {sync_seconds:g} s over {carrier}) and {silos} "
-            f"lone silos on 127.0.0.1, {rate:g} users/s each, for {seconds:g} s (work folder {workdir})",
+            f"lone silos on 127.0.0.1 (started in {time.monotonic() - begun:.0f} s), {rate:g} users/s each, "
+            f"for {seconds:g} s, users of seed {seed} (work folder {workdir})",
             flush=True,
         )
         print(
@@ -352,24 +327,15 @@ def run_demo(config_file: Path | None, seconds: float, rate: float, workdir: Pat
             f"http://127.0.0.1:{web_port}/dashboard#token={view} (federation)",
             flush=True,
         )
-        tally = asyncio.run(traffic([s.url for s in fed], [s.url for s in alone], token, config, seconds, rate))
-        if coordinator is not None and thread is not None:
-            coordinator.stop()
-            thread.join(timeout=30.0)
+        tally = run_traffic([s.url for s in fed], [s.url for s in alone], token, config, seconds, rate, seed)
+        side.stop_rounds()
         statuses = [httpx.get(s.url + "/v1/status", headers={"Authorization": f"Bearer {token}"}).json() for s in fed]
         server_status = httpx.get(
             f"http://127.0.0.1:{web_port}/v1/status", headers={"Authorization": f"Bearer {view}"}, timeout=10.0
         ).json()
-        print(summary(tally, statuses, server_status))
+        print(summary(tally, statuses, server_status), flush=True)
     finally:
-        if web is not None:
-            web.should_exit = True
-            web_thread.join(timeout=10.0)
-        if coordinator is not None:
-            coordinator.stop()
-            if thread is not None:
-                thread.join(timeout=30.0)
-            coordinator.close()
+        side.close()
         for process in processes:  # SIGTERM, then SIGKILL after 10 s: no process of ours outlives the demo
             process.stop()
         watchdog.close()  # and whatever is still marked with the work folder
@@ -386,31 +352,33 @@ def summary(tally: Tally, statuses: list[dict[str, Any]], server: dict[str, Any]
         f"refused or failed: {tally.errors or 'none'})",
         f"latency seen by the traffic generator (its own busy loop included): p50 {p50:.2f} ms, p99 {p99:.2f} ms",
     ]
-    inside = [s["latency_ms"]["decisions"] for s in statuses]
+    inside = np.array([[s["latency_ms"]["decisions"][q] for q in ("p50", "p99")] for s in statuses])
     lines.append(
-        "latency in the federated silos' handlers (last 10,000 each): "
-        + ", ".join(f"p50 {q['p50']:.2f} / p99 {q['p99']:.2f} ms" for q in inside)
+        f"latency in the {len(statuses)} federated silos' handlers (last 10,000 each): "
+        f"p50 {inside[:, 0].min():.2f}-{inside[:, 0].max():.2f} ms, "
+        f"p99 {inside[:, 1].min():.2f}-{inside[:, 1].max():.2f} ms"
     )
-    for line in ("federated", "alone"):
-        rows = tally.chosen.get(line, [])
-        half = sorted(rows)[len(rows) // 2 :]
-        mean = np.mean([m for _, m, _ in half]) if half else float("nan")
-        regret = np.mean([b - m for _, m, b in half]) if half else float("nan")
-        lines.append(
-            f"{line:>9}: mean expected reward {mean:.3f}, pseudo-regret per user {regret:.3f} "
-            f"(second half, {len(half):,} users)"
-        )
-    s = statuses[0]
+    version = server.get("model_version")
+    lines += regret_table(tally.chosen, len(statuses), synced=version is not None)
+    closed = "no round closed" if version is None else f"{version} (epoch.round) closed"
+    rounds = f"sync: {closed}, every {server['sync_seconds']:g} s"
+    lines.append(f"{rounds}; {budget(statuses[0])}")
+    return "\n".join(lines)
+
+
+def budget(s: dict[str, Any]) -> str:
+    """The privacy a federated silo's releases spent, as its status states it."""
+    if not s.get("private"):
+        return "no privacy: the silos' exact statistics go to the server (protocol 'none')"
     if s.get("horizon_of_guarantee"):  # a streaming release: one guarantee, its noise grows instead
-        budget = (
-            f"epsilon spent {s.get('epsilon_lifetime', 0.0):.3f} for every release ever made (streaming, band "
+        if not s.get("syncs"):
+            return f"no release made, so no epsilon spent (epsilon {s.get('epsilon')} will cover every release)"
+        return (
+            f"epsilon {s.get('epsilon_lifetime', 0.0):.3f} for every release ever made (streaming, band "
             f"{s.get('stream_band')}; delta {s.get('delta_lifetime')}); prefix noise std "
             f"{s.get('prefix_noise_std'):.3g} now, {s.get('prefix_noise_std_at_10x'):.3g} at 10x the releases"
         )
-    else:
-        budget = (
-            f"epsilon spent {s.get('epsilon_lifetime', 0.0):.3f} over {int(s.get('epoch', 0)) + 1} epoch(s) of "
-            f"{s.get('releases_planned')} releases at epsilon {s.get('epsilon')} (delta {s.get('delta_lifetime')})"
-        )
-    lines.append(f"sync: {server['model_version']} (epoch.round) closed, every {server['sync_seconds']:g} s; {budget}")
-    return "\n".join(lines)
+    return (
+        f"epsilon spent {s.get('epsilon_lifetime', 0.0):.3f} over {int(s.get('epoch', 0)) + 1} epoch(s) of "
+        f"{s.get('releases_planned')} releases at epsilon {s.get('epsilon')} (delta {s.get('delta_lifetime')})"
+    )
