@@ -20,7 +20,7 @@ import pytest
 
 from fedbandits.sim.mainguard import GUARD, _guarded_lines
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[1] / "docs" / "running.md"  # the README's "## Python" section, moved
 
 
 def readme_snippet(index: int = 0) -> str:
@@ -28,7 +28,7 @@ def readme_snippet(index: int = 0) -> str:
     text = README.read_text(encoding="utf-8")
     section = text.split("\n## Python\n", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
-    assert len(blocks) > index, f"fewer than {index + 1} ```python blocks under ## Python in README.md"
+    assert len(blocks) > index, f"fewer than {index + 1} ```python blocks under ## Python in docs/running.md"
     return blocks[index]
 
 
