@@ -72,7 +72,7 @@ What a cheating server gets: to open silo i's message it needs b_i^r, which only
 list containing i reveal, *and* every round seed of i, which only holders of a signed list without
 i reveal; each honest silo holds one list per round, and two lists cannot both reach t signatures
 when 2t > n + colluders (the argument for the unsigned all-members answer is above).  It can still
-refuse service, drop silos, and choose which rounds close (docs/deployment.md, *Trust model*).
+refuse service, drop silos, and choose which rounds close (docs/deployment-security.md, *Against a server that cheats*).
 """
 
 from __future__ import annotations
