@@ -103,6 +103,7 @@ def test_the_site_reads_from_home_to_a_reference_page_in_two_clicks(site: str) -
         assert "fedbandits serve demo" in page.inner_text("article")
         page.goto(site + "reference/api/")
         assert "from_config" in page.inner_text("article")  # mkdocstrings rendered Agent's docstrings
+        assert ":class:" not in page.inner_text("article")  # the Sphinx roles read as code (scripts/mkdocs_hooks.py)
         shoot(page, "docs-reference-api.png")
         for path in FIGURE_PAGES:
             page.goto(site + path)
