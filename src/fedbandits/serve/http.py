@@ -31,6 +31,7 @@ import contextlib
 import hmac
 import ipaddress
 import math
+import sqlite3
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -202,6 +203,8 @@ class Service:
                 response = await handler(request)
             except ServeError as exc:
                 return self._refuse(exc.status, str(exc))
+            except sqlite3.Error as exc:  # the event log failed outside a write (a read): not the client's fault
+                return self._refuse(503, str(self.silo.failed(exc)))
             if latency is not None:
                 latency.add(time.perf_counter() - start)
             return response

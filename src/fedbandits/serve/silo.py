@@ -15,8 +15,11 @@ in one transaction before it returns, so what a caller was told happened has hap
 A restart loads the newest snapshot and replays the events after it on the recorded times
 (the agent's clock is pinned to each event's), so the agent is the one that acknowledged them:
 every acknowledged reward is learned once, and every completed decision is in exactly one
-release (or waits for the next).  If a commit fails the silo refuses everything (503) until it is
-restarted: memory may then hold what the log does not.
+release (or waits for the next).  If a write fails (a full disk, a closed connection; at any
+statement of its transaction or at its COMMIT) the transaction is rolled back whole -- a release is
+never kept without its snapshot -- and the silo refuses everything (503, ``/healthz`` too) until it
+is restarted: memory may then hold what the log does not, and the restart resumes from the log.  A
+failed read of the log is answered the same way.
 
 Budget epochs (issue "Live decisions, part 2", item 3): a private protocol's noise is calibrated
 for K releases.  When they are made, policy ``stop`` keeps serving from the last prefix and
@@ -449,8 +452,14 @@ class ServingSilo:
             with self.store.transaction():
                 write()
         except Exception as exc:  # the agent changed and the log did not: stop acknowledging anything
-            self.broken = f"{type(exc).__name__}: {exc}"
-            raise ServeError(503, f"the event log failed ({self.broken}); restart the service") from None
+            raise self.failed(exc) from None
+
+    def failed(self, exc: BaseException) -> ServeError:
+        """The event log failed (a write, or a read: a full disk, a closed connection): the silo refuses
+        everything from now on (503) until it is restarted on its log, which resumes exactly."""
+        if not self.broken:
+            self.broken = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+        return ServeError(503, f"the event log failed ({self.broken}); restart the service")
 
 
 def _same_identity(known: str, identity: str) -> bool:

@@ -212,7 +212,9 @@ class Store:
 
 
 class _Transaction:
-    """``with store.transaction():`` -- BEGIN IMMEDIATE, COMMIT on success, ROLLBACK on an exception."""
+    """``with store.transaction():`` -- BEGIN IMMEDIATE, COMMIT on success, ROLLBACK on an exception
+    or a failed COMMIT.  The error that failed the transaction is the one raised, and no transaction
+    is left open holding the write lock (a restarted service could not write)."""
 
     def __init__(self, db: sqlite3.Connection) -> None:
         self.db = db
@@ -222,4 +224,19 @@ class _Transaction:
         return self.db
 
     def __exit__(self, kind: object, value: object, tb: object) -> None:
-        self.db.execute("COMMIT" if kind is None else "ROLLBACK")
+        if kind is not None:
+            self._rollback()
+            return
+        try:
+            self.db.execute("COMMIT")  # a full disk can fail the COMMIT itself, the transaction still open
+        except BaseException:
+            self._rollback()
+            raise
+
+    def _rollback(self) -> None:
+        # SQLite may have rolled back already (a full disk does): then there is nothing to roll back
+        try:
+            if self.db.in_transaction:
+                self.db.execute("ROLLBACK")
+        except sqlite3.Error:
+            self.db.close()  # discards the open transaction (a closed connection: nothing to do)
