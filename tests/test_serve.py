@@ -31,34 +31,7 @@ from fedbandits.serve.http import MAX_BODY, Service  # noqa: E402
 from fedbandits.serve.links import HttpLink  # noqa: E402
 from fedbandits.serve.silo import ServeError, ServingSilo  # noqa: E402
 from fedbandits.serve.store import Store, StoreError  # noqa: E402
-
-DIM = 4
-TOKEN, SYNC = "traffic-token-0123456789", "sync-token-0123456789ab"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
-SYNC_AUTH = {"Authorization": f"Bearer {SYNC}"}
-LDP = {"name": "fedlinucb", "batch": 10, "protocol": "ldp", "epsilon": 1.0, "delta": 1e-3}
-
-
-def config(algorithm=None, agents=3, horizon=40):
-    # horizon 40, batch 10: the noise covers K = 4 releases per epoch
-    return {
-        "experiment": {"seed": 1, "horizon": horizon},
-        "environment": {"name": "gaussian-sphere", "agents": agents, "arms": 5, "dim": DIM},
-        "algorithms": [algorithm or LDP],
-    }
-
-
-class WallClock:
-    def __init__(self, t=1_000_000.0):
-        self.t = t
-
-    def __call__(self):
-        return self.t
-
-
-def arms(rng, k=5):
-    x = rng.standard_normal((k, DIM))
-    return (x / np.linalg.norm(x, axis=1, keepdims=True)).tolist()
+from servehelp import AUTH, DIM, LDP, SYNC, SYNC_AUTH, TOKEN, WallClock, arms, config  # noqa: E402
 
 
 def make(tmp_path, name="silo", silo=0, cfg=None, **kw):

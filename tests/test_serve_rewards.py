@@ -23,24 +23,10 @@ with warnings.catch_warnings():  # starlette 1.x notes that its test client may 
 
 from fedbandits.serve.http import MAX_BATCH, Service
 from fedbandits.serve.silo import ServingSilo
+from servehelp import AUTH, DIM, SYNC, TOKEN, WallClock, config
 
-DIM = 4
-TOKEN, SYNC = "traffic-token-0123456789", "sync-token-0123456789ab"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
-CONFIG = {
-    "experiment": {"seed": 1, "horizon": 40},
-    "environment": {"name": "gaussian-sphere", "agents": 3, "arms": 5, "dim": DIM},
-    "algorithms": [{"name": "fedlinucb", "batch": 10, "protocol": "ldp", "epsilon": 1.0, "delta": 1e-3}],
-}
+CONFIG = config()
 TYPES = {"object": dict, "array": list, "string": str, "integer": int, "number": (int, float), "null": type(None)}
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def problems(value: Any, schema: dict[str, Any], at: str = "answer") -> list[str]:
@@ -73,7 +59,7 @@ def problems(value: Any, schema: dict[str, Any], at: str = "answer") -> list[str
 
 
 def test_the_rewards_answers_are_the_ones_the_openapi_document_describes(tmp_path):
-    clock = Clock()
+    clock = WallClock()
     silo = ServingSilo(CONFIG, tmp_path / "silo", silo=0, now=clock, expiry_seconds=100.0)
     client = TestClient(Service(silo, TOKEN, SYNC).app)
     rng = np.random.default_rng(5)

@@ -30,16 +30,9 @@ with warnings.catch_warnings():  # starlette 1.x notes that its test client may 
 from fedbandits.online import Aggregator
 from fedbandits.serve.http import Service
 from fedbandits.serve.silo import ServingSilo
+from servehelp import AUTH, SYNC, SYNC_AUTH, TOKEN, arms, config
 
-DIM = 4
-TOKEN, SYNC = "traffic-token-0123456789", "sync-token-0123456789ab"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
-SYNC_AUTH = {"Authorization": f"Bearer {SYNC}"}
-CONFIG = {
-    "experiment": {"seed": 1, "horizon": 40},
-    "environment": {"name": "gaussian-sphere", "agents": 3, "arms": 5, "dim": DIM},
-    "algorithms": [{"name": "fedlinucb", "batch": 10, "protocol": "ldp", "epsilon": 1.0, "delta": 1e-3}],
-}
+CONFIG = config()
 EXPIRY = 1000.0
 FULL = "database or disk is full"
 
@@ -69,11 +62,6 @@ class Flaky:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.db, name)
-
-
-def arms(rng: np.random.Generator) -> list[list[float]]:
-    x = rng.standard_normal((5, DIM))
-    return (x / np.linalg.norm(x, axis=1, keepdims=True)).tolist()
 
 
 def b64(vector: np.ndarray) -> str:
