@@ -221,11 +221,12 @@ class Agent:
         self.counts["decisions"] += 1
         return Decision(arm, f"{self.instance}-{number}", scores, context_id, propensity, error)
 
-    def reward(self, decision_id: str, value: float) -> None:
+    def reward(self, decision_id: str, value: float, *, field: str = "value") -> None:
         """Complete decision ``decision_id`` with reward ``value`` (once; in any order, any delay
-        below ``expiry_seconds``)."""
+        below ``expiry_seconds``).  ``field``: the name a refused value's error gives it (a service
+        names its request's field)."""
         number = self._number(decision_id)
-        y = self._reward_value("value", value)
+        y = self._reward_value(field, value)
         self._expire()
         entry = self.pending.pop(number, None)
         if entry is None:

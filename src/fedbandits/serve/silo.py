@@ -41,7 +41,7 @@ from fedbandits.config import Config, config_from_dict
 from fedbandits.crypto.double_masking import Advert, Masked, MaskingSilo, Reveal, SecAggError, SignedRoster
 from fedbandits.crypto.signing import Authority, Identity
 from fedbandits.online import Agent, AgentError, AgentSetup
-from fedbandits.online.inputs import AlreadyRewarded, ExpiredDecision, check_reward
+from fedbandits.online.inputs import AlreadyRewarded, ExpiredDecision
 from fedbandits.privacy.discrete_gaussian import DrawsAhead
 from fedbandits.privacy.distributed_noise import DistributedCalibration
 from fedbandits.serve.masking import federation_context, mask_round, silo_state_from_text, silo_state_to_text
@@ -246,14 +246,10 @@ class ServingSilo:
             number = agent.decision_number(decision_id)
         except AgentError as exc:
             raise ServeError(404, str(exc)) from None
-        try:  # the agent's own check (its bound, its offset), naming the field rather than the agent's argument
-            check_reward(name, value, None if agent.clip_out_of_bound else agent.reward_bound, agent.reward_offset)
-        except AgentError as exc:
-            raise ServeError(422, str(exc)) from None
         now = self.clock.now()
         self.clock.pinned = now
         try:
-            agent.reward(decision_id, value)
+            agent.reward(decision_id, value, field=name)  # a bad value: 422 naming the request's field
         except ExpiredDecision as exc:  # counted by the agent: logged, so that a restart counts it too
             self._commit(lambda: self.store.add_event(now, "late", number, None, value))
             raise ServeError(410, str(exc)) from None
