@@ -68,6 +68,7 @@ def test_a_link_to_a_missing_section_fails_the_build(tmp_path: Path) -> None:
     shutil.copytree(ROOT / "docs", tmp_path / "docs")
     shutil.copy(ROOT / "mkdocs.yml", tmp_path / "mkdocs.yml")
     (tmp_path / "src").symlink_to(ROOT / "src")
+    (tmp_path / "scripts").symlink_to(ROOT / "scripts")  # mkdocs.yml's build hook
     page = tmp_path / "docs" / "tuning.md"
     text = page.read_text(encoding="utf-8") + "\nSee [the seeds](privacy.md#no-such-section).\n"
     page.write_text(text, encoding="utf-8")
