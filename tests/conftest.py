@@ -94,3 +94,36 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     _PINNED.undo()
     plugins.reload()
+
+
+# A real PostgreSQL server (Debian's `postgresql`) for the serving silo's shared event log (issue #48):
+# one throwaway server per test session, started in a temporary folder and stopped by its PID
+# (fedbandits.serve.pglocal), and one new database per test.  Tests that use it skip, with the reason,
+# on a machine without the server programs or psycopg (`pip install -e '.[dev]'` brings psycopg;
+# `.ci/run` installs the Debian package).
+@pytest.fixture(scope="session")
+def postgres() -> Iterable[object]:
+    pytest.importorskip("psycopg")
+    from fedbandits.serve.pglocal import LocalPostgres, PostgresUnavailable
+
+    try:
+        # fsync off: a killed server keeps its commits (they are in the kernel's cache), a crashed machine need not
+        server = LocalPostgres(fsync=False)
+    except PostgresUnavailable as exc:
+        pytest.skip(str(exc))
+    server.start()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def pg_url(postgres: object, request: pytest.FixtureRequest) -> str:
+    """The URL of a new, empty database on the session's server."""
+    import re
+
+    name = "t_" + re.sub(r"\W", "_", request.node.name.lower())[:40] + f"_{next(_DATABASES)}"
+    postgres.start()  # type: ignore[attr-defined]  # a test that stopped or killed it: running again
+    return str(postgres.create_database(name))  # type: ignore[attr-defined]
+
+
+_DATABASES = iter(range(10**9))
