@@ -110,7 +110,13 @@ def _silo_flags(silo: argparse.ArgumentParser) -> None:
     silo.add_argument("--insecure-http", action="store_true", help="allow plain HTTP off loopback")
     silo.add_argument("--expiry-seconds", type=float, default=86400.0)
     silo.add_argument("--budget-policy", choices=POLICIES, default="stop")
-    silo.add_argument("--durability", choices=sorted(DURABILITY), default="process")
+    silo.add_argument("--durability", choices=sorted(DURABILITY), default="process", help="the SQLite log's")
+    silo.add_argument(
+        "--store",
+        metavar="URL",
+        help="the event log in PostgreSQL, shared by this silo's replicas: postgresql://ROLE@HOST[:PORT]/DATABASE, "
+        "one database per silo, its password in ~/.pgpass (default: SQLite in --state-dir; docs/serving.md)",
+    )
     silo.add_argument("--sync-seconds", type=float, help="the server's schedule (to report an unreachable server)")
     silo.add_argument("--allow-unprivatized", action="store_true", help="opt in to protocol 'none'")
     silo.add_argument(

@@ -116,6 +116,7 @@ def run_silo(args: argparse.Namespace) -> int:
         shuffler=shuffler is not None,
         signing=signing,
         log_candidates=args.log_candidates,
+        store=args.store,
     )
     shuffling = None
     if shuffler is not None:  # bound to the deployment's spec of this config and entry (its hash)
@@ -125,7 +126,7 @@ def run_silo(args: argparse.Namespace) -> int:
     )
     print(
         f"serving silo {args.silo} ({silo.setup.label}) on {scheme}://{args.host}:{args.port} "
-        f"(event log {args.state_dir}, {silo.replayed} events replayed)",
+        f"(event log {silo.store.where()}, {silo.replayed} events replayed)",
         flush=True,
     )
     try:

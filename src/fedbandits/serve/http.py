@@ -31,7 +31,6 @@ import contextlib
 import hmac
 import ipaddress
 import math
-import sqlite3
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -203,7 +202,7 @@ class Service:
                 response = await handler(request)
             except ServeError as exc:
                 return self._refuse(exc.status, str(exc))
-            except sqlite3.Error as exc:  # the event log failed outside a write (a read): not the client's fault
+            except self.silo.store.errors as exc:  # the log failed outside a write (a read): not the client's fault
                 return self._refuse(503, str(self.silo.failed(exc)))
             if latency is not None:
                 latency.add(time.perf_counter() - start)
@@ -298,7 +297,7 @@ class Service:
         return JSONResponse(OPENAPI)
 
     async def healthz(self, request: Request) -> Response:
-        if self.silo.broken:
+        if not self.silo.recover():  # a shared log that came back: serving again
             return PlainTextResponse("event log failed\n", status_code=503)
         return PlainTextResponse("ok\n")
 

@@ -29,6 +29,7 @@ fresh randomizer; the lifetime epsilon is the sum of the epochs', shown in the s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -46,7 +47,8 @@ from fedbandits.privacy.discrete_gaussian import DrawsAhead
 from fedbandits.privacy.distributed_noise import DistributedCalibration
 from fedbandits.serve.masking import federation_context, mask_round, silo_state_from_text, silo_state_to_text
 from fedbandits.serve.options import POLICIES
-from fedbandits.serve.store import Store, StoreError
+from fedbandits.serve.pgstore import PgStore
+from fedbandits.serve.store import Event, Store, StoreError
 
 _T = TypeVar("_T")
 
@@ -72,6 +74,9 @@ class Clock:
 
 class ServingSilo:
     """One silo's agent and event log.  Not thread-safe: the service calls it from one thread."""
+
+    #: a failed shared log (PostgreSQL) is tried again at most this often (:meth:`recover`)
+    RETRY_SECONDS = 1.0
 
     @staticmethod
     def check(
@@ -120,8 +125,11 @@ class ServingSilo:
         signing: tuple[Identity, Authority] | None = None,
         now: Callable[[], float] = time.time,
         log_candidates: bool = False,
+        store: str | None = None,
     ) -> None:
-        """``signing``: this silo's signing identity and the pinned signing CA, which
+        """``store``: a PostgreSQL URL, the log this silo's replicas share (:mod:`fedbandits.serve.pgstore`);
+        by default the SQLite log ``events.sqlite`` in ``state_dir``.  ``signing``: this silo's signing
+        identity and the pinned signing CA, which
         ``distributed-dp`` needs (its secure aggregation's keys are signed: :mod:`fedbandits.serve.masking`).
         ``log_candidates``: keep every decision's candidate features in the log (the operator's opt-in:
         the users' contexts stay in the silo's log, which ``fedbandits evaluate`` can then read)."""
@@ -137,72 +145,106 @@ class ServingSilo:
         self.setup = setup
         self.policy = policy
         self.clock = Clock(now)
-        self.store = Store(Path(state_dir) / "events.sqlite", durability)
+        sqlite = Path(state_dir) / "events.sqlite"
+        self.store: Store = Store(sqlite, durability) if store is None else PgStore(store, durability)
         self.broken: str | None = None
         identity = json.dumps({"config": setup.config.to_dict(), "entry": setup.label, "silo": silo}, sort_keys=True)
         #: the coordinator's binding of secure aggregation to this federation (config and entry)
         self.context = federation_context(setup)
-        known = self.store.meta("identity")
-        if known is not None and known != identity:
-            if not _same_identity(known, identity):
-                self.store.close()
-                raise StoreError(f"{state_dir}: the event log belongs to another config, entry or silo")
-            self.store.set_meta({"identity": identity})  # a parameter added since, at its default: the same config
-        snap = self.store.snapshot()
-        if snap is None:
-            self.agent = Agent(setup, silo=silo, expiry_seconds=expiry_seconds, clock=self.clock)
-            with self.store.transaction():
-                self.store.add_snapshot(self.agent.snapshot(pending=False))
-            self.store.set_meta({"identity": identity})
-            self.replayed = 0
-        else:
-            self.agent = self._replay(*snap)
-        self.started = self.clock()
-        self.last_contact: float | None = None
-        #: (epoch, round, time) of the prefix in force, as the log has it (read once here, kept by adopt)
-        self.prefix_in_force = self.store.last_prefix()
+        #: the log's state-change count and last event this silo's agent holds (fedbandits.serve.store)
+        self.version, self.applied, self.replayed, self.recoveries, self._tried = 0, 0, 0, 0, 0.0
         #: distributed-dp: this silo's side of secure aggregation, kept in the log (meta "masking"; a
         #: log from before issue #45 holds the all-present protocol's state as "secagg": not used)
         self.secagg: MaskingSilo | None = None
-        if signing is not None:
-            cal = setup.calibration
-            assert isinstance(cal, DistributedCalibration)
-            least = setup.silos - cal.dropouts
-            self.secagg = MaskingSilo(
-                silo, cal.bits, setup.width, self.context, *signing, colluders=cal.colluders, min_survivors=least
-            )
-            text = self.store.meta("masking")
-            if text is not None:
-                silo_state_from_text(text, self.secagg, setup.silos)
+        try:
+            with self.store.transaction():  # one replica at a time: the first one creates the agent
+                known = self.store.meta("identity")
+                if known is not None and known != identity:
+                    if not _same_identity(known, identity):
+                        raise StoreError(f"{state_dir}: the event log belongs to another config, entry or silo")
+                    self.store.put_meta({"identity": identity})  # a parameter added since, at its default
+                if self.store.snapshot() is None:
+                    fresh = Agent(setup, silo=silo, expiry_seconds=expiry_seconds, clock=self.clock)
+                    self.store.add_snapshot(fresh.snapshot(pending=False))
+                    self.store.put_meta({"identity": identity})
+                self._load()
+        except StoreError:
+            self.store.close()
+            raise
+        self.started = self.clock()
+        self.last_contact: float | None = None
 
     # -- recovery ----------------------------------------------------------------------------
-    def _replay(self, seq: int, state: bytes) -> Agent:
+    def _load(self) -> None:
+        """The agent, the prefix in force and secure aggregation's state as the log has them: the newest
+        snapshot and the events after it (a start, a replica's catch-up after another one's release,
+        adoption or secure-aggregation step, a recovery).  Inside a transaction (a consistent read)."""
+        snap = self.store.snapshot()
+        assert snap is not None
+        seq, state = snap
         # snapshots hold no pending decision, so loading shifts no deadline (the clock is the wall clock)
         agent = Agent.load(state, clock=self.clock)
         # the snapshot leaves pending decisions out: re-enter those the log shows unanswered and unexpired
         for number, at, x, user in self.store.unanswered(seq):
             if number not in agent.expired:
                 agent.recall(number, np.frombuffer(x), at + agent.expiry_seconds, counted=True, user=user)
-        n = 0
+        self.agent, self.applied, n = agent, seq, 0
         for event in self.store.events_after(seq):
-            self.clock.pinned = event.at
+            self._apply(event)
+            n += 1
+        self.replayed = n
+        #: (epoch, round, time) of the prefix in force, as the log has it
+        self.prefix_in_force = self.store.last_prefix()
+        self.version = self.store.version()
+        if self.signing is not None:
+            cal = self.setup.calibration
+            assert isinstance(cal, DistributedCalibration)
+            least = self.setup.silos - cal.dropouts
+            self.secagg = MaskingSilo(
+                agent.silo, cal.bits, self.setup.width, self.context, *self.signing,
+                colluders=cal.colluders, min_survivors=least,
+            )  # fmt: skip
+            text = self.store.meta("masking")
+            if text is not None:
+                silo_state_from_text(text, self.secagg, self.setup.silos)
+
+    def _apply(self, event: Event) -> None:
+        """One logged event, on the time it was logged at (a replay, or another replica's event)."""
+        agent = self.agent
+        self.clock.pinned = event.at
+        try:
             if event.kind == "decision":
                 assert event.x is not None
                 agent.recall(event.number, np.frombuffer(event.x), event.at + agent.expiry_seconds, user=event.user)
             elif event.kind == "reward":
                 agent.reward(f"{agent.instance}-{event.number}", float(event.value or 0.0))
             else:  # a late reward: refused again, counted again
-                try:
+                with contextlib.suppress(ExpiredDecision):
                     agent.reward(f"{agent.instance}-{event.number}", float(event.value or 0.0))
-                except ExpiredDecision:
-                    pass
-            n += 1
-        self.clock.pinned = None
-        self.replayed = n
-        return agent
+        finally:
+            self.clock.pinned = None
+        self.applied = event.seq
+
+    def _catch_up(self) -> None:
+        """Under the write lock, a shared log: what the silo's other replicas committed since this one
+        last read it -- their events, or (after a release, an adoption, a secure-aggregation step) the
+        state they left.  Every change this replica makes starts here, so it never acts on a model
+        behind the log (the freshness bound: zero committed events)."""
+        if not self.store.shared:
+            return
+        if self.store.version() != self.version:
+            self._load()
+            return
+        for event in self.store.events_after(self.applied):
+            self._apply(event)
 
     def close(self) -> None:
         self.store.close()
+
+    def refresh(self) -> None:
+        """What the silo's other replicas committed, read now (a shared log; otherwise nothing to read)."""
+        self._usable()
+        self._write(lambda: None)
 
     # -- traffic -----------------------------------------------------------------------------
     def decide(
@@ -211,55 +253,56 @@ class ServingSilo:
         """(arm, decision id, the probability the arm was chosen with).  ``user_id``: the user served,
         required with ``privacy_unit = "user"`` (the log keeps its digest)."""
         self._usable()
-        now = self.clock.now()
-        self.clock.pinned = now
-        try:
-            decision = self.agent.choose(features, context_id=context_id, user_id=user_id)
-        except AgentError as exc:
-            raise ServeError(422, str(exc)) from None
-        finally:
-            self.clock.pinned = None
-        number = self.agent.counts["sequence"] - 1
-        user = self.agent.pending_users.get(number)  # the digest choose() computed (user-level), else None
-        shown = features if self.log_candidates else None
-        self._commit(
-            lambda: self.store.add_event(
-                now,
-                "decision",
-                number,
-                features[decision.arm],
-                None,
-                context_id,
-                user,
-                decision.arm,
-                decision.propensity,
-                shown,
-            )
-        )
-        return decision.arm, decision.decision_id, decision.propensity
+
+        def step() -> tuple[int, str, float]:
+            now = self.clock.now()  # under the write lock: the log's times rise with its numbers
+            self.clock.pinned = now
+            try:
+                decision = self.agent.choose(features, context_id=context_id, user_id=user_id)
+            except AgentError as exc:
+                raise ServeError(422, str(exc)) from None
+            finally:
+                self.clock.pinned = None
+            number = self.agent.counts["sequence"] - 1
+            user = self.agent.pending_users.get(number)  # the digest choose() computed (user-level), else None
+            shown = features if self.log_candidates else None
+            self.applied = self.store.add_event(
+                now, "decision", number, features[decision.arm], None, context_id, user,
+                decision.arm, decision.propensity, shown,
+            )  # fmt: skip
+            return decision.arm, decision.decision_id, decision.propensity
+
+        return self._write(step)
 
     def reward(self, decision_id: str, value: float, name: str = "reward") -> None:
         """Complete ``decision_id``; a refused value (422) is named ``name``, the request's field."""
         self._usable()
-        agent = self.agent
-        try:
-            number = agent.decision_number(decision_id)
-        except AgentError as exc:
-            raise ServeError(404, str(exc)) from None
-        now = self.clock.now()
-        self.clock.pinned = now
-        try:
-            agent.reward(decision_id, value, field=name)  # a bad value: 422 naming the request's field
-        except ExpiredDecision as exc:  # counted by the agent: logged, so that a restart counts it too
-            self._commit(lambda: self.store.add_event(now, "late", number, None, value))
-            raise ServeError(410, str(exc)) from None
-        except AlreadyRewarded as exc:
-            raise ServeError(409, str(exc)) from None
-        except AgentError as exc:
-            raise ServeError(422, str(exc)) from None
-        finally:
-            self.clock.pinned = None
-        self._commit(lambda: self.store.add_event(now, "reward", number, None, value))
+
+        def step() -> str | None:  # the refusal of a late reward, logged and committed first
+            agent = self.agent
+            try:
+                number = agent.decision_number(decision_id)
+            except AgentError as exc:
+                raise ServeError(404, str(exc)) from None
+            now = self.clock.now()
+            self.clock.pinned = now
+            try:
+                agent.reward(decision_id, value, field=name)  # a bad value: 422 naming the request's field
+            except ExpiredDecision as exc:  # counted by the agent: logged, so that a restart counts it too
+                self.applied = self.store.add_event(now, "late", number, None, value)
+                return str(exc)
+            except AlreadyRewarded as exc:
+                raise ServeError(409, str(exc)) from None
+            except AgentError as exc:
+                raise ServeError(422, str(exc)) from None
+            finally:
+                self.clock.pinned = None
+            self.applied = self.store.add_event(now, "reward", number, None, value)
+            return None
+
+        late = self._write(step)
+        if late is not None:
+            raise ServeError(410, late)
 
     # -- federation --------------------------------------------------------------------------
     def position(self) -> tuple[int, int]:
@@ -273,6 +316,9 @@ class ServingSilo:
         if not self.setup.federated:
             raise ServeError(409, f"{self.setup.name!r} does not synchronise")
         self.last_contact = self.clock.now()
+        return self._write(lambda: self._release(epoch, round_))
+
+    def _release(self, epoch: int, round_: int) -> tuple[np.ndarray, int]:
         stored = self.store.release(epoch, round_)
         if stored is not None:
             return stored.payload, stored.samples
@@ -295,14 +341,10 @@ class ServingSilo:
         payload = agent.sync_payload()
         if secagg is not None:  # the residues leave the silo masked: the coordinator learns only their sum
             payload = secagg.mask(mask_round(epoch, round_), payload).masked
-
-        def write() -> None:
-            self.store.add_release(epoch, round_, payload, samples)
-            if secagg is not None:
-                self._keep_secagg()
-            self._snapshot()
-
-        self._commit(write)
+        self.store.add_release(epoch, round_, payload, samples)
+        if secagg is not None:
+            self._keep_secagg()
+        self._snapshot()
         return payload, samples
 
     # -- secure aggregation (distributed-dp; fedbandits.serve.masking) -----------------------------
@@ -357,18 +399,24 @@ class ServingSilo:
     def _secagg_step(self, call: Callable[[MaskingSilo], _T], status: int) -> _T:
         """One secure-aggregation step: refused with its reason (``status``; nothing changed), or
         committed to the log before its answer leaves the silo."""
-        secagg = self._masked()
+        self._masked()
         self.last_contact = self.clock.now()
-        try:
-            out = call(secagg)
-        except SecAggError as exc:
-            raise ServeError(status, str(exc)) from None
-        self._commit(self._keep_secagg)
-        return out
+
+        def step() -> _T:
+            secagg = self._masked()  # after the catch-up: the state another replica may have left
+            try:
+                out = call(secagg)
+            except SecAggError as exc:
+                raise ServeError(status, str(exc)) from None
+            self._keep_secagg()
+            return out
+
+        return self._write(step)
 
     def _keep_secagg(self) -> None:
         assert self.secagg is not None
-        self.store.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", ("masking", silo_state_to_text(self.secagg)))
+        self.store.put_meta({"masking": silo_state_to_text(self.secagg)})
+        self.version = self.store.bump()
 
     def _masked(self) -> MaskingSilo:
         self._usable()
@@ -382,21 +430,21 @@ class ServingSilo:
         if not self.setup.federated:
             raise ServeError(409, f"{self.setup.name!r} does not synchronise")
         self.last_contact = self.clock.now()
-        last = self.prefix_in_force
-        if last is not None and (epoch, round_) <= last[:2]:
-            return False
-        try:
-            self.agent.apply_sync(prefix)
-        except AgentError as exc:
-            raise ServeError(422, str(exc)) from None
 
-        def write() -> None:
+        def step() -> bool:
+            last = self.prefix_in_force
+            if last is not None and (epoch, round_) <= last[:2]:
+                return False
+            try:
+                self.agent.apply_sync(prefix)
+            except AgentError as exc:
+                raise ServeError(422, str(exc)) from None
             self.store.add_prefix(epoch, round_)
             self._snapshot()
+            self.prefix_in_force = self.store.last_prefix()
+            return True
 
-        self._commit(write)
-        self.prefix_in_force = self.store.last_prefix()
-        return True
+        return self._write(step)
 
     def model_version(self) -> str | None:
         """``"epoch.round"`` of the prefix in force (None before the first)."""
@@ -438,16 +486,47 @@ class ServingSilo:
         # number of users yet to answer.  Overdue ones are expired first, so "pending" is exact at this time
         self.agent.status()
         self.store.add_snapshot(self.agent.snapshot(pending=False))
+        self.version = self.store.bump()  # the other replicas reload it
 
     def _usable(self) -> None:
-        if self.broken:
-            raise ServeError(503, f"the event log failed ({self.broken}); restart the service")
+        if self.broken and not self.recover():
+            raise ServeError(503, f"the event log failed ({self.broken}); {self._remedy()}")
 
-    def _commit(self, write: Callable[[], object]) -> None:
+    def _remedy(self) -> str:
+        return "retrying (at most once a second)" if self.store.shared else "restart the service"
+
+    def recover(self) -> bool:
+        """A shared log (PostgreSQL) that failed: connect again and reload the agent from the log (as a
+        restart would), at most once a second; whether the silo serves again.  A SQLite silo is restarted."""
+        if not self.broken:
+            return True
+        if not self.store.shared or time.monotonic() - self._tried < self.RETRY_SECONDS:
+            return False
+        self._tried = time.monotonic()
+        try:
+            self.store.reopen()
+            with self.store.transaction():
+                self._load()
+        except Exception as exc:  # still down: the next request tries again
+            self.broken = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+            return False
+        self.broken = None
+        self.recoveries += 1
+        return True
+
+    def _write(self, step: Callable[[], _T]) -> _T:
+        """``step`` -- it may change the agent, and writes what it changed to the log -- in one transaction
+        under the log's write lock, after what the silo's other replicas committed (a shared log), and
+        committed before this returns.  A ServeError from ``step`` is a refusal that changed nothing: the
+        transaction rolls back and it passes; any other failure stops the silo (503): memory may hold
+        what the log does not."""
         try:
             with self.store.transaction():
-                write()
-        except Exception as exc:  # the agent changed and the log did not: stop acknowledging anything
+                self._catch_up()
+                return step()
+        except ServeError:
+            raise
+        except Exception as exc:
             raise self.failed(exc) from None
 
     def failed(self, exc: BaseException) -> ServeError:
@@ -455,7 +534,7 @@ class ServingSilo:
         everything from now on (503) until it is restarted on its log, which resumes exactly."""
         if not self.broken:
             self.broken = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
-        return ServeError(503, f"the event log failed ({self.broken}); restart the service")
+        return ServeError(503, f"the event log failed ({self.broken}); {self._remedy()}")
 
 
 def _same_identity(known: str, identity: str) -> bool:

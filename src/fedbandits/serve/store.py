@@ -79,7 +79,17 @@ class Release:
 
 
 class Store:
-    """The event log of one serving silo (one connection, used from the service's one thread)."""
+    """The event log of one serving silo (one connection, used from the service's one thread).
+
+    This class is the SQLite log; :class:`fedbandits.serve.pgstore.PgStore` is the same log on
+    PostgreSQL, which several replicas of one silo share (it overrides the marked hooks: the SQL
+    dialect, the write lock, reconnecting)."""
+
+    #: the database driver's errors (the service answers them 503: the log failed, not the request)
+    errors: tuple[type[BaseException], ...] = (sqlite3.Error,)
+    #: whether other processes write this log too (replicas): the silo reads what they committed,
+    #: under the write lock, before each change (fedbandits.serve.silo)
+    shared = False
 
     def __init__(self, path: Path, durability: str = "process") -> None:
         if durability not in DURABILITY:
@@ -106,18 +116,69 @@ class Store:
     def close(self) -> None:
         self.db.close()
 
+    def where(self) -> str:
+        """The log's location, for messages (a path; a PostgreSQL URL without its password)."""
+        return str(self.path)
+
+    # -- the dialect (hooks PgStore overrides) --------------------------------------------------
+    def _q(self, sql: str, params: tuple[object, ...] = ()) -> sqlite3.Cursor:
+        """One statement, ``?`` placeholders."""
+        return self.db.execute(sql, params)
+
+    def _insert(self, table: str, key: str, columns: tuple[str, ...], values: tuple[object, ...]) -> int:
+        """A row whose ``key`` is the table's next number (SQLite's rowid: the largest + 1); that number."""
+        marks = ", ".join("?" * len(columns))
+        cur = self.db.execute(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})", values)
+        return int(cur.lastrowid or 0)
+
+    def _replace(self, table: str, values: tuple[object, ...]) -> None:
+        """A row that replaces the one with its primary key (``meta``, ``snapshots``)."""
+        self.db.execute(f"INSERT OR REPLACE INTO {table} VALUES ({', '.join('?' * len(values))})", values)
+
+    def _begin(self) -> None:
+        """Open a write transaction holding the log's write lock (one writer at a time)."""
+        self.db.execute("BEGIN IMMEDIATE")
+
+    def _rollback(self) -> None:
+        # SQLite may have rolled back already (a full disk does): then there is nothing to roll back
+        try:
+            if self.db.in_transaction:
+                self.db.execute("ROLLBACK")
+        except sqlite3.Error:
+            self.db.close()  # discards the open transaction (a closed connection: nothing to do)
+
+    def reopen(self) -> bool:
+        """Connect again after a failure; False when this store cannot (SQLite: the service restarts)."""
+        return False
+
     # -- meta --------------------------------------------------------------------------------
     def meta(self, key: str) -> str | None:
-        row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        row = self._q("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return None if row is None else str(row[0])
 
     def set_meta(self, values: dict[str, str]) -> None:
         with self.transaction():
-            self.db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", list(values.items()))
+            self.put_meta(values)
+
+    def put_meta(self, values: dict[str, str]) -> None:
+        """Meta rows, inside the caller's transaction."""
+        for item in values.items():
+            self._replace("meta", item)
+
+    def version(self) -> int:
+        """How many times the agent's state outside the events changed (a release, an adoption, a secure
+        aggregation step): a replica that last saw another number reloads (fedbandits.serve.silo)."""
+        return int(self.meta("version") or 0)
+
+    def bump(self) -> int:
+        """One more state change, inside the caller's transaction; the new :meth:`version`."""
+        version = self.version() + 1
+        self._replace("meta", ("version", str(version)))
+        return version
 
     # -- writes (each one transaction, committed before the caller answers) -------------------
     def transaction(self) -> _Transaction:
-        return _Transaction(self.db)
+        return _Transaction(self)
 
     def add_event(
         self,
@@ -135,42 +196,40 @@ class Store:
         """One event; a decision also keeps its arm, its propensity and (opted in) every candidate's features."""
         blob = None if x is None else np.ascontiguousarray(x, dtype=np.float64).tobytes()
         shown = None if candidates is None else np.ascontiguousarray(candidates, dtype=np.float64).tobytes()
-        cur = self.db.execute(
-            "INSERT INTO events (at, kind, number, x, value, context, user, arm, propensity, candidates) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (at, kind, number, blob, value, context, user, arm, propensity, shown),
-        )
-        return int(cur.lastrowid or 0)
+        columns = ("at", "kind", "number", "x", "value", "context", '"user"', "arm", "propensity", "candidates")
+        values = (at, kind, number, blob, value, context, user, arm, propensity, shown)
+        return self._insert("events", "seq", columns, values)
 
     def add_release(self, epoch: int, round_: int, payload: np.ndarray, samples: int) -> int:
         at = time.time()
-        cur = self.db.execute(
-            "INSERT INTO releases (epoch, round, at, payload, dtype, samples) VALUES (?, ?, ?, ?, ?, ?)",
+        rid = self._insert(
+            "releases",
+            "id",
+            ("epoch", "round", "at", "payload", "dtype", "samples"),
             (epoch, round_, at, np.ascontiguousarray(payload).tobytes(), payload.dtype.str, samples),
         )
-        rid = int(cur.lastrowid or 0)
-        self.db.execute("UPDATE events SET release = ? WHERE kind = 'reward' AND release IS NULL", (rid,))
+        self._q("UPDATE events SET release = ? WHERE kind = 'reward' AND release IS NULL", (rid,))
         return rid
 
     def add_prefix(self, epoch: int, round_: int) -> None:
-        self.db.execute("INSERT INTO prefixes (epoch, round, at) VALUES (?, ?, ?)", (epoch, round_, time.time()))
+        self._insert("prefixes", "id", ("epoch", "round", "at"), (epoch, round_, time.time()))
 
     def add_snapshot(self, state: bytes) -> None:
         seq = self.last_seq()
-        self.db.execute("INSERT OR REPLACE INTO snapshots VALUES (?, ?, ?)", (seq, time.time(), state))
-        self.db.execute("DELETE FROM snapshots WHERE event_seq < ?", (seq,))  # the newest one is enough
+        self._replace("snapshots", (seq, time.time(), state))
+        self._q("DELETE FROM snapshots WHERE event_seq < ?", (seq,))  # the newest one is enough
 
     # -- reads -------------------------------------------------------------------------------
     def last_seq(self) -> int:
-        return int(self.db.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0])
+        return int(self._q("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0])
 
     def snapshot(self) -> tuple[int, bytes] | None:
-        row = self.db.execute("SELECT event_seq, state FROM snapshots ORDER BY event_seq DESC LIMIT 1").fetchone()
+        row = self._q("SELECT event_seq, state FROM snapshots ORDER BY event_seq DESC LIMIT 1").fetchone()
         return None if row is None else (int(row[0]), bytes(row[1]))
 
     def events_after(self, seq: int) -> Iterator[Event]:
-        rows = self.db.execute(
-            "SELECT seq, at, kind, number, x, value, user FROM events WHERE seq > ? ORDER BY seq", (seq,)
+        rows = self._q(
+            'SELECT seq, at, kind, number, x, value, "user" FROM events WHERE seq > ? ORDER BY seq', (seq,)
         ).fetchall()
         for s, at, kind, number, x, value, user in rows:
             yield Event(int(s), float(at), str(kind), int(number), None if x is None else bytes(x), value, user)
@@ -179,8 +238,8 @@ class Store:
         """(number, time, features, user key) of the decisions logged up to event ``seq`` with no reward
         logged up to it, oldest first (the pending decisions a snapshot without them leaves out, and the
         expired)."""
-        rows = self.db.execute(
-            "SELECT e.number, e.at, e.x, e.user FROM events e WHERE e.kind = 'decision' AND e.seq <= ? AND NOT "
+        rows = self._q(
+            "SELECT e.number, e.at, e.x, e.\"user\" FROM events e WHERE e.kind = 'decision' AND e.seq <= ? AND NOT "
             "EXISTS (SELECT 1 FROM events r WHERE r.kind = 'reward' AND r.number = e.number AND r.seq <= ?) "
             "ORDER BY e.seq",
             (seq, seq),
@@ -188,7 +247,7 @@ class Store:
         return [(int(n), float(at), bytes(x), user) for n, at, x, user in rows]
 
     def release(self, epoch: int, round_: int) -> Release | None:
-        row = self.db.execute(
+        row = self._q(
             "SELECT at, payload, dtype, samples FROM releases WHERE epoch = ? AND round = ?", (epoch, round_)
         ).fetchone()
         if row is None:
@@ -197,46 +256,37 @@ class Store:
         return Release(epoch, round_, float(row[0]), payload, int(row[3]))
 
     def releases(self, limit: int = 20) -> list[dict[str, object]]:
-        rows = self.db.execute(
-            "SELECT epoch, round, at, samples FROM releases ORDER BY id DESC LIMIT ?", (limit,)
-        ).fetchall()
+        rows = self._q("SELECT epoch, round, at, samples FROM releases ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
         return [{"epoch": e, "round": r, "at": at, "samples": n} for e, r, at, n in rows]
 
     def last_prefix(self) -> tuple[int, int, float] | None:
-        row = self.db.execute("SELECT epoch, round, at FROM prefixes ORDER BY id DESC LIMIT 1").fetchone()
+        row = self._q("SELECT epoch, round, at FROM prefixes ORDER BY id DESC LIMIT 1").fetchone()
         return None if row is None else (int(row[0]), int(row[1]), float(row[2]))
 
     def count(self, kind: str, released: bool | None = None) -> int:
         where = "" if released is None else (" AND release IS NOT NULL" if released else " AND release IS NULL")
-        return int(self.db.execute(f"SELECT COUNT(*) FROM events WHERE kind = ?{where}", (kind,)).fetchone()[0])
+        return int(self._q(f"SELECT COUNT(*) FROM events WHERE kind = ?{where}", (kind,)).fetchone()[0])
 
 
 class _Transaction:
-    """``with store.transaction():`` -- BEGIN IMMEDIATE, COMMIT on success, ROLLBACK on an exception
-    or a failed COMMIT.  The error that failed the transaction is the one raised, and no transaction
-    is left open holding the write lock (a restarted service could not write)."""
+    """``with store.transaction():`` -- a write transaction holding the log's write lock (SQLite's
+    BEGIN IMMEDIATE; PostgreSQL's advisory lock), COMMIT on success, ROLLBACK on an exception or a
+    failed COMMIT.  The error that failed the transaction is the one raised, and no transaction is
+    left open holding the write lock (a restarted service, or another replica, could not write)."""
 
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self.db = db
+    def __init__(self, store: Store) -> None:
+        self.store = store
 
-    def __enter__(self) -> sqlite3.Connection:
-        self.db.execute("BEGIN IMMEDIATE")
-        return self.db
+    def __enter__(self) -> object:
+        self.store._begin()
+        return self.store.db
 
     def __exit__(self, kind: object, value: object, tb: object) -> None:
         if kind is not None:
-            self._rollback()
+            self.store._rollback()
             return
         try:
-            self.db.execute("COMMIT")  # a full disk can fail the COMMIT itself, the transaction still open
+            self.store._q("COMMIT")  # a full disk can fail the COMMIT itself, the transaction still open
         except BaseException:
-            self._rollback()
+            self.store._rollback()
             raise
-
-    def _rollback(self) -> None:
-        # SQLite may have rolled back already (a full disk does): then there is nothing to roll back
-        try:
-            if self.db.in_transaction:
-                self.db.execute("ROLLBACK")
-        except sqlite3.Error:
-            self.db.close()  # discards the open transaction (a closed connection: nothing to do)

@@ -1,0 +1,187 @@
+"""A serving silo's event log on PostgreSQL (psycopg 3): the log the replicas of one silo share.
+
+The same log as :class:`fedbandits.serve.store.Store` -- the same tables, rows and numbering (an
+event's ``seq`` is the largest + 1, as SQLite's rowid is, so a migrated log keeps its numbers) -- in
+one PostgreSQL database per silo.  What differs:
+
+* **One writer at a time, whichever replica**: a write transaction first takes the database's
+  transaction-level advisory lock (``pg_advisory_xact_lock``).  Commit order is then ``seq`` order,
+  so a replica that has read the events up to ``seq`` has read every event numbered below it, and
+  it reads them under the lock before it decides, learns or releases (fedbandits.serve.silo): its
+  model is never behind the log when it changes it.  A transaction lock, not a session lock or a
+  lease: it cannot outlive the transaction that writes, so a paused or cut-off replica can never
+  write after another took over (a lease would need fencing tokens for that), and PostgreSQL frees it
+  when the replica's connection ends -- at once for a killed process, within
+  ``idle_in_transaction_session_timeout`` (5 s) for one that stopped mid-transaction.
+* **Durability is the server's**: a commit returns once PostgreSQL has it in its write-ahead log
+  (``synchronous_commit = on``, forced per session); whether that survives a power cut is the
+  server's ``fsync`` setting.  ``--durability`` is SQLite's and is refused here.
+* **A failed connection is reopened** (:meth:`PgStore.reopen`): the silo reloads its agent from the
+  log and serves again (a SQLite silo is restarted instead).
+
+Credentials and transport (principle 9): the URL names a role with a password (from the URL, or
+libpq's ``PGPASSFILE``/``~/.pgpass``); a server that is not on this machine needs TLS
+(``sslmode=require``, ``verify-ca`` or ``verify-full`` in the URL).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+from urllib.parse import parse_qs, urlsplit, urlunsplit
+
+from fedbandits.serve.store import SCHEMA, Store, StoreError
+
+#: the advisory lock of the log's writer (one database per silo: one key)
+WRITE_LOCK = 0x6665_6462  # "fedb"
+#: a replica waits at most this long for the write lock (then: 503, and it tries again)
+SESSION = (
+    "-c lock_timeout=5000 -c statement_timeout=15000 -c idle_in_transaction_session_timeout=5000 "
+    "-c synchronous_commit=on"
+)
+
+_TABLES = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS events (
+    seq BIGINT PRIMARY KEY, at DOUBLE PRECISION NOT NULL, kind TEXT NOT NULL, number BIGINT NOT NULL,
+    x BYTEA, value DOUBLE PRECISION, context TEXT, release BIGINT, "user" TEXT, arm INTEGER,
+    propensity DOUBLE PRECISION, candidates BYTEA
+);
+CREATE UNIQUE INDEX IF NOT EXISTS one_reward ON events(number) WHERE kind = 'reward';
+CREATE UNIQUE INDEX IF NOT EXISTS one_decision ON events(number) WHERE kind = 'decision';
+CREATE INDEX IF NOT EXISTS unreleased ON events(seq) WHERE kind = 'reward' AND release IS NULL;
+CREATE TABLE IF NOT EXISTS releases (
+    id BIGINT PRIMARY KEY, epoch BIGINT NOT NULL, round BIGINT NOT NULL, at DOUBLE PRECISION NOT NULL,
+    payload BYTEA NOT NULL, dtype TEXT NOT NULL, samples BIGINT NOT NULL, UNIQUE (epoch, round)
+);
+CREATE TABLE IF NOT EXISTS prefixes (
+    id BIGINT PRIMARY KEY, epoch BIGINT NOT NULL, round BIGINT NOT NULL, at DOUBLE PRECISION NOT NULL,
+    UNIQUE (epoch, round)
+);
+CREATE TABLE IF NOT EXISTS snapshots (event_seq BIGINT PRIMARY KEY, at DOUBLE PRECISION NOT NULL, state BYTEA NOT NULL);
+"""
+#: each table's primary key (an upsert replaces the row with it)
+_KEYS = {"meta": "key", "snapshots": "event_seq"}
+_COLUMNS = {"meta": ("key", "value"), "snapshots": ("event_seq", "at", "state")}
+
+
+def is_url(where: object) -> bool:
+    return isinstance(where, str) and where.startswith(("postgresql://", "postgres://"))
+
+
+def check_url(url: str) -> str:
+    """The URL if a silo may use it, else a StoreError of one line (no password in it)."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        _ = parts.port  # a malformed port fails here
+    except ValueError as exc:
+        raise StoreError(f"store: not a PostgreSQL URL ({exc})") from None
+    if not is_url(url) or not host or not parts.path.strip("/"):
+        raise StoreError("store: expected postgresql://ROLE@HOST[:PORT]/DATABASE (one database per silo)")
+    mode = parse_qs(parts.query).get("sslmode", [""])[-1]
+    if not _loopback(host) and mode not in ("require", "verify-ca", "verify-full"):
+        raise StoreError(
+            f"store: {host} is not on this machine: add sslmode=verify-full (or require, verify-ca) to the URL"
+        )
+    return url
+
+
+def redact(url: str) -> str:
+    """The URL without its password (for messages and logs)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[-1]
+    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{netloc}"))
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class PgStore(Store):
+    """The event log of one silo in one PostgreSQL database, shared by the silo's replicas."""
+
+    shared = True
+
+    def __init__(self, url: str, durability: str = "process") -> None:
+        if durability != "process":
+            raise StoreError(
+                "durability: a PostgreSQL log's is the server's (synchronous_commit, fsync); --durability is SQLite's"
+            )
+        import psycopg
+
+        self.url = check_url(url)
+        self.errors = (psycopg.Error,)
+        self._psycopg = psycopg
+        self.db: Any = self._connect()
+        with self.transaction():
+            for statement in filter(str.strip, _TABLES.split(";")):
+                self.db.execute(statement)
+            schema = self.meta("schema")
+            if schema is None:
+                self.put_meta({"schema": str(SCHEMA)})
+        if schema is not None and schema != str(SCHEMA):
+            self.close()
+            raise StoreError(f"{self.where()}: event log schema {schema}, this fedbandits reads {SCHEMA}")
+
+    def _connect(self) -> Any:
+        try:
+            return self._psycopg.connect(
+                self.url, autocommit=True, connect_timeout=5, options=SESSION,
+                keepalives=1, keepalives_idle=5, keepalives_interval=2, keepalives_count=3,
+            )  # fmt: skip
+        except self._psycopg.Error as exc:
+            raise StoreError(f"{self.where()}: {' '.join(str(exc).split())[:200]}") from None
+
+    def where(self) -> str:
+        return redact(self.url)
+
+    def close(self) -> None:
+        if self.db is not None:
+            self.db.close()
+
+    def reopen(self) -> bool:
+        self.close()
+        self.db = self._connect()
+        return True
+
+    # -- the dialect ---------------------------------------------------------------------------
+    def _q(self, sql: str, params: tuple[object, ...] = ()) -> Any:
+        return self.db.execute(sql.replace("?", "%s"), params)
+
+    def _insert(self, table: str, key: str, columns: tuple[str, ...], values: tuple[object, ...]) -> int:
+        # the largest + 1, as SQLite's rowid: gapless, and race-free under the write lock
+        marks = ", ".join(["%s"] * len(columns))
+        row = self.db.execute(
+            f"INSERT INTO {table} ({key}, {', '.join(columns)}) "
+            f"VALUES ((SELECT COALESCE(MAX({key}), 0) + 1 FROM {table}), {marks}) RETURNING {key}",
+            values,
+        ).fetchone()
+        return int(row[0])
+
+    def _replace(self, table: str, values: tuple[object, ...]) -> None:
+        columns, key = _COLUMNS[table], _KEYS[table]
+        update = ", ".join(f"{c} = EXCLUDED.{c}" for c in columns if c != key)
+        self.db.execute(
+            f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join(['%s'] * len(values))}) "
+            f"ON CONFLICT ({key}) DO UPDATE SET {update}",
+            values,
+        )
+
+    def _begin(self) -> None:
+        self.db.execute("BEGIN")
+        self.db.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
+
+    def _rollback(self) -> None:
+        try:
+            if self.db.info.transaction_status != self._psycopg.pq.TransactionStatus.IDLE:
+                self.db.execute("ROLLBACK")
+        except self._psycopg.Error:
+            self.db.close()  # the server ends the transaction with the session

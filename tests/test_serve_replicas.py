@@ -1,0 +1,139 @@
+"""Replicas of one serving silo on one PostgreSQL event log (issue #48, items 1-2; a real server,
+tests/conftest.py's ``postgres``): the same promises as one silo, whichever replica answers.
+
+Two (or three) :class:`ServingSilo` objects on one database are the replicas of one silo, as
+processes behind a load balancer would be; each request goes to one of them.  Checked: a decision's
+id is unique across replicas and any replica takes its reward, once (a second one: 409 from any
+replica); every replica decides from every event committed before (the freshness bound: zero
+events); a sync round's release is made once, and a retried round gets the same bytes from any
+replica; every completed decision is in exactly one release; and a replica opened on the log, a
+restart, holds the agent the serving ones hold, bit for bit -- the same agent a SQLite silo that got
+the same requests holds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedbandits.serve.silo import ServeError, ServingSilo
+from fedbandits.serve.store import StoreError
+from servehelp import LDP, WallClock, arms, config
+
+pytest.importorskip("psycopg")
+
+NONE = {"name": "fedlinucb", "batch": 10, "protocol": "none"}
+
+
+def replicas(url: str, tmp_path: Path, n: int, clock: WallClock, algorithm: dict = LDP) -> list[ServingSilo]:  # type: ignore[type-arg]
+    extra = {"allow_unprivatized": True} if algorithm.get("protocol") == "none" else {}
+    return [
+        ServingSilo(config(algorithm), tmp_path / f"r{i}", store=url, now=clock, expiry_seconds=1000.0, **extra)
+        for i in range(n)
+    ]
+
+
+def traffic(silos: list[ServingSilo], clock: WallClock, rng: np.random.Generator, n: int) -> list[str]:
+    """``n`` decisions spread over the replicas, each rewarded by another replica but every fourth (pending)."""
+    pending = []
+    for i in range(n):
+        clock.t += 1.0
+        _, decision, _ = silos[i % len(silos)].decide(np.array(arms(rng)))
+        if i % 4 == 3:
+            pending.append(decision)
+        else:
+            silos[(i + 1) % len(silos)].reward(decision, float(rng.uniform(-1, 1)))
+    return pending
+
+
+def test_decision_ids_are_unique_and_any_replica_takes_a_reward_once(pg_url, tmp_path):
+    clock, rng = WallClock(), np.random.default_rng(1)
+    a, b = replicas(pg_url, tmp_path, 2, clock)
+    ids = [s.decide(np.array(arms(rng)))[1] for s in (a, b, a, a, b, b, a)]
+    assert len(set(ids)) == 7 and [int(i.rsplit("-", 1)[1]) for i in ids] == list(range(7))
+    b.reward(ids[0], 0.5)  # decided by a, rewarded at b
+    for silo in (a, b):  # a second reward: 409 whichever replica gets it
+        with pytest.raises(ServeError) as refused:
+            silo.reward(ids[0], 0.5)
+        assert refused.value.status == 409
+    a.reward(ids[1], 0.25)  # decided by b, rewarded at a
+    assert a.store.count("reward") == 2 and a.agent.counts["learned"] == 2
+    b.decide(np.array(arms(rng)))  # every change starts from the log: b now holds a's reward too
+    assert b.agent.counts["learned"] == 2 and b.agent.counts["decisions"] == 8
+
+
+def test_a_release_is_made_once_and_a_retried_round_gets_the_same_bytes_from_any_replica(pg_url, tmp_path):
+    clock, rng = WallClock(), np.random.default_rng(2)
+    a, b, c = replicas(pg_url, tmp_path, 3, clock)
+    pending = traffic([a, b, c], clock, rng, 16)
+    payload, samples = b.release(0, 0)
+    assert samples == 12  # the completed decisions of every replica
+    for silo in (a, c, b):  # the retried round: the stored bytes (the noise is never redrawn)
+        again, n = silo.release(0, 0)
+        assert n == samples and again.tobytes() == payload.tobytes()
+    for d in pending:  # completed after the release, at the replica that made it and at the others
+        a.reward(d, 0.5)
+    payload1, samples1 = c.release(0, 1)
+    assert samples1 == len(pending)
+    # every completed decision in exactly one release
+    assert a.store.count("reward", released=True) == 16 and a.store.count("reward", released=False) == 0
+    assert a.release(0, 1)[0].tobytes() == payload1.tobytes()
+    with pytest.raises(ServeError) as refused:  # a round out of order, at any replica
+        a.release(0, 3)
+    assert refused.value.status == 409
+
+
+def test_a_replica_opened_on_the_log_holds_the_serving_replicas_agent_bit_for_bit(pg_url, tmp_path):
+    clock, rng = WallClock(), np.random.default_rng(3)
+    a, b = replicas(pg_url, tmp_path, 2, clock)
+    traffic([a, b], clock, rng, 21)
+    a.release(0, 0)
+    traffic([b, a], clock, rng, 9)
+    prefix = np.zeros(b.agent.sync_payload().shape)
+    assert b.adopt(0, 0, prefix) and not a.adopt(0, 0, prefix)  # adopted once; a second time: already in force
+    traffic([a, b], clock, rng, 5)
+    for silo in (a, b):
+        silo.refresh()
+    (c,) = replicas(pg_url, tmp_path / "late", 1, clock)  # a replica that joins (or one restarted)
+    assert a.agent.state_digest() == b.agent.state_digest() == c.agent.state_digest()
+    assert c.model_version() == "0.0" and a.model_version() == "0.0"
+
+
+def test_replicas_on_postgresql_hold_the_agent_of_one_sqlite_silo_given_the_same_requests(pg_url, tmp_path):
+    """The same requests, at the same times, to two replicas on PostgreSQL and to one silo on SQLite:
+    the same decisions, the same releases byte for byte, the same agent."""
+    clock = WallClock()
+    pair = replicas(pg_url, tmp_path, 2, clock, NONE)
+    alone = ServingSilo(config(NONE), tmp_path / "sqlite", now=clock, expiry_seconds=1000.0, allow_unprivatized=True)
+    for seed in (4, 5):
+        for group in (pair, [alone]):
+            traffic(group, clock, np.random.default_rng(seed), 20)
+            clock.t -= 20.0  # both groups see the same times
+        clock.t += 20.0
+        k = seed - 4
+        assert pair[k].release(0, k)[0].tobytes() == alone.release(0, k)[0].tobytes()
+    for silo in pair:
+        silo.refresh()
+    assert pair[0].agent.state_digest() == pair[1].agent.state_digest()
+    # another silo's agent has another instance id and secret: the same model, counts and pending decisions
+    for silo in pair:
+        got, want = silo.agent, alone.agent
+        assert got.state.gram.tobytes() == want.state.gram.tobytes()
+        assert got.state.bias.tobytes() == want.state.bias.tobytes()
+        assert got.counts == want.counts and sorted(got.pending) == sorted(want.pending)
+
+
+def test_a_log_of_another_silo_is_refused_and_the_url_must_name_a_database(pg_url, tmp_path):
+    clock = WallClock()
+    replicas(pg_url, tmp_path, 1, clock)
+    with pytest.raises(StoreError, match="another config, entry or silo"):
+        ServingSilo(config(LDP, agents=4), tmp_path / "x", store=pg_url, now=clock)
+    for url, words in [
+        ("postgresql://u@127.0.0.1:5432", "one database per silo"),
+        ("postgresql://u@db.example.com/silo0", "sslmode=verify-full"),
+        ("mysql://u@127.0.0.1/silo0", "expected postgresql://"),
+    ]:
+        with pytest.raises(StoreError, match=words):
+            ServingSilo(config(LDP), tmp_path / "y", store=url, now=clock)
