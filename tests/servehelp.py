@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -73,3 +75,47 @@ def start_server(
     for url in urls:
         cmd += ["--silo-url", url]
     return start_process("server", [*cmd, *extra], log, dict(os.environ))
+
+
+class Load:
+    """Decisions and rewards, one after the other, from a thread; remembers what was acknowledged:
+    ``decided`` (every decision answered 200), ``acked`` (those whose reward was answered 200), and
+    ``failures`` (requests refused or unanswered; ``statuses`` counts the refusals by status)."""
+
+    def __init__(self, url: str, token: str, seed: int = 7) -> None:
+        import httpx
+
+        self.url = url
+        self.client = httpx.Client(headers={"Authorization": f"Bearer {token}"}, timeout=2.0)
+        self.errors = httpx.HTTPError
+        self.decided: list[str] = []
+        self.acked: list[str] = []
+        self.failures = 0
+        self.statuses: dict[int, int] = {}
+        self.stopped = threading.Event()
+        self.rng = np.random.default_rng(seed)
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def _failed(self, status: int = 0) -> None:
+        self.failures += 1
+        self.statuses[status] = self.statuses.get(status, 0) + 1
+        time.sleep(0.02)
+
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            x = self.rng.standard_normal((10, 5))
+            x /= np.linalg.norm(x, axis=1, keepdims=True)
+            try:
+                d = self.client.post(self.url + "/v1/decisions", json={"features": x.tolist()})
+                if d.status_code != 200:
+                    self._failed(d.status_code)
+                    continue
+                decision_id = d.json()["decision_id"]
+                self.decided.append(decision_id)
+                r = self.client.post(self.url + "/v1/rewards", json={"decision_id": decision_id, "reward": 0.5})
+                if r.status_code == 200:
+                    self.acked.append(decision_id)
+                else:
+                    self._failed(r.status_code)
+            except self.errors:
+                self._failed()

@@ -11,10 +11,8 @@
 from __future__ import annotations
 
 import sqlite3
-import threading
 import time
 
-import numpy as np
 import pytest
 
 httpx = pytest.importorskip("httpx")
@@ -22,39 +20,9 @@ pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
 from fedbandits.serve.demo import start_silo, write_token  # noqa: E402
-from servehelp import one_silo_config, start_server  # noqa: E402
+from servehelp import Load, one_silo_config, start_server  # noqa: E402
 
 SYNC_SECONDS = 0.5
-
-
-class Load:
-    """Decisions and rewards, one after the other, from a thread; remembers what was acknowledged."""
-
-    def __init__(self, url: str, token: str) -> None:
-        self.url = url
-        self.client = httpx.Client(headers={"Authorization": f"Bearer {token}"}, timeout=2.0)
-        self.acked: list[str] = []
-        self.failures = 0
-        self.stopped = threading.Event()
-        self.rng = np.random.default_rng(7)
-        self.thread = threading.Thread(target=self.run, daemon=True)
-
-    def run(self) -> None:
-        while not self.stopped.is_set():
-            x = self.rng.standard_normal((10, 5))
-            x /= np.linalg.norm(x, axis=1, keepdims=True)
-            try:
-                d = self.client.post(self.url + "/v1/decisions", json={"features": x.tolist()})
-                if d.status_code != 200:
-                    self.failures += 1
-                    continue
-                decision_id = d.json()["decision_id"]
-                r = self.client.post(self.url + "/v1/rewards", json={"decision_id": decision_id, "reward": 0.5})
-                if r.status_code == 200:
-                    self.acked.append(decision_id)
-            except httpx.HTTPError:
-                self.failures += 1
-                time.sleep(0.02)
 
 
 @pytest.mark.slow

@@ -198,7 +198,7 @@ def run_server(args: argparse.Namespace) -> int:
     sync_token = read_token(args.sync_token_file, "--sync-token-file")
     options, view_token = status_options(args, sync_token)
     shuffler = shuffler_party(args)
-    for url in args.silo_url:
+    for url in (u for given in args.silo_url for u in given.split(",")):  # a silo's replicas: comma-separated
         host = url.split("://", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0].strip("[]")
         if url.startswith("http://") and not is_loopback(host):
             raise ValueError(f"--silo-url {url}: off loopback the silos must be reached over https")

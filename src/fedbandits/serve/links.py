@@ -83,7 +83,13 @@ def parse_answer(where: str, status: int, text: str) -> dict[str, Any] | None:
 
 
 class HttpLink:
-    """The silos at ``urls`` (silo order), called one after the other with the sync token."""
+    """The silos at ``urls`` (silo order), called one after the other with the sync token.
+
+    A silo served by replicas on one PostgreSQL log (:mod:`fedbandits.serve.pgstore`) has its
+    replicas' URLs joined by commas: a request goes to the replica that last answered, and to the
+    next one when that one is unreachable or answers 503 (any replica answers a sync request alike,
+    under the log's write lock).  So the sync moves off a killed replica at the request that finds it
+    gone: at once for a refused connection, after ``timeout`` for one that does not answer."""
 
     bundles = False
 
@@ -97,6 +103,9 @@ class HttpLink:
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.urls = list(urls)
+        #: each silo's replicas, and the one that answered last
+        self.replicas = [[u.strip() for u in url.split(",") if u.strip()] for url in self.urls]
+        self.current = [0] * len(self.urls)
         self.silos = len(self.urls)
         self.client = httpx.Client(
             headers={"Authorization": f"Bearer {sync_token}"}, timeout=timeout, verify=verify, transport=transport
@@ -106,13 +115,22 @@ class HttpLink:
         return {silo: [self._post(silo, path, body) for path, body in asks] for silo, asks in requests.items()}
 
     def _post(self, silo: int, path: str, body: dict[str, Any]) -> Answer:
-        url = self.urls[silo].rstrip("/") + check_path(path)
-        try:
-            response = self.client.post(url, json=body)
-        except httpx.HTTPError as exc:
-            log.info("%s: unreachable (%s)", url, type(exc).__name__)
-            return None
-        return parse_answer(url, response.status_code, response.text)
+        check_path(path)
+        replicas, first = self.replicas[silo], self.current[silo]
+        for k in range(len(replicas)):
+            at = (first + k) % len(replicas)
+            url = replicas[at].rstrip("/") + path
+            try:
+                response = self.client.post(url, json=body)
+            except httpx.HTTPError as exc:
+                log.info("%s: unreachable (%s)", url, type(exc).__name__)
+                continue
+            if response.status_code == 503 and k + 1 < len(replicas):
+                log.info("%s: 503, trying the silo's next replica", url)
+                continue
+            self.current[silo] = at
+            return parse_answer(url, response.status_code, response.text)
+        return None
 
     def close(self) -> None:
         self.client.close()
