@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fedbandits.online import Aggregator
 from fedbandits.serve.silo import ServeError, ServingSilo
 from fedbandits.serve.store import StoreError
 from servehelp import LDP, WallClock, arms, config
@@ -89,9 +90,9 @@ def test_a_replica_opened_on_the_log_holds_the_serving_replicas_agent_bit_for_bi
     clock, rng = WallClock(), np.random.default_rng(3)
     a, b = replicas(pg_url, tmp_path, 2, clock)
     traffic([a, b], clock, rng, 21)
-    a.release(0, 0)
+    payload, _ = a.release(0, 0)
     traffic([b, a], clock, rng, 9)
-    prefix = np.zeros(b.agent.sync_payload().shape)
+    prefix = Aggregator.from_config(config(LDP)).aggregate([payload] * 3)
     assert b.adopt(0, 0, prefix) and not a.adopt(0, 0, prefix)  # adopted once; a second time: already in force
     traffic([a, b], clock, rng, 5)
     for silo in (a, b):

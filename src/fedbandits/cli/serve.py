@@ -13,6 +13,7 @@
          | --flower --certs DIR [--superlink-host H] [--superlink-port P] [--round-timeout S])
         [--port P --token-file F [--host 127.0.0.1] [--tls-cert C --tls-key K] [--insecure-http]]
         [--shuffler HOST:PORT --shuffler-ca CA.pem --shuffler-cert C --shuffler-key K]   (sdp-amplification)
+    fedbandits serve migrate --from DIR|URL --to URL|DIR
     fedbandits serve demo [--seconds 120] [--rate 4] [--silos N] [--seed S] [--workdir DIR] [--flower]
 
 The server reaches the silos either over HTTPS (``--silo-url``, with the federation's sync token)
@@ -45,9 +46,23 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     )
     sub = p.add_subparsers(dest="serve_command", metavar="MODE", required=True)
     _silo_flags(sub.add_parser("silo", help="one silo's decision service"))
+    migrate = sub.add_parser(
+        "migrate",
+        help="move a silo's event log to another store (SQLite to PostgreSQL, or back)",
+        description="Copy a stopped silo's event log, every row with its numbers, into an empty log "
+        "(docs/serving.md, moving to PostgreSQL).",
+    )
+    migrate.add_argument(
+        "--from", dest="source", required=True, metavar="DIR|URL", help="a stopped silo's --state-dir or URL"
+    )
+    migrate.add_argument("--to", dest="target", required=True, metavar="URL|DIR", help="an empty database or folder")
     server = sub.add_parser("server", help="the federation's wall-clock sync rounds")
     server.add_argument("config", type=Path, metavar="CONFIG.toml")
-    server.add_argument("--silo-url", action="append", help="a silo's base URL, in silo order (HTTPS link)")
+    server.add_argument(
+        "--silo-url",
+        action="append",
+        help="a silo's base URL, in silo order (HTTPS link); a silo's replicas: their URLs joined by commas",
+    )
     server.add_argument("--entry")
     server.add_argument("--state-dir", type=Path, required=True)
     server.add_argument("--sync-token-file", type=Path, help="the federation's token (HTTPS link)")
@@ -155,6 +170,21 @@ def run_serve(args: argparse.Namespace) -> int:
             f"fedbandits serve needs the serve extra ({exc.name} is missing): pip install 'fedbandits[serve]'"
         ) from None
     mode = args.serve_command
+    if mode == "migrate":
+        import contextlib
+
+        from fedbandits.federation.processes import DeployError, hold_lock
+        from fedbandits.serve.migrate import migrate
+        from fedbandits.serve.pgstore import is_url, redact
+
+        folder = None if is_url(args.source) else Path(args.source)
+        try:  # a state folder's silo must be stopped (the lock `serve silo` holds)
+            with hold_lock(folder, "serving silo") if folder and folder.is_dir() else contextlib.nullcontext():
+                copied = migrate(args.source, args.target)
+        except DeployError as exc:
+            raise ValueError(f"{exc}: stop it before migrating its log") from None
+        print(f"copied {', '.join(f'{n} {table}' for table, n in copied.items())} to {redact(args.target)}")
+        return 0
     if mode == "silo":
         from fedbandits.cli.serve_run import run_silo
 

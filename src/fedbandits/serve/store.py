@@ -54,6 +54,29 @@ CREATE TABLE IF NOT EXISTS snapshots (event_seq INTEGER PRIMARY KEY, at REAL NOT
 """
 
 
+#: every table of the log and its columns, in the order a migration copies them (fedbandits.serve.migrate)
+TABLES = {
+    "meta": ("key", "value"),
+    "events": (
+        "seq",
+        "at",
+        "kind",
+        "number",
+        "x",
+        "value",
+        "context",
+        "release",
+        '"user"',
+        "arm",
+        "propensity",
+        "candidates",
+    ),
+    "releases": ("id", "epoch", "round", "at", "payload", "dtype", "samples"),
+    "prefixes": ("id", "epoch", "round", "at"),
+    "snapshots": ("event_seq", "at", "state"),
+}
+
+
 class StoreError(ValueError):
     """A state folder that cannot be used (another schema, another silo's log); nothing was changed."""
 
@@ -262,6 +285,20 @@ class Store:
     def last_prefix(self) -> tuple[int, int, float] | None:
         row = self._q("SELECT epoch, round, at FROM prefixes ORDER BY id DESC LIMIT 1").fetchone()
         return None if row is None else (int(row[0]), int(row[1]), float(row[2]))
+
+    def rows(self, table: str) -> list[tuple[object, ...]]:
+        """Every row of ``table`` (:data:`TABLES`), its columns in that order, in key order."""
+        return [tuple(r) for r in self._q(f"SELECT {', '.join(TABLES[table])} FROM {table} ORDER BY 1").fetchall()]
+
+    def put_rows(self, table: str, rows: list[tuple[object, ...]]) -> None:
+        """Rows of ``table`` as :meth:`rows` gives them, numbers kept, inside the caller's transaction (a
+        ``meta`` row replaces this log's own: its schema version)."""
+        columns = TABLES[table]
+        for row in rows:
+            if table == "meta":
+                self._replace(table, row)
+            else:
+                self._q(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})", row)
 
     def count(self, kind: str, released: bool | None = None) -> int:
         where = "" if released is None else (" AND release IS NOT NULL" if released else " AND release IS NULL")
