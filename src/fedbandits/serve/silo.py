@@ -46,6 +46,7 @@ from fedbandits.online.inputs import AlreadyRewarded, ExpiredDecision
 from fedbandits.privacy.discrete_gaussian import DrawsAhead
 from fedbandits.privacy.distributed_noise import DistributedCalibration
 from fedbandits.serve.masking import federation_context, mask_round, silo_state_from_text, silo_state_to_text
+from fedbandits.serve.metrics import Latencies
 from fedbandits.serve.options import POLICIES
 from fedbandits.serve.pgstore import PgStore
 from fedbandits.serve.store import Event, Store, StoreError
@@ -153,6 +154,8 @@ class ServingSilo:
         self.context = federation_context(setup)
         #: the log's state-change count and last event this silo's agent holds (fedbandits.serve.store)
         self.version, self.applied, self.replayed, self.recoveries, self._tried = 0, 0, 0, 0, 0.0
+        #: a shared log: the age of the other replicas' events when this one read them (its freshness)
+        self.lag = Latencies()
         #: distributed-dp: this silo's side of secure aggregation, kept in the log (meta "masking"; a
         #: log from before issue #45 holds the all-present protocol's state as "secagg": not used)
         self.secagg: MaskingSilo | None = None
@@ -235,7 +238,9 @@ class ServingSilo:
         if self.store.version() != self.version:
             self._load()
             return
+        now = self.clock.now()
         for event in self.store.events_after(self.applied):
+            self.lag.add(max(0.0, now - event.at))  # how long after its commit this replica read it
             self._apply(event)
 
     def close(self) -> None:
@@ -472,6 +477,9 @@ class ServingSilo:
                 out["syncing"] = "server unreachable: serving from the last prefix"
             else:
                 out["syncing"] = "active"
+        if self.store.shared:  # a replica: how fresh its statistics were when it read the others' events
+            lag = self.lag.percentiles()  # milliseconds
+            out["replica"] = {"store": self.store.where(), "lag_ms": lag, "recoveries": self.recoveries}
         if self.broken:
             out["broken"] = self.broken
         return out
