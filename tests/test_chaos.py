@@ -51,8 +51,9 @@ from fedbandits.federation.silo import load_silo_results
 from fedbandits.federation.spec import DeploySpec, make_spec
 from fedbandits.sim.backends import process_alive
 
-#: CI runs a shorter trial (FEDBANDITS_CHAOS_ROUNDS=7 in .ci/run, the fewest that hold both kill events with
-#: a quiet round before each and after the last); by hand it is the issue's 15 synchronisations per deployment
+#: a shorter trial: FEDBANDITS_CHAOS_ROUNDS=7, the fewest that hold both kill events with a quiet round before
+#: each and after the last (what CI ran until it left the trial to be run by hand: .ci/run); by default it is the
+#: issue's 15 synchronisations per deployment
 SILOS, ROUNDS, BATCH = 13, int(os.environ.get("FEDBANDITS_CHAOS_ROUNDS", "15")), 5
 SEED = 20261125  # the kill schedule's seed
 #: a killed silo needs at most 60 s (the SuperLink's heartbeat patience) + ~10 s to rejoin and answer
