@@ -150,3 +150,43 @@ def test_a_short_demo_runs_and_stops_every_process(tmp_path):
     assert "refused or failed: none" in out.stdout, out.stdout
     left = subprocess.run(["pgrep", "-f", str(work)], capture_output=True, text=True).stdout.split()
     assert not left, left
+
+
+def test_a_silos_replicas_take_its_requests_in_turn_and_a_refused_connection_goes_to_the_next():
+    """``--replicas``: the traffic's client sends each request to the silo's next replica, and one whose
+    connection is refused (a killed replica) is skipped, so only requests in flight to it fail."""
+    import asyncio
+
+    from fedbandits.serve.demo_traffic import SiloClient
+
+    async def run() -> tuple[list[bytes], list[bytes]]:
+        async def answer(name: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    break
+                length = int(
+                    next(h for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")).split(b":")[1]
+                )
+                await reader.readexactly(length)
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(name), name))
+                await writer.drain()
+            writer.close()
+
+        servers = [await asyncio.start_server(lambda r, w, n=n: answer(n, r, w), "127.0.0.1", 0) for n in (b"a", b"b")]
+        ports = [s.sockets[0].getsockname()[1] for s in servers]
+        client = SiloClient(",".join(f"http://127.0.0.1:{p}" for p in ports), "token")
+        first = [(await client.post("/v1/decisions", b"{}"))[1] for _ in range(4)]
+        servers[0].close()  # replica "a" is gone: its port refuses connections
+        await servers[0].wait_closed()
+        for conn in client.idle[0]:  # and its connections with it, as a killed process's are
+            conn.writer.close()
+        client.idle[0].clear()
+        then = [(await client.post("/v1/decisions", b"{}"))[1] for _ in range(4)]
+        client.close()
+        servers[1].close()
+        return first, then
+
+    first, then = asyncio.run(run())
+    assert first == [b"a", b"b", b"a", b"b"] and then == [b"b"] * 4

@@ -14,7 +14,7 @@
         [--port P --token-file F [--host 127.0.0.1] [--tls-cert C --tls-key K] [--insecure-http]]
         [--shuffler HOST:PORT --shuffler-ca CA.pem --shuffler-cert C --shuffler-key K]   (sdp-amplification)
     fedbandits serve migrate --from DIR|URL --to URL|DIR
-    fedbandits serve demo [--seconds 120] [--rate 4] [--silos N] [--seed S] [--workdir DIR] [--flower]
+    fedbandits serve demo [--seconds 120] [--rate 4] [--silos N] [--seed S] [--workdir DIR] [--flower | --replicas N]
 
 The server reaches the silos either over HTTPS (``--silo-url``, with the federation's sync token)
 or through the Flower deployment of ``fedbandits deploy`` (``--flower``; each silo runs with
@@ -102,6 +102,13 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     demo.add_argument("--rate", type=float, default=4.0, help="users per second per silo (default 4)")
     demo.add_argument("--silos", type=int, help="silos per line (default: the config's agents, 20; 3 with --flower)")
     demo.add_argument("--seed", type=int, help="seed of the users, theta* and rewards (default: the config's)")
+    demo.add_argument(
+        "--replicas",
+        type=int,
+        default=1,
+        help="serve each federated silo with N replicas on a throwaway PostgreSQL server (Debian's postgresql; "
+        "6 silos per line unless --silos; one replica killed half-way and restarted)",
+    )
     demo.add_argument(
         "--flower",
         action="store_true",
@@ -199,4 +206,6 @@ def run_serve(args: argparse.Namespace) -> int:
         raise ValueError(f"--silos must be >= 1, got {args.silos}")
     from fedbandits.serve.demo import run_demo
 
-    return run_demo(args.config, args.seconds, args.rate, args.workdir, args.flower, args.silos, args.seed)
+    return run_demo(
+        args.config, args.seconds, args.rate, args.workdir, args.flower, args.silos, args.seed, args.replicas
+    )

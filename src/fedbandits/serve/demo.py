@@ -44,6 +44,7 @@ from fedbandits.federation.processes import (
     watch_processes_under,
 )
 from fedbandits.serve.coordinator import Coordinator
+from fedbandits.serve.demo_replicas import REPLICA_SILOS, Failover, replica_lines, start_database
 from fedbandits.serve.demo_report import regret_table
 from fedbandits.serve.demo_traffic import Tally, run_traffic
 from fedbandits.serve.links import HttpLink
@@ -204,11 +205,14 @@ def _start_silos(
     sync_seconds: float,
     processes: list[Proc],
     masked: bool,
-) -> tuple[list[SiloProcess], list[SiloProcess]]:
+    stores: list[str] | None = None,
+    replicas: int = 1,
+) -> tuple[list[list[SiloProcess]], list[SiloProcess]]:
     """The federated silos (with ``flower``: behind `serve server --flower`'s SuperLink) and the lone
     ones, all started at once, then waited for (every process started is in ``processes``, to be
-    stopped whatever happens next).  ``masked`` (distributed-dp): each federated silo gets a trial
-    signing identity for its secure-aggregation keys."""
+    stopped whatever happens next); each federated silo as a list of its replicas (one, or one per
+    replica on ``stores[i]``: a PostgreSQL URL per silo).  ``masked`` (distributed-dp): each
+    federated silo gets a trial signing identity for its secure-aggregation keys."""
     schedule = ["--sync-seconds", str(sync_seconds), "--budget-policy", "renew"]
     certs = workdir / "certs"
     if flower:  # the Flower deployment carries the rounds: `serve server --flower`, silos with --superlink
@@ -217,7 +221,8 @@ def _start_silos(
         schedule += ["--superlink", link, "--superlink-ca", str(certs / "ca.pem")]
     if masked:
         create_signing_credentials(certs, silos)
-    fed, alone = [], []
+    fed: list[list[SiloProcess]] = []
+    alone = []
     for i in range(silos):
         extra = list(schedule)
         if flower:
@@ -225,11 +230,15 @@ def _start_silos(
         if masked:
             key, cert, ca = signing_files(certs, i)
             extra += ["--signing-key", str(key), "--signing-cert", str(cert), "--signing-ca", str(ca)]
-        fed.append(launch_silo(path, i, "fed", workdir, tokens, extra))
-        processes.append(fed[-1].process)
+        if stores is None:
+            fed.append([launch_silo(path, i, "fed", workdir, tokens, extra)])
+        else:  # each replica its own state folder (its lock, its log file), the log in stores[i]
+            extra += ["--store", stores[i]]
+            fed.append([launch_silo(path, i, "fed", workdir / f"replica-{k}", tokens, extra) for k in range(replicas)])
+        processes.extend(s.process for s in fed[-1])
         alone.append(launch_silo(path, i, "alone", workdir, tokens))
         processes.append(alone[-1].process)
-    for started in (*fed, *alone):  # they start side by side: the two cores import at once
+    for started in (*(s for group in fed for s in group), *alone):  # side by side: the two cores import at once
         wait_healthy(started.process, started.url, started.log, STARTUP_SECONDS)
     return fed, alone
 
@@ -243,10 +252,10 @@ class Sync:
     web: uvicorn.Server | None = None
     web_thread: threading.Thread | None = None
 
-    def start(self, config: Config, fed: list[SiloProcess], sync: str, workdir: Path, seconds: float) -> None:
+    def start(self, config: Config, fed: list[list[SiloProcess]], sync: str, workdir: Path, seconds: float) -> None:
         self.coordinator = Coordinator(
             config,
-            HttpLink([s.url for s in fed], sync),
+            HttpLink([",".join(s.url for s in group) for group in fed], sync),  # a silo's replicas: any answers
             workdir / "server",
             entry="fed",
             sync_seconds=seconds,
@@ -285,14 +294,20 @@ def run_demo(
     flower: bool,
     silos: int | None = None,
     seed: int | None = None,
+    replicas: int = 1,
 ) -> int:
     """Run the demo: ``seconds`` of traffic at ``rate`` users per second per silo, its work folder
     kept in ``workdir`` if given (else a temporary one, removed), synced through Flower if ``flower``;
-    ``silos`` per line (default: the config's agents, or 3 with ``flower``), users drawn from ``seed``
-    (default: the config's)."""
+    ``silos`` per line (default: the config's agents, 3 with ``flower``, 6 with ``replicas``), users drawn
+    from ``seed`` (default: the config's); ``replicas`` > 1: each federated silo served by that many
+    replicas on PostgreSQL (:mod:`fedbandits.serve.demo_replicas`)."""
     if not seconds > 0 or not rate > 0:
         raise ValueError(f"seconds and rate must be > 0, got {seconds} and {rate}")
-    _, config, protocol = demo_config(config_file, flower, FLOWER_SILOS if flower and silos is None else silos)
+    if replicas != 1 and flower:
+        raise ValueError("--replicas: the demo's replicas sync over HTTPS, not --flower")
+    if silos is None and (flower or replicas != 1):
+        silos = FLOWER_SILOS if flower else REPLICA_SILOS
+    _, config, protocol = demo_config(config_file, flower, silos)
     seed = config.experiment.seed if seed is None else seed
     keep = workdir is not None
     workdir = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="fedbandits-serve-demo-"))
@@ -308,34 +323,52 @@ def run_demo(
     view = write_token(workdir / "view.token")
     web_port = free_port()
     masked = protocol == "distributed-dp"
+    database, stores, failover = (None, None, None)
     try:
+        if replicas != 1:
+            database, stores = start_database(silos, replicas)
         sync_seconds = FLOWER_SYNC_SECONDS if flower else SYNC_SECONDS
         begun = time.monotonic()
-        fed, alone = _start_silos(flower, path, workdir, silos, tokens, web_port, sync_seconds, processes, masked)
+        fed, alone = _start_silos(
+            flower, path, workdir, silos, tokens, web_port, sync_seconds, processes, masked, stores, replicas
+        )
+        if stores is not None:  # half-way through, replica 0 of silo 0 is killed, then restarted on the log
+            failover = _failover(fed[0][0], path, workdir, tokens, sync_seconds, masked, stores[0], seconds, processes)
         if not flower:
             side.start(config, fed, sync, workdir, sync_seconds)
             side.serve_status(view, web_port)
         carrier = "the Flower deployment" if flower else "the silos' sync API"
+        each = f" ({replicas} replicas each)" if replicas != 1 else ""
         print(
-            f"demo: {silos} federated silos ({protocol}, sync every {sync_seconds:g} s over {carrier}) and {silos} "
-            f"lone silos on 127.0.0.1 (started in {time.monotonic() - begun:.0f} s), {rate:g} users/s each, "
+            f"demo: {silos} federated silos{each} ({protocol}, sync every {sync_seconds:g} s over {carrier}) and "
+            f"{silos} lone silos on 127.0.0.1 (started in {time.monotonic() - begun:.0f} s), {rate:g} users/s each, "
             f"for {seconds:g} s, users of seed {seed} (work folder {workdir})",
             flush=True,
         )
         print(
-            f"dashboards: {fed[0].url}/dashboard#token={token} (silo 0), "
+            f"dashboards: {fed[0][0].url}/dashboard#token={token} (silo 0), "
             f"http://127.0.0.1:{web_port}/dashboard#token={view} (federation)",
             flush=True,
         )
-        tally = run_traffic([s.url for s in fed], [s.url for s in alone], token, config, seconds, rate, seed)
+        if failover is not None:
+            failover.start()
+        urls = [",".join(s.url for s in group) for group in fed]
+        tally = run_traffic(urls, [s.url for s in alone], token, config, seconds, rate, seed)
         side.stop_rounds()
-        statuses = [httpx.get(s.url + "/v1/status", headers={"Authorization": f"Bearer {token}"}).json() for s in fed]
+        if failover is not None:
+            failover.join()
+        auth = {"Authorization": f"Bearer {token}"}
+        statuses = [httpx.get(s.url + "/v1/status", headers=auth).json() for group in fed for s in group]
         server_status = httpx.get(
             f"http://127.0.0.1:{web_port}/v1/status", headers={"Authorization": f"Bearer {view}"}, timeout=10.0
         ).json()
-        print(summary(tally, statuses, server_status), flush=True)
+        print(summary(tally, statuses, server_status, silos), flush=True)
+        if replicas != 1:
+            print("\n".join(replica_lines(statuses, replicas, failover)), flush=True)
     finally:
         side.close()
+        if database is not None:
+            database.close()
         for process in processes:  # SIGTERM, then SIGKILL after 10 s: no process of ours outlives the demo
             process.stop()
         watchdog.close()  # and whatever is still marked with the work folder
@@ -344,7 +377,31 @@ def run_demo(
     return 0
 
 
-def summary(tally: Tally, statuses: list[dict[str, Any]], server: dict[str, Any]) -> str:
+def _failover(
+    first: SiloProcess,
+    path: Path,
+    workdir: Path,
+    tokens: tuple[Path, Path],
+    sync_seconds: float,
+    masked: bool,
+    store: str,
+    seconds: float,
+    processes: list[Proc],
+) -> Failover:
+    """Replica 0 of silo 0's kill half-way through the traffic, and its restart on the same port and log."""
+    extra = ["--sync-seconds", str(sync_seconds), "--budget-policy", "renew", "--store", store]
+    if masked:
+        key, cert, ca = signing_files(workdir / "certs", 0)
+        extra += ["--signing-key", str(key), "--signing-cert", str(cert), "--signing-ca", str(ca)]
+    port = int(first.url.rsplit(":", 1)[1])
+
+    def restart() -> Proc:
+        return start_silo(path, 0, "fed", workdir / "replica-0", tokens, extra, port=port).process
+
+    return Failover(restart, seconds / 2, processes, first.process)
+
+
+def summary(tally: Tally, statuses: list[dict[str, Any]], server: dict[str, Any], silos: int) -> str:
     lat = np.array(tally.latencies) * 1000
     p50, p99 = np.percentile(lat, [50, 99]) if len(lat) else (float("nan"),) * 2
     lines = [
@@ -354,12 +411,13 @@ def summary(tally: Tally, statuses: list[dict[str, Any]], server: dict[str, Any]
     ]
     inside = np.array([[s["latency_ms"]["decisions"][q] for q in ("p50", "p99")] for s in statuses])
     lines.append(
-        f"latency in the {len(statuses)} federated silos' handlers (last 10,000 each): "
+        f"latency in the {silos} federated silos' handlers (last 10,000 each"
+        f"{'' if len(statuses) == silos else f', {len(statuses)} replicas'}): "
         f"p50 {inside[:, 0].min():.2f}-{inside[:, 0].max():.2f} ms, "
         f"p99 {inside[:, 1].min():.2f}-{inside[:, 1].max():.2f} ms"
     )
     version = server.get("model_version")
-    lines += regret_table(tally.chosen, len(statuses), synced=version is not None)
+    lines += regret_table(tally.chosen, silos, synced=version is not None)
     closed = "no round closed" if version is None else f"{version} (epoch.round) closed"
     rounds = f"sync: {closed}, every {server['sync_seconds']:g} s"
     lines.append(f"{rounds}; {budget(statuses[0])}")

@@ -42,19 +42,26 @@ class _Conn:
 
 class SiloClient:
     """Keep-alive HTTP/1.1 connections to one silo at ``url`` (``http://127.0.0.1:PORT``), at most
-    :data:`CONNECTIONS_PER_SILO` at once; one request at a time per connection."""
+    :data:`CONNECTIONS_PER_SILO` at once; one request at a time per connection.  A silo served by
+    replicas has their URLs joined by commas: each request goes to the next replica in turn, and to
+    the one after when a replica refuses the connection (as a load balancer would; a request that
+    reached a replica is never sent twice)."""
 
     def __init__(self, url: str, token: str) -> None:
-        parts = urlsplit(url)
-        self.host, self.port = parts.hostname or "127.0.0.1", int(parts.port or 80)
+        self.replicas = []
+        for one in url.split(","):
+            parts = urlsplit(one)
+            self.replicas.append((parts.hostname or "127.0.0.1", int(parts.port or 80)))
+        self.host = self.replicas[0][0]
         self.auth = f"Authorization: Bearer {token}\r\n"
-        self.idle: list[_Conn] = []
-        self.slots = asyncio.Semaphore(CONNECTIONS_PER_SILO)
+        self.idle: list[list[_Conn]] = [[] for _ in self.replicas]
+        self.turn = 0
+        self.slots = asyncio.Semaphore(CONNECTIONS_PER_SILO * len(self.replicas))
 
     async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
         """``POST path`` with the JSON ``body``: the status and the response body."""
         async with self.slots:
-            conn = await self._connection()
+            at, conn = await self._connection()
             head = (
                 f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\n{self.auth}"
                 f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
@@ -70,26 +77,34 @@ class SiloClient:
                 conn.writer.close()
             else:
                 conn.used = time.monotonic()
-                self.idle.append(conn)
+                self.idle[at].append(conn)
             return status, answer
 
-    async def _connection(self) -> _Conn:
-        now = time.monotonic()
-        while self.idle:
-            conn = self.idle.pop()
-            if now - conn.used < IDLE_SECONDS and not conn.reader.at_eof():
-                return conn
-            conn.writer.close()
-        try:
-            reader, writer = await asyncio.open_connection(self.host, self.port)
-        except OSError as exc:
-            raise RequestError(type(exc).__name__) from None
-        return _Conn(reader, writer, now)
+    async def _connection(self) -> tuple[int, _Conn]:
+        """A connection to the next replica that takes one (which replica, and the connection)."""
+        failed: OSError | None = None
+        for _ in self.replicas:
+            at = self.turn
+            self.turn = (self.turn + 1) % len(self.replicas)
+            now = time.monotonic()
+            while self.idle[at]:
+                conn = self.idle[at].pop()
+                if now - conn.used < IDLE_SECONDS and not conn.reader.at_eof():
+                    return at, conn
+                conn.writer.close()
+            try:
+                reader, writer = await asyncio.open_connection(*self.replicas[at])
+            except OSError as exc:
+                failed = exc
+                continue
+            return at, _Conn(reader, writer, now)
+        raise RequestError(type(failed).__name__)
 
     def close(self) -> None:
-        for conn in self.idle:
-            conn.writer.close()
-        self.idle.clear()
+        for idle in self.idle:
+            for conn in idle:
+                conn.writer.close()
+            idle.clear()
 
 
 async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bytes, bool]:
