@@ -30,7 +30,7 @@ import ipaddress
 from typing import Any
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
-from fedbandits.serve.store import SCHEMA, Store, StoreError
+from fedbandits.serve.store import SCHEMA, Event, Store, StoreError
 
 #: the advisory lock of the log's writer (one database per silo: one key)
 WRITE_LOCK = 0x6665_6462  # "fedb"
@@ -127,6 +127,8 @@ class PgStore(Store):
             schema = self.meta("schema")
             if schema is None:
                 self.put_meta({"schema": str(SCHEMA)})
+            # news() reads the state's version with the events: its row is there from the start
+            self.db.execute("INSERT INTO meta VALUES ('version', '0') ON CONFLICT (key) DO NOTHING")
         if schema is not None and schema != str(SCHEMA):
             self.close()
             raise StoreError(f"{self.where()}: event log schema {schema}, this fedbandits reads {SCHEMA}")
@@ -152,6 +154,20 @@ class PgStore(Store):
         self.db = self._connect()
         return True
 
+    def news(self, seq: int) -> tuple[int, list[Event]]:
+        """:meth:`Store.news` in one statement: the version and the events after ``seq``."""
+        rows = self.db.execute(
+            'SELECT m.value, e.seq, e.at, e.kind, e.number, e.x, e.value, e."user" FROM meta m '
+            "LEFT JOIN events e ON e.seq > %s WHERE m.key = 'version' ORDER BY e.seq",
+            (seq,),
+        ).fetchall()
+        events = [
+            Event(int(s), float(at), str(kind), int(number), None if x is None else bytes(x), value, user)
+            for _, s, at, kind, number, x, value, user in rows
+            if s is not None
+        ]
+        return int(rows[0][0]), events
+
     # -- the dialect ---------------------------------------------------------------------------
     def _q(self, sql: str, params: tuple[object, ...] = ()) -> Any:
         return self.db.execute(sql.replace("?", "%s"), params)
@@ -176,8 +192,7 @@ class PgStore(Store):
         )
 
     def _begin(self) -> None:
-        self.db.execute("BEGIN")
-        self.db.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
+        self.db.execute(f"BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})")  # one round trip
 
     def _rollback(self) -> None:
         try:

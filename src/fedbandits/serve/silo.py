@@ -235,11 +235,12 @@ class ServingSilo:
         behind the log (the freshness bound: zero committed events)."""
         if not self.store.shared:
             return
-        if self.store.version() != self.version:
+        version, events = self.store.news(self.applied)
+        if version != self.version:
             self._load()
             return
         now = self.clock.now()
-        for event in self.store.events_after(self.applied):
+        for event in events:
             self.lag.add(max(0.0, now - event.at))  # how long after its commit this replica read it
             self._apply(event)
 

@@ -257,6 +257,10 @@ class Store:
         for s, at, kind, number, x, value, user in rows:
             yield Event(int(s), float(at), str(kind), int(number), None if x is None else bytes(x), value, user)
 
+    def news(self, seq: int) -> tuple[int, list[Event]]:
+        """What a replica reads before each change: :meth:`version` and the events after ``seq``."""
+        return self.version(), list(self.events_after(seq))
+
     def unanswered(self, seq: int) -> list[tuple[int, float, bytes, str | None]]:
         """(number, time, features, user key) of the decisions logged up to event ``seq`` with no reward
         logged up to it, oldest first (the pending decisions a snapshot without them leaves out, and the
