@@ -97,12 +97,14 @@ def dump(s: SimpleNamespace) -> dict[str, list[tuple[Any, ...]]]:
 
 
 def served(tmp_path: Path, url: str | None = None) -> SimpleNamespace:
-    """A silo with a history: decisions and rewards, release 0.0, prefix 0.0 adopted, then more traffic
-    (events after the adoption's snapshot, decisions pending)."""
+    """A silo with a history: a decision that expires, decisions and rewards, release 0.0, prefix 0.0
+    adopted, then more traffic (events after the adoption's snapshot, decisions pending)."""
     clock = SimpleNamespace(t=1_000_000.0)
     folder = tmp_path / "silo"
     silo, client = open_silo(folder, clock, url)
     rng = np.random.default_rng(5)
+    expired = client.post("/v1/decisions", json={"features": arms(rng)}, headers=AUTH).json()["decision_id"]
+    clock.t += EXPIRY + 1.0  # its reward will be late: refused, counted and logged
 
     def traffic(n: int, rewarded: int) -> list[str]:
         ids = []
@@ -126,7 +128,15 @@ def served(tmp_path: Path, url: str | None = None) -> SimpleNamespace:
     assert r.json() == {"adopted": True}
     pending = traffic(6, 3)
     return SimpleNamespace(
-        silo=silo, client=client, clock=clock, folder=folder, rng=rng, pending=pending, prefix=prefixes[1], url=url
+        silo=silo,
+        client=client,
+        clock=clock,
+        folder=folder,
+        rng=rng,
+        pending=pending,
+        prefix=prefixes[1],
+        url=url,
+        expired=expired,
     )
 
 
@@ -137,23 +147,26 @@ REQUESTS = {
     "rewards": lambda s, c: c.post(
         "/v1/rewards", json={"rewards": [{"decision_id": d, "reward": 0.5} for d in s.pending[:2]]}, headers=AUTH
     ),
+    "late": lambda s, c: c.post("/v1/rewards", json={"decision_id": s.expired, "reward": 0.5}, headers=AUTH),
     "release": lambda s, c: c.post("/v1/sync/release", json={"epoch": 0, "round": 1}, headers=SYNC_AUTH),
     "adopt": lambda s, c: c.post(
         "/v1/sync/prefix", json={"epoch": 0, "round": 1, "prefix": b64(s.prefix)}, headers=SYNC_AUTH
     ),
 }
 DONE = {
-    "decide": lambda body: "decision_id" in body,
-    "reward": lambda body: body == {"status": "learned"},
-    "rewards": lambda body: [r["status"] for r in body["results"]] == [200, 200],
-    "release": lambda body: body["samples"] == 3,  # the three rewards since release 0.0, once
-    "adopt": lambda body: body == {"adopted": True},
+    "decide": lambda r: r.status_code == 200 and "decision_id" in r.json(),
+    "reward": lambda r: r.status_code == 200 and r.json() == {"status": "learned"},
+    "rewards": lambda r: r.status_code == 200 and [x["status"] for x in r.json()["results"]] == [200, 200],
+    "late": lambda r: r.status_code == 410 and "expired" in r.json()["error"],  # refused, once it is logged
+    "release": lambda r: r.status_code == 200 and r.json()["samples"] == 3,  # the 3 rewards since release 0.0, once
+    "adopt": lambda r: r.status_code == 200 and r.json() == {"adopted": True},
 }
 #: each statement of each request's transaction, in order
 STEPS = {
     "decide": ["BEGIN", "INSERT INTO events", "COMMIT"],
     "reward": ["BEGIN", "INSERT INTO events", "COMMIT"],
     "rewards": ["BEGIN", "INSERT INTO events", "COMMIT"],
+    "late": ["BEGIN", "INSERT INTO events", "COMMIT"],
     "release": [
         "SELECT at, payload",  # the stored release a retried round would get (a read, before any change)
         "BEGIN",
@@ -204,7 +217,7 @@ def check_failed_then_restart(s: SimpleNamespace, request: str, before: dict[str
     assert silo.agent.state_digest() == digest
     assert dump(s) == before  # opening the log writes nothing
     response = REQUESTS[request](s, client)  # the same request succeeds, once
-    assert response.status_code == 200 and DONE[request](response.json()), response.text
+    assert DONE[request](response), response.text
     d = client.post("/v1/decisions", json={"features": arms(s.rng)}, headers=AUTH).json()["decision_id"]
     assert client.post("/v1/rewards", json={"decision_id": d, "reward": 1.0}, headers=AUTH).status_code == 200
     assert client.get("/healthz").status_code == 200
@@ -248,21 +261,22 @@ def test_a_real_full_disk_fails_a_request_which_changes_nothing(tmp_path, reques
     for _ in range(100):
         before, digest = dump(s), s.silo.agent.state_digest()
         response = REQUESTS[request_](s, s.client)
-        if response.status_code != 200:
+        if response.status_code not in (200, 410):  # 410: a late reward, logged (each time it comes)
             break
-        assert request_ in ("decide", "reward", "rewards")  # a snapshot needs pages of its own
-        s.pending = s.pending[{"decide": 0, "reward": 1, "rewards": 2}[request_] :]
+        assert request_ in ("decide", "reward", "rewards", "late")  # a snapshot needs pages of its own
+        s.pending = s.pending[{"decide": 0, "reward": 1, "rewards": 2, "late": 0}[request_] :]
     assert FULL in refused_in_one_line(response)
     check_failed_then_restart(s, request_, before, digest)
 
 
 #: the same requests' statements on PostgreSQL: its dialect, its write lock, and the reads of what
 #: other replicas committed, under the lock, before any change
-READS = ["BEGIN", "SELECT pg_advisory_xact_lock", "SELECT value FROM meta", "SELECT seq, at"]
+READS = ["BEGIN; SELECT pg_advisory_xact_lock", "SELECT m.value, e.seq"]
 PG_STEPS = {
     "decide": [*READS, "INSERT INTO events", "COMMIT"],
     "reward": [*READS, "INSERT INTO events", "COMMIT"],
     "rewards": [*READS, "INSERT INTO events", "COMMIT"],
+    "late": [*READS, "INSERT INTO events", "COMMIT"],
     "release": [
         *READS,
         "SELECT at, payload",
