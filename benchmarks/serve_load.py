@@ -109,15 +109,21 @@ async def worker(
     writer.close()
 
 
-async def load(
-    port: int, token: str, seconds: float, warmup: float, connections: int, reward_every: int
-) -> dict[str, list[float]]:
+def decision_bodies(count: int = 64) -> list[bytes]:
+    """The decision requests' bodies, encoded once: K = 100 unit-norm arms of d = 10 each."""
     rng = np.random.default_rng(0)
     bodies = []
-    for _ in range(64):
+    for _ in range(count):
         x = rng.standard_normal((100, 10))
         x /= np.linalg.norm(x, axis=1, keepdims=True)
         bodies.append(json.dumps({"features": x.round(6).tolist()}).encode())
+    return bodies
+
+
+async def load(
+    port: int, token: str, seconds: float, warmup: float, connections: int, reward_every: int
+) -> dict[str, list[float]]:
+    bodies = decision_bodies()
     out: dict[str, list[float]] = {"decisions": [], "rewards": []}
     start = time.perf_counter()
     await asyncio.gather(
