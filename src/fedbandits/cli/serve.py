@@ -178,20 +178,9 @@ def run_serve(args: argparse.Namespace) -> int:
         ) from None
     mode = args.serve_command
     if mode == "migrate":
-        import contextlib
+        from fedbandits.cli.serve_run import run_migrate
 
-        from fedbandits.federation.processes import DeployError, hold_lock
-        from fedbandits.serve.migrate import migrate
-        from fedbandits.serve.pgstore import is_url, redact
-
-        folder = None if is_url(args.source) else Path(args.source)
-        try:  # a state folder's silo must be stopped (the lock `serve silo` holds)
-            with hold_lock(folder, "serving silo") if folder and folder.is_dir() else contextlib.nullcontext():
-                copied = migrate(args.source, args.target)
-        except DeployError as exc:
-            raise ValueError(f"{exc}: stop it before migrating its log") from None
-        print(f"copied {', '.join(f'{n} {table}' for table, n in copied.items())} to {redact(args.target)}")
-        return 0
+        return run_migrate(args)
     if mode == "silo":
         from fedbandits.cli.serve_run import run_silo
 

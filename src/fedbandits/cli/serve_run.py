@@ -9,6 +9,7 @@ event log) over the protocol layer (:mod:`fedbandits.online`)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ipaddress
 import json
 import logging
@@ -25,7 +26,7 @@ import uvicorn
 from fedbandits.config import Config, load_config
 from fedbandits.crypto.signing import Authority, Identity, load_signing
 from fedbandits.federation.flower_setup import check_quotable
-from fedbandits.federation.processes import DeployError, flower_bin, take_lock
+from fedbandits.federation.processes import DeployError, flower_bin, hold_lock, is_loopback, take_lock
 from fedbandits.federation.serving_deployment import ServeDeployment, SiloNode
 from fedbandits.federation.shuffler_client import ShufflerClient, split_address
 from fedbandits.federation.spec import make_spec
@@ -33,6 +34,8 @@ from fedbandits.online import AgentSetup
 from fedbandits.serve.coordinator import Coordinator
 from fedbandits.serve.http import Service
 from fedbandits.serve.links import HttpLink
+from fedbandits.serve.migrate import migrate
+from fedbandits.serve.pgstore import is_url, redact
 from fedbandits.serve.server_http import federation_app
 from fedbandits.serve.shuffling import ServerShuffling, SiloShuffling
 from fedbandits.serve.silo import ServingSilo
@@ -46,15 +49,6 @@ def read_token(path: Path, name: str) -> str:
     if len(token) < 16:
         raise ValueError(f"{name}: the token in {path} must be at least 16 characters")
     return token
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def listen_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -185,6 +179,18 @@ def silo_node(args: argparse.Namespace, sync_url: str) -> SiloNode | None:
         sync_url,
         args.sync_token_file,
     )
+
+
+def run_migrate(args: argparse.Namespace) -> int:
+    """``serve migrate``: a stopped silo's log copied into an empty one (fedbandits.serve.migrate)."""
+    folder = None if is_url(args.source) else Path(args.source)
+    try:  # a state folder's silo must be stopped (the lock `serve silo` holds)
+        with hold_lock(folder, "serving silo") if folder and folder.is_dir() else contextlib.nullcontext():
+            copied = migrate(args.source, args.target)
+    except DeployError as exc:
+        raise ValueError(f"{exc}: stop it before migrating its log") from None
+    print(f"copied {', '.join(f'{n} {table}' for table, n in copied.items())} to {redact(args.target)}")
+    return 0
 
 
 def run_server(args: argparse.Namespace) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import ipaddress
 import os
 import random
 import shutil
@@ -77,6 +78,16 @@ def free_port() -> int:
             _HANDED_OUT.add(port)
             return port
     raise DeployError("no free loopback port found")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an address) is this machine's loopback."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def loopback_port_problem(port: int) -> str | None:

@@ -357,14 +357,7 @@ def run_demo(
         side.stop_rounds()
         if failover is not None:
             failover.join()
-        auth = {"Authorization": f"Bearer {token}"}
-        statuses = [httpx.get(s.url + "/v1/status", headers=auth).json() for group in fed for s in group]
-        server_status = httpx.get(
-            f"http://127.0.0.1:{web_port}/v1/status", headers={"Authorization": f"Bearer {view}"}, timeout=10.0
-        ).json()
-        print(summary(tally, statuses, server_status, silos), flush=True)
-        if replicas != 1:
-            print("\n".join(replica_lines(statuses, replicas, failover)), flush=True)
+        _report(tally, fed, token, f"http://127.0.0.1:{web_port}", view, silos, replicas, failover)
     finally:
         side.close()
         if database is not None:
@@ -375,6 +368,25 @@ def run_demo(
         if not keep:
             shutil.rmtree(workdir, ignore_errors=True)
     return 0
+
+
+def _report(
+    tally: Tally,
+    fed: list[list[SiloProcess]],
+    token: str,
+    server: str,
+    view: str,
+    silos: int,
+    replicas: int,
+    failover: Failover | None,
+) -> None:
+    """The demo's last screen, from the traffic's tally and every federated replica's and the server's status."""
+    auth = {"Authorization": f"Bearer {token}"}
+    statuses = [httpx.get(s.url + "/v1/status", headers=auth).json() for group in fed for s in group]
+    server_status = httpx.get(server + "/v1/status", headers={"Authorization": f"Bearer {view}"}, timeout=10.0).json()
+    print(summary(tally, statuses, server_status, silos), flush=True)
+    if replicas != 1:
+        print("\n".join(replica_lines(statuses, replicas, failover)), flush=True)
 
 
 def _failover(

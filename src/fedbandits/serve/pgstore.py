@@ -26,10 +26,10 @@ libpq's ``PGPASSFILE``/``~/.pgpass``); a server that is not on this machine need
 
 from __future__ import annotations
 
-import ipaddress
 from typing import Any
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
+from fedbandits.federation.processes import is_loopback
 from fedbandits.serve.store import SCHEMA, Event, Store, StoreError
 
 #: the advisory lock of the log's writer (one database per silo: one key)
@@ -80,7 +80,7 @@ def check_url(url: str) -> str:
     if not is_url(url) or not host or not parts.path.strip("/"):
         raise StoreError("store: expected postgresql://ROLE@HOST[:PORT]/DATABASE (one database per silo)")
     mode = parse_qs(parts.query).get("sslmode", [""])[-1]
-    if not _loopback(host) and mode not in ("require", "verify-ca", "verify-full"):
+    if not is_loopback(host) and mode not in ("require", "verify-ca", "verify-full"):
         raise StoreError(
             f"store: {host} is not on this machine: add sslmode=verify-full (or require, verify-ca) to the URL"
         )
@@ -94,15 +94,6 @@ def redact(url: str) -> str:
         return url
     netloc = parts.netloc.rsplit("@", 1)[-1]
     return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{netloc}"))
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class PgStore(Store):
