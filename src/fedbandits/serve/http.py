@@ -34,7 +34,7 @@ import math
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import orjson
@@ -120,6 +120,43 @@ def _decision_id(value: Any, name: str) -> str:
     return value
 
 
+_T = TypeVar("_T")
+
+
+class Group:
+    """The decisions and rewards a replica on a shared log (PostgreSQL) takes together, committed
+    together: each request queues its step and waits; the first one queued schedules one
+    :meth:`ServingSilo.write_many` for the requests queued by the time it runs (those the event loop
+    read meanwhile).  One lock, one catch-up, one insert and one commit for them all -- each request
+    still answered only after the commit that holds it."""
+
+    def __init__(self, silo: ServingSilo) -> None:
+        self.silo = silo
+        self.waiting: list[tuple[Callable[[], object], asyncio.Future[object]]] = []
+
+    async def run(self, step: Callable[[], _T]) -> _T:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[object] = loop.create_future()
+        self.waiting.append((step, done))
+        if len(self.waiting) == 1:
+            loop.call_soon(self._commit)
+        return cast(_T, await done)
+
+    def _commit(self) -> None:
+        batch, self.waiting = self.waiting, []
+        try:
+            results = self.silo.write_many([step for step, _ in batch])
+        except ServeError as exc:  # the write failed: none of them is acknowledged
+            results = [exc] * len(batch)
+        for (_, done), result in zip(batch, results, strict=True):
+            if done.done():  # its client went away
+                continue
+            if isinstance(result, BaseException):
+                done.set_exception(result)
+            else:
+                done.set_result(result)
+
+
 class Service:
     """The routes of one serving silo, with its tokens and its latency records."""
 
@@ -146,6 +183,8 @@ class Service:
         #: sdp-amplification: releases go to the shuffler party, the coordinator gets an acknowledgement
         self.shuffling = shuffling
         self.latency = {name: Latencies() for name in ("decisions", "rewards", "sync")}
+        #: a replica on a shared log commits the decisions and rewards it takes together (group commit)
+        self.group = Group(silo) if silo.store.shared else None
         self.refused: dict[int, int] = {}
         #: (second, decisions, rewards, reward sum) per wall-clock second, the last hour
         self.series: deque[list[float]] = deque(maxlen=3600)
@@ -239,7 +278,10 @@ class Service:
         user = body.get("user_id")
         if user is not None and (isinstance(user, bool) or not isinstance(user, int | str)):
             raise BadRequest("user_id: must be an integer >= 0 or a string of 1 to 256 characters")
-        arm, decision_id, propensity = self.silo.decide(features, context, user)
+        if self.group is None:
+            arm, decision_id, propensity = self.silo.decide(features, context, user)
+        else:
+            arm, decision_id, propensity = await self.group.run(self.silo.decision(features, context, user))
         self._tick(decisions=1)
         answer = {"arm": arm, "decision_id": decision_id, "propensity": propensity}
         return JSONResponse({**answer, "model_version": self.silo.model_version()})
@@ -272,7 +314,13 @@ class Service:
             return JSONResponse({"results": results})
         one = _object(body, {"decision_id", "reward"}, {"decision_id", "reward"})
         value = _reward_value(one["reward"], "reward")
-        self.silo.reward(_decision_id(one["decision_id"], "decision_id"), value, "reward")
+        decision_id = _decision_id(one["decision_id"], "decision_id")
+        if self.group is None:
+            self.silo.reward(decision_id, value, "reward")
+        else:
+            late = await self.group.run(self.silo.rewarding(decision_id, value, "reward"))
+            if isinstance(late, ServeError):  # logged and committed first
+                raise late
         self._tick(rewards=1, total=value)
         return JSONResponse({"status": "learned"})
 

@@ -30,7 +30,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from fedbandits.federation.processes import is_loopback
-from fedbandits.serve.store import SCHEMA, Event, Store, StoreError
+from fedbandits.serve.store import EVENT_COLUMNS, SCHEMA, Event, Store, StoreError
 
 #: the advisory lock of the log's writer (one database per silo: one key)
 WRITE_LOCK = 0x6665_6462  # "fedb"
@@ -112,6 +112,10 @@ class PgStore(Store):
         self.errors = (psycopg.Error,)
         self._psycopg = psycopg
         self.db: Any = self._connect()
+        #: within a transaction, after news(): the log's last event number and the events to insert at
+        #: COMMIT (or before any other statement) in one statement
+        self._last: int | None = None
+        self._rows: list[tuple[object, ...]] = []
         with self.transaction():
             for statement in filter(str.strip, _TABLES.split(";")):
                 self.db.execute(statement)
@@ -157,13 +161,29 @@ class PgStore(Store):
             for _, s, at, kind, number, x, value, user in rows
             if s is not None
         ]
+        self._last = events[-1].seq if events else seq  # under the write lock: the log's last event
         return int(rows[0][0]), events
 
     # -- the dialect ---------------------------------------------------------------------------
     def _q(self, sql: str, params: tuple[object, ...] = ()) -> Any:
+        if self._rows:
+            self._flush()
         return self.db.execute(sql.replace("?", "%s"), params)
 
+    def _flush(self) -> None:
+        """The events of this transaction, in one statement (the requests a replica commits together)."""
+        rows, self._rows = self._rows, []
+        one = "(" + ", ".join(["%s"] * len(rows[0])) + ")"
+        self.db.execute(
+            f"INSERT INTO events (seq, {', '.join(EVENT_COLUMNS)}) VALUES {', '.join([one] * len(rows))}",
+            [v for row in rows for v in row],
+        )
+
     def _insert(self, table: str, key: str, columns: tuple[str, ...], values: tuple[object, ...]) -> int:
+        if table == "events" and self._last is not None:  # numbered here: the log's last is known, under the lock
+            self._last += 1
+            self._rows.append((self._last, *values))
+            return self._last
         # the largest + 1, as SQLite's rowid: gapless, and race-free under the write lock
         marks = ", ".join(["%s"] * len(columns))
         row = self.db.execute(
@@ -183,9 +203,11 @@ class PgStore(Store):
         )
 
     def _begin(self) -> None:
+        self._last, self._rows = None, []
         self.db.execute(f"BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})")  # one round trip
 
     def _rollback(self) -> None:
+        self._last, self._rows = None, []
         try:
             if self.db.info.transaction_status != self._psycopg.pq.TransactionStatus.IDLE:
                 self.db.execute("ROLLBACK")

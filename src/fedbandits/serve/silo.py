@@ -259,6 +259,12 @@ class ServingSilo:
         """(arm, decision id, the probability the arm was chosen with).  ``user_id``: the user served,
         required with ``privacy_unit = "user"`` (the log keeps its digest)."""
         self._usable()
+        return self._write(self.decision(features, context_id, user_id))
+
+    def decision(
+        self, features: np.ndarray, context_id: str | None = None, user_id: int | str | None = None
+    ) -> Callable[[], tuple[int, str, float]]:
+        """:meth:`decide`'s change, as a step of a transaction (:meth:`write_many`)."""
 
         def step() -> tuple[int, str, float]:
             now = self.clock.now()  # under the write lock: the log's times rise with its numbers
@@ -278,13 +284,20 @@ class ServingSilo:
             )  # fmt: skip
             return decision.arm, decision.decision_id, decision.propensity
 
-        return self._write(step)
+        return step
 
     def reward(self, decision_id: str, value: float, name: str = "reward") -> None:
         """Complete ``decision_id``; a refused value (422) is named ``name``, the request's field."""
         self._usable()
+        late = self._write(self.rewarding(decision_id, value, name))
+        if late is not None:  # logged and committed first
+            raise late
 
-        def step() -> str | None:  # the refusal of a late reward, logged and committed first
+    def rewarding(self, decision_id: str, value: float, name: str = "reward") -> Callable[[], ServeError | None]:
+        """:meth:`reward`'s change, as a step of a transaction (:meth:`write_many`): None, or a late
+        reward's refusal (410), which it logged."""
+
+        def step() -> ServeError | None:
             agent = self.agent
             try:
                 number = agent.decision_number(decision_id)
@@ -296,7 +309,7 @@ class ServingSilo:
                 agent.reward(decision_id, value, field=name)  # a bad value: 422 naming the request's field
             except ExpiredDecision as exc:  # counted by the agent: logged, so that a restart counts it too
                 self.applied = self.store.add_event(now, "late", number, None, value)
-                return str(exc)
+                return ServeError(410, str(exc))
             except AlreadyRewarded as exc:
                 raise ServeError(409, str(exc)) from None
             except AgentError as exc:
@@ -306,9 +319,7 @@ class ServingSilo:
             self.applied = self.store.add_event(now, "reward", number, None, value)
             return None
 
-        late = self._write(step)
-        if late is not None:
-            raise ServeError(410, late)
+        return step
 
     # -- federation --------------------------------------------------------------------------
     def position(self) -> tuple[int, int]:
@@ -522,6 +533,24 @@ class ServingSilo:
         self.broken = None
         self.recoveries += 1
         return True
+
+    def write_many(self, steps: list[Callable[[], object]]) -> list[object]:
+        """Several requests' steps (:meth:`decision`, :meth:`rewarding`) in one transaction -- on a
+        shared log, the requests a replica's service took together: one lock, one catch-up, one insert
+        and one commit for all (fedbandits.serve.http).  Each step's result, or its refusal (a
+        ServeError; it changed nothing), in order; a failed write fails them all (503), none acknowledged."""
+        self._usable()
+
+        def step() -> list[object]:
+            out: list[object] = []
+            for one in steps:
+                try:
+                    out.append(one())
+                except ServeError as exc:
+                    out.append(exc)
+            return out
+
+        return self._write(step)
 
     def _write(self, step: Callable[[], _T]) -> _T:
         """``step`` -- it may change the agent, and writes what it changed to the log -- in one transaction

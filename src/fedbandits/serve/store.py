@@ -77,6 +77,10 @@ TABLES = {
 }
 
 
+#: the columns add_event writes: all but the event's number (``seq``) and the release that holds it
+EVENT_COLUMNS = TABLES["events"][1:7] + TABLES["events"][8:]
+
+
 class StoreError(ValueError):
     """A state folder that cannot be used (another schema, another silo's log); nothing was changed."""
 
@@ -219,9 +223,8 @@ class Store:
         """One event; a decision also keeps its arm, its propensity and (opted in) every candidate's features."""
         blob = None if x is None else np.ascontiguousarray(x, dtype=np.float64).tobytes()
         shown = None if candidates is None else np.ascontiguousarray(candidates, dtype=np.float64).tobytes()
-        columns = ("at", "kind", "number", "x", "value", "context", '"user"', "arm", "propensity", "candidates")
         values = (at, kind, number, blob, value, context, user, arm, propensity, shown)
-        return self._insert("events", "seq", columns, values)
+        return self._insert("events", "seq", EVENT_COLUMNS, values)
 
     def add_release(self, epoch: int, round_: int, payload: np.ndarray, samples: int) -> int:
         at = time.time()
