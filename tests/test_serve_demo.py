@@ -152,6 +152,29 @@ def test_a_short_demo_runs_and_stops_every_process(tmp_path):
     assert not left, left
 
 
+@pytest.mark.slow
+def test_a_short_demo_with_replicas_kills_one_and_stops_every_process_and_its_database(tmp_path, postgres):
+    """`fedbandits serve demo --replicas 2 --silos 3 --seconds 12` (docs/serving.md's block, shorter):
+    each federated silo served by 2 replicas on a throwaway PostgreSQL server, replica 0 of silo 0
+    killed half-way and restarted; it exits 0, says so, and leaves no process of its own and no
+    PostgreSQL server behind (``postgres``: the session's server, so that the machine has one)."""
+    work = tmp_path / "demo"
+    servers = set(subprocess.run(["pgrep", "-f", "fedbandits-pg-"], capture_output=True, text=True).stdout.split())
+    cmd = [sys.executable, "-m", "fedbandits.cli", "serve", "demo", "--replicas", "2", "--silos", "3"]
+    cmd += ["--seconds", "12"]
+    out = subprocess.run([*cmd, "--workdir", str(work)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("demo: 3 federated silos (2 replicas each) (distributed-dp"), lines[0]
+    assert any(line.startswith("verdict: ") for line in lines), out.stdout
+    assert lines[-3].startswith("replicas: 2 per federated silo on one PostgreSQL database each"), out.stdout
+    assert "SIGKILL after 6 s of traffic, restarted on the log" in lines[-1], out.stdout
+    left = subprocess.run(["pgrep", "-f", str(work)], capture_output=True, text=True).stdout.split()
+    assert not left, left
+    now = set(subprocess.run(["pgrep", "-f", "fedbandits-pg-"], capture_output=True, text=True).stdout.split())
+    assert now <= servers, now - servers  # the demo's own server is gone
+
+
 def test_a_silos_replicas_take_its_requests_in_turn_and_a_refused_connection_goes_to_the_next():
     """``--replicas``: the traffic's client sends each request to the silo's next replica, and one whose
     connection is refused (a killed replica) is skipped, so only requests in flight to it fail."""

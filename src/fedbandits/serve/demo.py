@@ -421,7 +421,9 @@ def summary(tally: Tally, statuses: list[dict[str, Any]], server: dict[str, Any]
         f"refused or failed: {tally.errors or 'none'})",
         f"latency seen by the traffic generator (its own busy loop included): p50 {p50:.2f} ms, p99 {p99:.2f} ms",
     ]
-    inside = np.array([[s["latency_ms"]["decisions"][q] for q in ("p50", "p99")] for s in statuses])
+    # a replica restarted late in the run may not have served a decision yet (no percentiles)
+    served = [s["latency_ms"]["decisions"] for s in statuses if s["latency_ms"]["decisions"]["p50"] is not None]
+    inside = np.array([[s[q] for q in ("p50", "p99")] for s in served] or [[float("nan")] * 2])
     lines.append(
         f"latency in the {silos} federated silos' handlers (last 10,000 each"
         f"{'' if len(statuses) == silos else f', {len(statuses)} replicas'}): "
