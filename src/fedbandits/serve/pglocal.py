@@ -74,7 +74,14 @@ class LocalPostgres:
         self.port = _free_port()
         self.process: subprocess.Popen[bytes] | None = None
         self.log = self.folder / "server.log"
-        self._user = _server_user()
+        try:
+            self._user = _server_user()
+            self._init()
+        except BaseException:
+            shutil.rmtree(self.folder, ignore_errors=True)  # nothing of a server that could not be made stays
+            raise
+
+    def _init(self) -> None:
         if self._user is not None:
             shutil.chown(self.folder, self._user, self._user)
         pwfile = self.folder / "pw"
