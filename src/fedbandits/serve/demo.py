@@ -345,11 +345,8 @@ def run_demo(
             f"for {seconds:g} s, users of seed {seed} (work folder {workdir})",
             flush=True,
         )
-        print(
-            f"dashboards: {fed[0][0].url}/dashboard#token={token} (silo 0), "
-            f"http://127.0.0.1:{web_port}/dashboard#token={view} (federation)",
-            flush=True,
-        )
+        print(f"dashboards: {fed[0][0].url}/dashboard#token={token} (silo 0), ", end="")
+        print(f"http://127.0.0.1:{web_port}/dashboard#token={view} (federation)", flush=True)
         if failover is not None:
             failover.start()
         urls = [",".join(s.url for s in group) for group in fed]
