@@ -30,7 +30,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from fedbandits.federation.processes import is_loopback
-from fedbandits.serve.store import EVENT_COLUMNS, SCHEMA, Event, Store, StoreError
+from fedbandits.serve.store import EVENT_COLUMNS, SCHEMA, TABLES, Event, Store, StoreError
 
 #: the advisory lock of the log's writer (one database per silo: one key)
 WRITE_LOCK = 0x6665_6462  # "fedb"
@@ -60,9 +60,6 @@ CREATE TABLE IF NOT EXISTS prefixes (
 );
 CREATE TABLE IF NOT EXISTS snapshots (event_seq BIGINT PRIMARY KEY, at DOUBLE PRECISION NOT NULL, state BYTEA NOT NULL);
 """
-#: each table's primary key (an upsert replaces the row with it)
-_KEYS = {"meta": "key", "snapshots": "event_seq"}
-_COLUMNS = {"meta": ("key", "value"), "snapshots": ("event_seq", "at", "state")}
 
 
 def is_url(where: object) -> bool:
@@ -156,11 +153,7 @@ class PgStore(Store):
             "LEFT JOIN events e ON e.seq > %s WHERE m.key = 'version' ORDER BY e.seq",
             (seq,),
         ).fetchall()
-        events = [
-            Event(int(s), float(at), str(kind), int(number), None if x is None else bytes(x), value, user)
-            for _, s, at, kind, number, x, value, user in rows
-            if s is not None
-        ]
+        events = [Event.from_row(row[1:]) for row in rows if row[1] is not None]
         self._last = events[-1].seq if events else seq  # under the write lock: the log's last event
         return int(rows[0][0]), events
 
@@ -194,7 +187,8 @@ class PgStore(Store):
         return int(row[0])
 
     def _replace(self, table: str, values: tuple[object, ...]) -> None:
-        columns, key = _COLUMNS[table], _KEYS[table]
+        columns = TABLES[table]
+        key = columns[0]  # the table's primary key: the row with it is replaced
         update = ", ".join(f"{c} = EXCLUDED.{c}" for c in columns if c != key)
         self.db.execute(
             f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join(['%s'] * len(values))}) "

@@ -528,7 +528,7 @@ class ServingSilo:
             with self.store.transaction():
                 self._load()
         except Exception as exc:  # still down: the next request tries again
-            self.broken = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+            self.broken = _described(exc)
             return False
         self.broken = None
         self.recoveries += 1
@@ -571,8 +571,13 @@ class ServingSilo:
         """The event log failed (a write, or a read: a full disk, a closed connection): the silo refuses
         everything from now on (503) until it is restarted on its log, which resumes exactly."""
         if not self.broken:
-            self.broken = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+            self.broken = _described(exc)
         return ServeError(503, f"the event log failed ({self.broken}); {self._remedy()}")
+
+
+def _described(exc: BaseException) -> str:
+    """A failure of the log in one line (the 503's text and the status' ``broken``)."""
+    return " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
 
 
 def _same_identity(known: str, identity: str) -> bool:

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -94,6 +95,12 @@ class Event:
     x: bytes | None
     value: float | None
     user: str | None = None  # a decision's user key (user-level privacy), else None
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> Event:
+        """An event from its row's (seq, at, kind, number, x, value, user), as both stores read them."""
+        s, at, kind, number, x, value, user = row
+        return cls(int(s), float(at), str(kind), int(number), None if x is None else bytes(x), value, user)
 
 
 @dataclass(frozen=True)
@@ -257,8 +264,8 @@ class Store:
         rows = self._q(
             'SELECT seq, at, kind, number, x, value, "user" FROM events WHERE seq > ? ORDER BY seq', (seq,)
         ).fetchall()
-        for s, at, kind, number, x, value, user in rows:
-            yield Event(int(s), float(at), str(kind), int(number), None if x is None else bytes(x), value, user)
+        for row in rows:
+            yield Event.from_row(row)
 
     def news(self, seq: int) -> tuple[int, list[Event]]:
         """What a replica reads before each change: :meth:`version` and the events after ``seq``."""
