@@ -51,7 +51,7 @@ def test_a_sqlite_log_moves_to_postgresql_and_back_and_replays_to_the_same_agent
     original.close()
     assert main(["serve", "migrate", "--from", str(tmp_path / "sqlite"), "--to", pg_url]) == 0
     out = capsys.readouterr().out
-    assert "copied 3 meta, 62 events, 2 releases, 1 prefixes, 1 snapshots" in out and "***" in out, out
+    assert "copied 4 meta, 62 events, 2 releases, 1 prefixes, 1 snapshots" in out and "***" in out, out
     source, copy = Store(tmp_path / "sqlite" / "events.sqlite"), PgStore(pg_url)
     for table in TABLES:  # every row, with its numbers
         assert source.rows(table) == copy.rows(table), table

@@ -505,7 +505,8 @@ class ServingSilo:
         # without the pending decisions (the log has them): a snapshot costs the learned state, not the
         # number of users yet to answer.  Overdue ones are expired first, so "pending" is exact at this time
         self.agent.status()
-        self.store.add_snapshot(self.agent.snapshot(pending=False))
+        pending_from = min(self.agent.pending, default=self.agent.counts["sequence"])
+        self.store.add_snapshot(self.agent.snapshot(pending=False), pending_from)
         self.version = self.store.bump()  # the other replicas reload it
 
     def _usable(self) -> None:

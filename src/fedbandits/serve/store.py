@@ -247,9 +247,12 @@ class Store:
     def add_prefix(self, epoch: int, round_: int) -> None:
         self._insert("prefixes", "id", ("epoch", "round", "at"), (epoch, round_, time.time()))
 
-    def add_snapshot(self, state: bytes) -> None:
+    def add_snapshot(self, state: bytes, pending_from: int = 0) -> None:
+        """The agent's state as of the last event; ``pending_from``: the number of its oldest pending
+        decision (or of the next one), below which every decision was rewarded or expired then."""
         seq = self.last_seq()
         self._replace("snapshots", (seq, time.time(), state))
+        self._replace("meta", ("pending_from", str(pending_from)))  # with the snapshot it belongs to
         self._q("DELETE FROM snapshots WHERE event_seq < ?", (seq,))  # the newest one is enough
 
     # -- reads -------------------------------------------------------------------------------
@@ -274,12 +277,14 @@ class Store:
     def unanswered(self, seq: int) -> list[tuple[int, float, bytes, str | None]]:
         """(number, time, features, user key) of the decisions logged up to event ``seq`` with no reward
         logged up to it, oldest first (the pending decisions a snapshot without them leaves out, and the
-        expired)."""
+        expired), from the newest snapshot's oldest pending one on: a replica reloads at every release, so
+        this reads the decisions of the pending window, not the whole log (a log from before has none: 0)."""
+        since = int(self.meta("pending_from") or 0)
         rows = self._q(
-            "SELECT e.number, e.at, e.x, e.\"user\" FROM events e WHERE e.kind = 'decision' AND e.seq <= ? AND NOT "
-            "EXISTS (SELECT 1 FROM events r WHERE r.kind = 'reward' AND r.number = e.number AND r.seq <= ?) "
-            "ORDER BY e.seq",
-            (seq, seq),
+            "SELECT e.number, e.at, e.x, e.\"user\" FROM events e WHERE e.kind = 'decision' AND e.number >= ? "
+            "AND e.seq <= ? AND NOT EXISTS (SELECT 1 FROM events r WHERE r.kind = 'reward' AND r.number = e.number "
+            "AND r.seq <= ?) ORDER BY e.seq",
+            (since, seq, seq),
         ).fetchall()
         return [(int(n), float(at), bytes(x), user) for n, at, x, user in rows]
 
