@@ -141,13 +141,13 @@ def test_a_log_of_another_silo_is_refused_and_the_url_must_name_a_database(pg_ur
 
 
 class Counted:
-    """A connection that records the first words of each statement it runs."""
+    """A connection that records each statement it runs (the text of one message to the server)."""
 
     def __init__(self, db) -> None:  # type: ignore[no-untyped-def]
         self.db, self.statements = db, []
 
     def execute(self, sql, *args):  # type: ignore[no-untyped-def]
-        self.statements.append(" ".join(sql.split()[:2]))
+        self.statements.append(" ".join(sql.split()))
         return self.db.execute(sql, *args)
 
     def __getattr__(self, name):  # type: ignore[no-untyped-def]
@@ -156,8 +156,9 @@ class Counted:
 
 def test_requests_a_replica_takes_together_are_committed_together_each_refused_alone(pg_url, tmp_path):
     """Group commit (the service queues the decisions and rewards it reads together): one lock, one
-    catch-up, one insert of every event and one commit; a refused request changes nothing and the
-    others go on; the other replica then reads the events in their order."""
+    catch-up, one insert of every event and one commit, in two round trips (the lock with the
+    catch-up, the insert with the commit); a refused request changes nothing and the others go on;
+    the other replica then reads the events in their order."""
     clock, rng = WallClock(), np.random.default_rng(6)
     a, b = replicas(pg_url, tmp_path, 2, clock)
     first = a.decide(np.array(arms(rng)))[1]
@@ -173,10 +174,14 @@ def test_requests_a_replica_takes_together_are_committed_together_each_refused_a
     out = a.write_many(steps)
     assert [type(x).__name__ for x in out] == ["tuple", "NoneType", "ServeError", "ServeError", "tuple"]
     assert [out[2].status, out[3].status] == [404, 409]  # type: ignore[union-attr]
-    assert counted.statements == ["BEGIN; SELECT", "SELECT m.value,", "INSERT INTO", "COMMIT"]
+    opening, events = counted.statements  # two messages
+    assert opening.startswith("BEGIN; SELECT pg_advisory_xact_lock(") and "; SELECT m.value, e.seq" in opening
+    assert events.startswith("INSERT INTO events") and events.endswith("; COMMIT")
+    assert events.count("), (") == 2  # one statement for the three events (two decisions, a reward)
     assert [int(x[1].rsplit("-", 1)[1]) for x in (out[0], out[4])] == [1, 2]  # type: ignore[index]
     b.refresh()
     assert b.agent.counts["decisions"] == 3 and b.agent.counts["learned"] == 1
     assert [(e.seq, e.kind, e.number) for e in b.store.events_after(0)] == [
         (1, "decision", 0), (2, "decision", 1), (3, "reward", 0), (4, "decision", 2)
     ]  # fmt: skip
+

@@ -34,6 +34,8 @@ from fedbandits.serve.store import EVENT_COLUMNS, SCHEMA, TABLES, Event, Store, 
 
 #: the advisory lock of the log's writer (one database per silo: one key)
 WRITE_LOCK = 0x6665_6462  # "fedb"
+#: a write transaction's opening: it holds the write lock until it ends
+BEGIN = f"BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})"
 #: a replica waits at most this long for the write lock (then: 503, and it tries again)
 SESSION = (
     "-c lock_timeout=5000 -c statement_timeout=15000 -c idle_in_transaction_session_timeout=5000 "
@@ -113,26 +115,31 @@ class PgStore(Store):
         #: COMMIT (or before any other statement) in one statement
         self._last: int | None = None
         self._rows: list[tuple[object, ...]] = []
+        #: within a transaction whose BEGIN is not sent yet
+        self._opening = False
         with self.transaction():
             for statement in filter(str.strip, _TABLES.split(";")):
-                self.db.execute(statement)
+                self._run(statement)
             schema = self.meta("schema")
             if schema is None:
                 self.put_meta({"schema": str(SCHEMA)})
             # news() reads the state's version with the events: its row is there from the start
-            self.db.execute("INSERT INTO meta VALUES ('version', '0') ON CONFLICT (key) DO NOTHING")
+            self._run("INSERT INTO meta VALUES ('version', '0') ON CONFLICT (key) DO NOTHING")
         if schema is not None and schema != str(SCHEMA):
             self.close()
             raise StoreError(f"{self.where()}: event log schema {schema}, this fedbandits reads {SCHEMA}")
 
     def _connect(self) -> Any:
         try:
-            return self._psycopg.connect(
+            db = self._psycopg.connect(
                 self.url, autocommit=True, connect_timeout=5, options=SESSION,
                 keepalives=1, keepalives_idle=5, keepalives_interval=2, keepalives_count=3,
             )  # fmt: skip
         except self._psycopg.Error as exc:
             raise StoreError(f"{self.where()}: {' '.join(str(exc).split())[:200]}") from None
+        #: binds the events' INSERT client-side (quoting by psycopg), so that it travels with the COMMIT
+        self._binder = self._psycopg.ClientCursor(db)
+        return db
 
     def where(self) -> str:
         return redact(self.url)
@@ -147,30 +154,57 @@ class PgStore(Store):
         return True
 
     def news(self, seq: int) -> tuple[int, list[Event]]:
-        """:meth:`Store.news` in one statement: the version and the events after ``seq``."""
-        rows = self.db.execute(
+        """:meth:`Store.news` in one statement: the version and the events after ``seq``; as a
+        transaction's first statement, in the round trip of its BEGIN and lock."""
+        rows = self._run(
             'SELECT m.value, e.seq, e.at, e.kind, e.number, e.x, e.value, e."user" FROM meta m '
-            "LEFT JOIN events e ON e.seq > %s WHERE m.key = 'version' ORDER BY e.seq",
-            (seq,),
+            f"LEFT JOIN events e ON e.seq > {int(seq)} WHERE m.key = 'version' ORDER BY e.seq"
         ).fetchall()
         events = [Event.from_row(row[1:]) for row in rows if row[1] is not None]
         self._last = events[-1].seq if events else seq  # under the write lock: the log's last event
         return int(rows[0][0]), events
 
     # -- the dialect ---------------------------------------------------------------------------
-    def _q(self, sql: str, params: tuple[object, ...] = ()) -> Any:
+    def _run(self, sql: str, params: tuple[object, ...] | list[object] | None = None) -> Any:
+        """One statement (``%s`` placeholders), after the events this transaction holds back.  The
+        transaction's BEGIN and write lock go in the round trip of its first statement: in the same
+        message when it has no parameters (the simple query protocol carries several statements, the
+        extended one a single statement); the cursor is then on the last statement's rows."""
         if self._rows:
             self._flush()
-        return self.db.execute(sql.replace("?", "%s"), params)
+        if self._opening:
+            self._opening = False
+            if params is None:
+                cursor = self.db.execute(f"{BEGIN}; {sql}")
+                while cursor.nextset():
+                    pass
+                return cursor
+            self.db.execute(BEGIN)
+        return self.db.execute(sql, params)
 
-    def _flush(self) -> None:
-        """The events of this transaction, in one statement (the requests a replica commits together)."""
-        rows, self._rows = self._rows, []
+    def _q(self, sql: str, params: tuple[object, ...] = ()) -> Any:
+        return self._run(sql.replace("?", "%s"), params)
+
+    def _events(self, rows: list[tuple[object, ...]]) -> str:
+        """The INSERT of this transaction's events, bound here by psycopg (its quoting, no parameters):
+        one statement for the requests a replica commits together, sent with their COMMIT."""
         one = "(" + ", ".join(["%s"] * len(rows[0])) + ")"
-        self.db.execute(
+        return self._binder.mogrify(
             f"INSERT INTO events (seq, {', '.join(EVENT_COLUMNS)}) VALUES {', '.join([one] * len(rows))}",
             [v for row in rows for v in row],
         )
+
+    def _flush(self) -> None:
+        rows, self._rows = self._rows, []
+        self.db.execute(self._events(rows))
+
+    def _commit(self) -> None:
+        """COMMIT, in one round trip with the events held back; nothing when no statement was sent."""
+        if self._opening:  # the transaction never reached the server
+            self._opening = False
+            return
+        rows, self._rows = self._rows, []
+        self.db.execute(f"{self._events(rows)}; COMMIT" if rows else "COMMIT")
 
     def _insert(self, table: str, key: str, columns: tuple[str, ...], values: tuple[object, ...]) -> int:
         if table == "events" and self._last is not None:  # numbered here: the log's last is known, under the lock
@@ -179,7 +213,7 @@ class PgStore(Store):
             return self._last
         # the largest + 1, as SQLite's rowid: gapless, and race-free under the write lock
         marks = ", ".join(["%s"] * len(columns))
-        row = self.db.execute(
+        row = self._run(
             f"INSERT INTO {table} ({key}, {', '.join(columns)}) "
             f"VALUES ((SELECT COALESCE(MAX({key}), 0) + 1 FROM {table}), {marks}) RETURNING {key}",
             values,
@@ -190,7 +224,7 @@ class PgStore(Store):
         columns = TABLES[table]
         key = columns[0]  # the table's primary key: the row with it is replaced
         update = ", ".join(f"{c} = EXCLUDED.{c}" for c in columns if c != key)
-        self.db.execute(
+        self._run(
             f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join(['%s'] * len(values))}) "
             f"ON CONFLICT ({key}) DO UPDATE SET {update}",
             values,
@@ -198,10 +232,13 @@ class PgStore(Store):
 
     def _begin(self) -> None:
         self._last, self._rows = None, []
-        self.db.execute(f"BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})")  # one round trip
+        self._opening = True  # BEGIN and the lock are sent with the first statement (_run)
 
     def _rollback(self) -> None:
         self._last, self._rows = None, []
+        if self._opening:  # the transaction never reached the server
+            self._opening = False
+            return
         try:
             if self.db.info.transaction_status != self._psycopg.pq.TransactionStatus.IDLE:
                 self.db.execute("ROLLBACK")

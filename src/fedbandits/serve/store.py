@@ -173,6 +173,10 @@ class Store:
         """Open a write transaction holding the log's write lock (one writer at a time)."""
         self.db.execute("BEGIN IMMEDIATE")
 
+    def _commit(self) -> None:
+        """Commit the write transaction."""
+        self.db.execute("COMMIT")
+
     def _rollback(self) -> None:
         # SQLite may have rolled back already (a full disk does): then there is nothing to roll back
         try:
@@ -342,7 +346,7 @@ class _Transaction:
             self.store._rollback()
             return
         try:
-            self.store._q("COMMIT")  # a full disk can fail the COMMIT itself, the transaction still open
+            self.store._commit()  # a full disk can fail the COMMIT itself, the transaction still open
         except BaseException:
             self.store._rollback()
             raise
