@@ -81,6 +81,7 @@ def test_bad_requests_get_one_line_4xx_and_store_nothing(tmp_path):
         ("/v1/decisions", b'{"features": [[NaN, 0, 0, 0]]}', AUTH, 400, "body: not JSON"),  # strict JSON
         ("/v1/decisions", b'{"features": [[1e999, 0, 0, 0]]}', AUTH, 400, "body: not JSON"),  # infinity
         ("/v1/decisions", json.dumps({"features": good, "context_id": 5}).encode(), AUTH, 400, "context_id"),
+        ("/v1/decisions", json.dumps({"features": good, "context_id": "a\0b"}).encode(), AUTH, 400, "without NUL"),
         ("/v1/decisions", b"[" + b"0," * MAX_BODY + b"0]", AUTH, 413, "larger than"),
         ("/v1/rewards", json.dumps({"decision_id": "nope-1", "reward": 1}).encode(), AUTH, 404, "unknown"),
         ("/v1/rewards", json.dumps({"decision_id": first, "reward": 1}).encode(), AUTH, 409, "already rewarded"),

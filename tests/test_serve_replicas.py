@@ -185,3 +185,24 @@ def test_requests_a_replica_takes_together_are_committed_together_each_refused_a
         (1, "decision", 0), (2, "decision", 1), (3, "reward", 0), (4, "decision", 2)
     ]  # fmt: skip
 
+
+def test_a_context_id_postgresql_cannot_store_is_refused_before_it_reaches_the_log(pg_url, tmp_path):
+    """A NUL in ``context_id``: PostgreSQL's text cannot hold it, and the statement that failed on it
+    would fail every request committed with it (a group) and send the replica through a reload.  It is
+    refused 400 at the boundary instead; the replica's log and agent are untouched."""
+    pytest.importorskip("starlette")
+    from starlette.testclient import TestClient
+
+    from fedbandits.serve.http import Service
+    from servehelp import AUTH, SYNC, TOKEN
+
+    (silo,) = replicas(pg_url, tmp_path, 1, WallClock())
+    client = TestClient(Service(silo, TOKEN, SYNC).app)
+    rng = np.random.default_rng(8)
+    before = (silo.store.rows("events"), silo.agent.state_digest())
+    r = client.post("/v1/decisions", json={"features": arms(rng), "context_id": "a\0b"}, headers=AUTH)
+    assert r.status_code == 400 and "without NUL" in r.json()["error"], r.text
+    assert (silo.store.rows("events"), silo.agent.state_digest()) == before
+    assert silo.broken is None and silo.recoveries == 0
+    r = client.post("/v1/decisions", json={"features": arms(rng), "context_id": "ab"}, headers=AUTH)
+    assert r.status_code == 200, r.text

@@ -279,8 +279,9 @@ class Service:
     async def decisions(self, request: Request) -> Response:
         body = _object(await _body(request), {"features", "context_id", "user_id"}, {"features"})
         context = body.get("context_id")
-        if context is not None and (not isinstance(context, str) or len(context) > MAX_CONTEXT_ID):
-            raise BadRequest(f"context_id: must be a string of at most {MAX_CONTEXT_ID} characters")
+        if context is not None and (not isinstance(context, str) or len(context) > MAX_CONTEXT_ID or "\0" in context):
+            # NUL: PostgreSQL's text cannot hold it (a replica's log would fail the whole group of requests)
+            raise BadRequest(f"context_id: must be a string of at most {MAX_CONTEXT_ID} characters, without NUL")
         raw = body["features"]
         if not isinstance(raw, list) or not 0 < len(raw) <= MAX_ARMS:
             raise BadRequest(f"features: must be a list of 1 to {MAX_ARMS} arms, each a list of d numbers")
