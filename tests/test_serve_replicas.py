@@ -206,3 +206,22 @@ def test_a_context_id_postgresql_cannot_store_is_refused_before_it_reaches_the_l
     assert silo.broken is None and silo.recoveries == 0
     r = client.post("/v1/decisions", json={"features": arms(rng), "context_id": "ab"}, headers=AUTH)
     assert r.status_code == 200, r.text
+
+
+def test_an_events_text_and_numbers_come_back_from_postgresql_exactly_as_written(pg_url, tmp_path):
+    """A replica writes its events' values into the INSERT that goes with its COMMIT (no parameters):
+    text quoted by psycopg -- quotes, backslashes, SQL and non-ASCII come back as sent, nothing runs --
+    and floats, integers and feature bytes exactly (compared with what a SQLite log stores)."""
+    clock, rng = WallClock(), np.random.default_rng(9)
+    (pg,) = replicas(pg_url, tmp_path, 1, clock)
+    lite = ServingSilo(config(LDP), tmp_path / "lite", now=clock, expiry_seconds=1000.0)
+    contexts = ["x'); DROP TABLE events; --", "back\\slash \\x00 '' \"", "ünï €", "%s %(a)s $1", ""]
+    for context in contexts:
+        clock.t += 0.123456789
+        features, value = np.array(arms(rng)) * np.pi, float(rng.uniform(-1, 1))  # full-precision floats
+        for silo in (pg, lite):
+            _, decision, _ = silo.decide(features, context)
+            silo.reward(decision, value)
+    rows, expected = pg.store.rows("events"), lite.store.rows("events")
+    assert [r[6] for r in rows if r[2] == "decision"] == contexts
+    assert [tuple(bytes(v) if isinstance(v, memoryview) else v for v in r) for r in rows] == expected

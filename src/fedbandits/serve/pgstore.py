@@ -26,6 +26,8 @@ libpq's ``PGPASSFILE``/``~/.pgpass``); a server that is not on this machine need
 
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Any
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
@@ -39,7 +41,7 @@ BEGIN = f"BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})"
 #: a replica waits at most this long for the write lock (then: 503, and it tries again)
 SESSION = (
     "-c lock_timeout=5000 -c statement_timeout=15000 -c idle_in_transaction_session_timeout=5000 "
-    "-c synchronous_commit=on"
+    "-c synchronous_commit=on -c standard_conforming_strings=on"
 )
 
 _TABLES = """
@@ -137,7 +139,7 @@ class PgStore(Store):
             )  # fmt: skip
         except self._psycopg.Error as exc:
             raise StoreError(f"{self.where()}: {' '.join(str(exc).split())[:200]}") from None
-        #: binds the events' INSERT client-side (quoting by psycopg), so that it travels with the COMMIT
+        #: quotes the text of the events' INSERT, which travels with the COMMIT (no parameters)
         self._binder = self._psycopg.ClientCursor(db)
         return db
 
@@ -186,13 +188,27 @@ class PgStore(Store):
         return self._run(sql.replace("?", "%s"), params)
 
     def _events(self, rows: list[tuple[object, ...]]) -> str:
-        """The INSERT of this transaction's events, bound here by psycopg (its quoting, no parameters):
-        one statement for the requests a replica commits together, sent with their COMMIT."""
-        one = "(" + ", ".join(["%s"] * len(rows[0])) + ")"
-        return self._binder.mogrify(
-            f"INSERT INTO events (seq, {', '.join(EVENT_COLUMNS)}) VALUES {', '.join([one] * len(rows))}",
-            [v for row in rows for v in row],
-        )
+        """The INSERT of this transaction's events, with its values written in (no parameters): one
+        statement for the requests a replica commits together, sent with their COMMIT."""
+        values = ", ".join("(" + ", ".join(map(self._literal, row)) + ")" for row in rows)
+        return f"INSERT INTO events (seq, {', '.join(EVENT_COLUMNS)}) VALUES {values}"
+
+    def _literal(self, value: object) -> str:
+        """One value of an event's row as an SQL literal: a number or bytes written here (their text
+        cannot carry SQL: digits, or hexadecimal digits under ``standard_conforming_strings``, set per
+        session), text quoted by psycopg (``ClientCursor.mogrify``: its quoting, the connection's)."""
+        if value is None:
+            return "NULL"
+        if isinstance(value, str):
+            return str(self._binder.mogrify("%s", (value,)))
+        if isinstance(value, bytes):
+            return f"'\\x{value.hex()}'::bytea"
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+            return str(int(value))
+        if isinstance(value, numbers.Real):
+            number = float(value)
+            return repr(number) if math.isfinite(number) else f"'{number!r}'::float8"
+        raise TypeError(f"an event's column cannot hold a {type(value).__name__}")
 
     def _flush(self) -> None:
         rows, self._rows = self._rows, []
