@@ -168,6 +168,42 @@ def test_an_expired_decision_is_never_learned_from_and_its_late_reward_is_refuse
     np.testing.assert_allclose(agent.sync_payload(), expected, rtol=1e-14, atol=1e-15)
 
 
+def test_the_decisions_a_snapshot_left_out_are_recalled_in_one_pass_as_one_by_one():
+    """A service re-enters the pending decisions a snapshot saved without them (its log holds them):
+    :meth:`Agent.recall_left_out` gives, in one pass, the state :meth:`Agent.recall` one by one gives --
+    the serving agent's, pending decisions and their deadlines included -- and refuses a decision the
+    state does not count, or one it holds already, as recall does."""
+    clock = FakeClock()
+    agent = Agent.from_config(config(NONE), seed=0, expiry_seconds=60.0, clock=clock)
+    rng = np.random.default_rng(5)
+    made = []
+    for i in range(12):
+        clock.now += 1.0
+        x = features(rng)
+        decision = agent.choose(x)
+        made.append((int(decision.decision_id.rsplit("-", 1)[1]), x[decision.arm], clock.now + 60.0))
+        if i % 3 == 0:
+            agent.reward(decision.decision_id, 0.5)
+    left = [m for m in made if m[0] in agent.pending]
+    snapshot = agent.snapshot(pending=False)
+    one, many = Agent.load(snapshot, clock=clock), Agent.load(snapshot, clock=clock)
+    for number, x, deadline in left:
+        one.recall(number, x, deadline, counted=True)
+    many.recall_left_out([m[0] for m in left], np.array([m[1] for m in left]), [m[2] for m in left], [None] * len(left))
+    assert len(left) == 8 and one.state_digest() == many.state_digest() == agent.state_digest()
+    with pytest.raises(AgentError, match="not one the loaded state left out"):
+        many.recall_left_out([left[0][0]], left[0][1][None], [left[0][2]], [None])  # held already
+    with pytest.raises(AgentError, match="not one the loaded state left out"):
+        many.recall_left_out([12], left[0][1][None], [left[0][2]], [None])  # not counted
+    assert many.state_digest() == agent.state_digest()
+    clock.now = left[3][2] + 0.5  # the first four recalled decisions are past their deadlines: both expire them
+    x = features(rng)
+    for a in (one, many, agent):
+        a.choose(x)
+    assert one.counts["expired"] == many.counts["expired"] == 4
+    assert one.state_digest() == many.state_digest() == agent.state_digest()
+
+
 def test_the_release_holds_completed_decisions_only():
     agent = Agent.from_config(config(NONE), seed=0)
     rng = np.random.default_rng(6)

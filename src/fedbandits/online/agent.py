@@ -43,7 +43,7 @@ import io
 import secrets
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -347,21 +347,47 @@ class Agent:
         service replaying its event log after a restart (fedbandits.serve), not for callers that decide
         (use :meth:`choose`).  ``counted=False``: the next decision, counted now; ``counted=True``: a
         decision the loaded state already counts, pending when a snapshot saved without pending
-        decisions was taken (re-entered in the order they were made, before any later one).  ``user``:
-        the decision's user key (:meth:`user_key`; required with ``privacy_unit = "user"``)."""
-        row = check_features(np.asarray(x, dtype=np.float64).reshape(1, -1), self.dim)[0]
-        if self.setup.user_level and (not isinstance(user, str) or len(user) != 32):
-            raise AgentError(f"recall: decision {number} needs its user key (privacy_unit = 'user'), got {user!r:.40}")
+        decisions was taken (:meth:`recall_left_out`).  ``user``: the decision's user key
+        (:meth:`user_key`; required with ``privacy_unit = "user"``)."""
         if counted:
+            self.recall_left_out([number], [x], [deadline], [user])
+            return
+        rows = self._recalled([number], x, [user])
+        if number != self.counts["sequence"]:
+            raise AgentError(f"recall: decision {number} is not the next one ({self.counts['sequence']})")
+        self._expire()
+        self.counts["sequence"] = number + 1
+        self.counts["decisions"] += 1
+        self._enter(number, rows[0], deadline, user)
+
+    def recall_left_out(
+        self, numbers: Sequence[int], x: Any, deadlines: Sequence[float], users: Sequence[str | None]
+    ) -> None:
+        """Re-enter the decisions the loaded state counts but left out, pending when a snapshot saved
+        without pending decisions was taken: their numbers, chosen arms' features ``x (n, d)``, deadlines
+        and user keys, in the order they were made (before any later one); one pass with the checks of
+        :meth:`recall` (a replica reloads at each of another one's releases: fedbandits.serve.silo)."""
+        if not numbers:
+            return
+        rows = self._recalled(numbers, x, users)
+        for number in numbers:
             if not 0 <= number < self.counts["sequence"] or number in self.pending or number in self.expired:
                 raise AgentError(f"recall: decision {number} is not one the loaded state left out")
-        elif number != self.counts["sequence"]:
-            raise AgentError(f"recall: decision {number} is not the next one ({self.counts['sequence']})")
-        else:
-            self._expire()
-            self.counts["sequence"] = number + 1
-            self.counts["decisions"] += 1
-        self.pending[number] = (row.astype(np.float64), float(deadline))
+        for number, row, deadline, user in zip(numbers, rows, deadlines, users, strict=True):
+            self._enter(number, row, deadline, user)
+
+    def _recalled(self, numbers: Sequence[int], x: Any, users: Sequence[str | None]) -> np.ndarray:
+        """Recalled decisions' features ``(n, d)``, checked, and their user keys checked."""
+        rows = check_features(np.asarray(x, dtype=np.float64).reshape(len(numbers), -1), self.dim)
+        if self.setup.user_level:
+            for number, user in zip(numbers, users, strict=True):
+                if not isinstance(user, str) or len(user) != 32:
+                    got = f"{user!r:.40}"
+                    raise AgentError(f"recall: decision {number} needs its user key (privacy_unit = 'user'), got {got}")
+        return rows.astype(np.float64)
+
+    def _enter(self, number: int, x: np.ndarray, deadline: float, user: str | None) -> None:
+        self.pending[number] = (x, float(deadline))
         if self.setup.user_level:
             assert user is not None
             self.pending_users[number] = user

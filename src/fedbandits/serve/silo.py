@@ -188,9 +188,13 @@ class ServingSilo:
         # snapshots hold no pending decision, so loading shifts no deadline (the clock is the wall clock)
         agent = Agent.load(state, clock=self.clock)
         # the snapshot leaves pending decisions out: re-enter those the log shows unanswered and unexpired
-        for number, at, x, user in self.store.unanswered(seq):
-            if number not in agent.expired:
-                agent.recall(number, np.frombuffer(x), at + agent.expiry_seconds, counted=True, user=user)
+        left = [row for row in self.store.unanswered(seq) if row[0] not in agent.expired]
+        agent.recall_left_out(
+            [number for number, _, _, _ in left],
+            np.frombuffer(b"".join(x for _, _, x, _ in left)),
+            [at + agent.expiry_seconds for _, at, _, _ in left],
+            [user for _, _, _, user in left],
+        )
         self.agent, self.applied, n = agent, seq, 0
         for event in self.store.events_after(seq):
             self._apply(event)
