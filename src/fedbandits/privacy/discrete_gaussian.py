@@ -30,6 +30,7 @@ its own (:func:`calibrate_secret_noise`): a slightly larger sigma meeting the sa
 
 from __future__ import annotations
 
+import functools
 import math
 import secrets
 from collections.abc import Callable, Sequence
@@ -200,6 +201,7 @@ def release_rho(
     return 0.5 * (cov + bias)
 
 
+@functools.lru_cache(maxsize=64)  # a pure function; a serving replica reloads its agent at every round
 def calibrate_secret_noise(
     sigma_cov: float,
     sigma_bias: float,
