@@ -102,6 +102,75 @@ def test_a_replica_opened_on_the_log_holds_the_serving_replicas_agent_bit_for_bi
     assert c.model_version() == "0.0" and a.model_version() == "0.0"
 
 
+def test_a_replica_reloading_at_anothers_release_carries_its_pending_decisions_as_the_log_has_them(
+    pg_url, tmp_path, monkeypatch
+):
+    """A replica reloads at each release and adoption another replica makes; it takes the decisions
+    the snapshot left out from the agent it held and the events it has just read
+    (fedbandits.serve.pending.carried), not from the log's whole pending window.  Its agent is then
+    the one a replica reading the log holds, bit for bit -- pending decisions made, answered and
+    expired on either side of the release included, and after its own clock expired decisions in a
+    refused request (no trace in the log)."""
+    from fedbandits.serve import pending as module
+
+    read = []
+    monkeypatch.setattr(module, "from_log", lambda *a, f=module.from_log: (read.append(a[2]), f(*a))[1])
+    clock, rng = WallClock(), np.random.default_rng(10)
+    a, b = replicas(pg_url, tmp_path, 2, clock)  # expiry: 1,000 s
+    early = traffic([a, b], clock, rng, 12)  # 3 decisions pending, made by either replica
+    clock.t += 400.0
+    late = traffic([b, a], clock, rng, 12)
+    b.reward(early[0], 0.5)  # answered after b last read... by b itself; a answers another one:
+    a.reward(late[0], 0.5)
+    clock.t += 700.0  # early's decisions are past their deadlines, late's are not
+    a.decide(np.array(arms(rng)))  # a's clock expires early's (logged: a decision at this time)
+    payload, _ = a.release(0, 0)
+    prefix = Aggregator.from_config(config(LDP)).aggregate([payload] * 3)
+    traffic([a], clock, rng, 4)  # events after the snapshot
+    read.clear()
+    b.refresh()  # b reloads: carried
+    assert read == []
+    (c,) = replicas(pg_url, tmp_path / "c", 1, clock)  # reads the pending window from the log
+    assert b.agent.state_digest() == c.agent.state_digest() == a.agent.state_digest()
+    assert len(b.agent.pending) == 2 + 1 + 1  # late's 3 less the one answered, a's decision, the last traffic's
+
+    # b's own clock runs past late's deadlines in a request it refuses (409): nothing is logged; a's
+    # adoption expires them too before its snapshot, so b carries, and still holds the log's agent
+    clock.t += 999.0
+    with pytest.raises(ServeError):
+        b.reward(early[0], 0.5)  # already rewarded: 409, after b's agent expired late's decisions
+    assert b.agent.counts["expired"] > a.agent.counts["expired"]
+    assert a.adopt(0, 0, prefix)
+    read.clear()
+    b.refresh()
+    assert read == []
+    (d,) = replicas(pg_url, tmp_path / "d", 1, clock)
+    assert b.agent.state_digest() == d.agent.state_digest()
+
+
+def test_carrying_declines_when_the_held_agent_counts_expired_what_the_snapshot_holds_pending():
+    """The decisions a replica's agent counts expired but the loaded snapshot holds pending (its clock
+    ran past their deadlines in a request the log has no trace of): only the log says whether they
+    are pending, so fedbandits.serve.pending.carried declines and changes nothing; with the same
+    expiry on both sides it carries the held agent's pending decisions."""
+    from fedbandits import Agent, config_from_dict
+    from fedbandits.serve import pending
+
+    clock, rng = WallClock(), np.random.default_rng(11)
+    held = Agent.from_config(config_from_dict(config(NONE)), seed=0, expiry_seconds=10.0, clock=clock)
+    ids = [held.choose(np.array(arms(rng))).decision_id for _ in range(3)]
+    held.reward(ids[0], 0.5)
+    snapshot = held.snapshot(pending=False)  # decisions 1 and 2 pending
+    loaded = Agent.load(snapshot, clock=clock)
+    assert pending.carried(loaded, 0, held, 0, []) and sorted(loaded.pending) == [1, 2]
+    clock.t += 11.0
+    held.status()  # held's clock expires 1 and 2
+    loaded = Agent.load(snapshot, clock=clock)
+    before = loaded.state_digest()
+    assert not pending.carried(loaded, 0, held, 0, [])
+    assert loaded.state_digest() == before and not loaded.pending
+
+
 def test_replicas_on_postgresql_hold_the_agent_of_one_sqlite_silo_given_the_same_requests(pg_url, tmp_path):
     """The same requests, at the same times, to two replicas on PostgreSQL and to one silo on SQLite:
     the same decisions, the same releases byte for byte, the same agent."""

@@ -45,6 +45,7 @@ from fedbandits.online import Agent, AgentError, AgentSetup
 from fedbandits.online.inputs import AlreadyRewarded, ExpiredDecision
 from fedbandits.privacy.discrete_gaussian import DrawsAhead
 from fedbandits.privacy.distributed_noise import DistributedCalibration
+from fedbandits.serve import pending
 from fedbandits.serve.masking import federation_context, mask_round, silo_state_from_text, silo_state_to_text
 from fedbandits.serve.metrics import Latencies
 from fedbandits.serve.options import POLICIES
@@ -78,6 +79,7 @@ class ServingSilo:
 
     #: a failed shared log (PostgreSQL) is tried again at most this often (:meth:`recover`)
     RETRY_SECONDS = 1.0
+    agent: Agent
 
     @staticmethod
     def check(
@@ -178,25 +180,21 @@ class ServingSilo:
         self.last_contact: float | None = None
 
     # -- recovery ----------------------------------------------------------------------------
-    def _load(self) -> None:
+    def _load(self, news: list[Event] | None = None) -> None:
         """The agent, the prefix in force and secure aggregation's state as the log has them: the newest
         snapshot and the events after it (a start, a replica's catch-up after another one's release,
-        adoption or secure-aggregation step, a recovery).  Inside a transaction (a consistent read)."""
+        adoption or secure-aggregation step, a recovery).  Inside a transaction (a consistent read).
+        ``news``: a replica's catch-up, the events after those its agent holds, just read."""
         snap = self.store.snapshot()
         assert snap is not None
         seq, state = snap
         # snapshots hold no pending decision, so loading shifts no deadline (the clock is the wall clock)
         agent = Agent.load(state, clock=self.clock)
-        # the snapshot leaves pending decisions out: re-enter those the log shows unanswered and unexpired
-        left = [row for row in self.store.unanswered(seq) if row[0] not in agent.expired]
-        agent.recall_left_out(
-            [number for number, _, _, _ in left],
-            np.frombuffer(b"".join(x for _, _, x, _ in left)),
-            [at + agent.expiry_seconds for _, at, _, _ in left],
-            [user for _, _, _, user in left],
-        )
+        carry = news is not None and pending.carried(agent, seq, self.agent, self.applied, news)
+        if not carry:
+            pending.from_log(self.store, agent, seq)
         self.agent, self.applied, n = agent, seq, 0
-        for event in self.store.events_after(seq):
+        for event in [e for e in news if e.seq > seq] if news is not None and carry else self.store.events_after(seq):
             self._apply(event)
             n += 1
         self.replayed = n
@@ -241,7 +239,7 @@ class ServingSilo:
             return
         version, events = self.store.news(self.applied)
         if version != self.version:
-            self._load()
+            self._load(events)
             return
         now = self.clock.now()
         for event in events:
