@@ -32,7 +32,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
@@ -190,11 +190,13 @@ class ServingSilo:
         seq, state = snap
         # snapshots hold no pending decision, so loading shifts no deadline (the clock is the wall clock)
         agent = Agent.load(state, clock=self.clock)
-        carry = news is not None and pending.carried(agent, seq, self.agent, self.applied, news)
-        if not carry:
+        if news is not None and pending.carried(agent, seq, self.agent, self.applied, news):
+            after: Iterable[Event] = [e for e in news if e.seq > seq]  # read already
+        else:
             pending.from_log(self.store, agent, seq)
+            after = self.store.events_after(seq)
         self.agent, self.applied, n = agent, seq, 0
-        for event in [e for e in news if e.seq > seq] if news is not None and carry else self.store.events_after(seq):
+        for event in after:
             self._apply(event)
             n += 1
         self.replayed = n
