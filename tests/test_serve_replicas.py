@@ -279,12 +279,13 @@ def test_a_context_id_postgresql_cannot_store_is_refused_before_it_reaches_the_l
 
 def test_an_events_text_and_numbers_come_back_from_postgresql_exactly_as_written(pg_url, tmp_path):
     """A replica writes its events' values into the INSERT that goes with its COMMIT (no parameters):
-    text quoted by psycopg -- quotes, backslashes, SQL and non-ASCII come back as sent, nothing runs --
+    plain text (letters, digits, ``_.:-``) between quotes, any other text quoted by psycopg -- quotes,
+    backslashes, SQL and non-ASCII come back as sent, nothing runs --
     and floats, integers and feature bytes exactly (compared with what a SQLite log stores)."""
     clock, rng = WallClock(), np.random.default_rng(9)
     (pg,) = replicas(pg_url, tmp_path, 1, clock)
     lite = ServingSilo(config(LDP), tmp_path / "lite", now=clock, expiry_seconds=1000.0)
-    contexts = ["x'); DROP TABLE events; --", "back\\slash \\x00 '' \"", "ünï €", "%s %(a)s $1", ""]
+    contexts = ["x'); DROP TABLE events; --", "back\\slash \\x00 '' \"", "ünï €", "%s %(a)s $1", "", "order-17:a_b.c"]
     for context in contexts:
         clock.t += 0.123456789
         features, value = np.array(arms(rng)) * np.pi, float(rng.uniform(-1, 1))  # full-precision floats

@@ -28,12 +28,15 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 from typing import Any
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from fedbandits.federation.processes import is_loopback
 from fedbandits.serve.store import EVENT_COLUMNS, SCHEMA, TABLES, Event, Store, StoreError
 
+#: text an event's INSERT writes between quotes itself (nothing in it can end or escape a quoted string)
+_PLAIN = re.compile(r"[A-Za-z0-9_.:-]*")
 #: the advisory lock of the log's writer (one database per silo: one key)
 WRITE_LOCK = 0x6665_6462  # "fedb"
 #: a write transaction's opening: it holds the write lock until it ends
@@ -196,18 +199,23 @@ class PgStore(Store):
     def _literal(self, value: object) -> str:
         """One value of an event's row as an SQL literal: a number or bytes written here (their text
         cannot carry SQL: digits, or hexadecimal digits under ``standard_conforming_strings``, set per
-        session), text quoted by psycopg (``ClientCursor.mogrify``: its quoting, the connection's)."""
+        session), plain text (letters, digits and ``_.:-`` only: no quote, no backslash) put between
+        quotes here, any other text quoted by psycopg (``ClientCursor.mogrify``: its quoting, the
+        connection's).  The exact built-in types first: a row's values are mostly those."""
         if value is None:
             return "NULL"
-        if isinstance(value, str):
-            return str(self._binder.mogrify("%s", (value,)))
-        if isinstance(value, bytes):
+        if type(value) is int:
+            return str(value)
+        if type(value) is float:
+            return repr(value) if math.isfinite(value) else f"'{value!r}'::float8"
+        if type(value) is bytes:
             return f"'\\x{value.hex()}'::bytea"
+        if isinstance(value, str):
+            return f"'{value}'" if _PLAIN.fullmatch(value) else str(self._binder.mogrify("%s", (value,)))
         if isinstance(value, numbers.Integral) and not isinstance(value, bool):
             return str(int(value))
         if isinstance(value, numbers.Real):
-            number = float(value)
-            return repr(number) if math.isfinite(number) else f"'{number!r}'::float8"
+            return self._literal(float(value))
         raise TypeError(f"an event's column cannot hold a {type(value).__name__}")
 
     def _flush(self) -> None:
