@@ -10,9 +10,7 @@ clipping rule, the silo's local randomizer (tree p-sums with Gaussian noise, or 
 -- so that, fed the simulator's stream with rewards posted at once and a seed (``derived`` noise),
 it makes the simulator's choices and releases its statistics (tests/test_online_parity.py).
 Without a seed (the default) the noise is the deployed silo's secret noise: an exact discrete
-Gaussian drawn from the OS CSPRNG (``noise_source = "os"``).
-
-Decisions and rewards:
+Gaussian drawn from the OS CSPRNG (``noise_source = "os"``).  Decisions and rewards:
 
 * :meth:`Agent.choose` scores the K candidate arms and returns a :class:`Decision`; the chosen
   arm's features wait, under the decision's id, for its reward.
@@ -30,9 +28,7 @@ times -- the (m+1)-th and later are served, but their rewards are dropped and co
 are counted against the epoch of the release they enter (the next release's), so that a decision made
 in one epoch and rewarded in the next is capped in the next.  Ids are kept only as keyed digests
 (BLAKE2b with a secret of the agent's, saved with its state): a digest cannot be matched to an id by
-enumerating ids without that secret.
-
-Every input is checked before anything changes: a bad one raises :class:`AgentError` (a
+enumerating ids without that secret.  Every input is checked before anything changes: a bad one raises :class:`AgentError` (a
 ``ValueError``) naming the field, and the agent is as it was.
 """
 
@@ -365,16 +361,18 @@ class Agent:
     ) -> None:
         """Re-enter the decisions the loaded state counts but left out, pending when a snapshot saved
         without pending decisions was taken: their numbers, chosen arms' features ``x (n, d)``, deadlines
-        and user keys, in the order they were made (before any later one); one pass with the checks of
-        :meth:`recall` (a replica reloads at each of another one's releases: fedbandits.serve.silo)."""
+        and user keys, in the order they were made (before any later one); the checks of :meth:`recall`,
+        and :meth:`_enter` in bulk (a replica reloads at each of another one's releases: fedbandits.serve.silo)."""
         if not numbers:
             return
-        rows = self._recalled(numbers, x, users)
-        for number in numbers:
-            if not 0 <= number < self.counts["sequence"] or number in self.pending or number in self.expired:
-                raise AgentError(f"recall: decision {number} is not one the loaded state left out")
-        for number, row, deadline, user in zip(numbers, rows, deadlines, users, strict=True):
-            self._enter(number, row, deadline, user)
+        rows, pending = self._recalled(numbers, x, users), self.pending
+        if bad := [n for n in numbers if not 0 <= n < self.counts["sequence"] or n in pending or n in self.expired]:
+            raise AgentError(f"recall: decision {bad[0]} is not one the loaded state left out")
+        times = [float(t) for t in deadlines]
+        pending.update(zip(numbers, zip(rows, times, strict=True), strict=True))
+        if self.setup.user_level:
+            self.pending_users.update(zip(numbers, users, strict=True))  # keys checked by _recalled
+        self._queue.extend(zip(times, numbers, strict=True))
 
     def _recalled(self, numbers: Sequence[int], x: Any, users: Sequence[str | None]) -> np.ndarray:
         """Recalled decisions' features ``(n, d)``, checked, and their user keys checked."""

@@ -52,10 +52,11 @@ def carried(agent: Agent, seq: int, held: Agent, applied: int, news: Sequence[Ev
     numbers = [n for n in held.pending if n not in answered and n not in agent.expired]
     made = [e for e in since if e.kind == "decision" and e.number not in answered and e.number not in agent.expired]
     x = [held.pending[n][0] for n in numbers] + [np.frombuffer(e.x or b"") for e in made]
+    users = [held.pending_users.get(n) for n in numbers] if held.pending_users else [None] * len(numbers)
     agent.recall_left_out(
         numbers + [e.number for e in made],
         np.array(x, dtype=np.float64).reshape(len(x), agent.dim),
         [held.pending[n][1] for n in numbers] + [e.at + agent.expiry_seconds for e in made],
-        [held.pending_users.get(n) for n in numbers] + [e.user for e in made],
+        users + [e.user for e in made],
     )
     return True
