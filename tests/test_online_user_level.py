@@ -104,6 +104,30 @@ def test_save_and_load_keep_the_counts_and_the_pending_users(tmp_path):
     assert loaded.status()["dropped_contributions"] == 1
 
 
+def test_decisions_a_snapshot_left_out_are_recalled_in_one_pass_with_their_users():
+    """A replica's reload re-enters the pending decisions in one pass (:meth:`Agent.recall_left_out`):
+    with user-level privacy their user keys too, so a late reward is capped as the serving agent caps
+    it -- the state equals the serving agent's, digest for digest."""
+    agent = Agent.from_config(_config(USER), seed=0, clock=lambda: 1000.0)
+    rng = np.random.default_rng(4)
+    _serve(agent, rng, "a")
+    _serve(agent, rng, "a")
+    left = [agent.choose(_x(rng), user_id=u) for u in ("a", "b", "a")]
+    snapshot = agent.snapshot(pending=False)
+    numbers = [agent.decision_number(d.decision_id) for d in left]
+    many = Agent.load(snapshot, clock=lambda: 1000.0)
+    many.recall_left_out(
+        numbers,
+        np.array([agent.pending[n][0] for n in numbers]),
+        [agent.pending[n][1] for n in numbers],
+        [agent.pending_users[n] for n in numbers],
+    )
+    assert many.state_digest() == agent.state_digest()
+    for a in (agent, many):
+        a.reward(left[0].decision_id, 0.5)  # user "a"'s third: dropped, counted
+    assert many.status()["dropped_contributions"] == agent.status()["dropped_contributions"] == 1
+
+
 @pytest.mark.parametrize(
     ("user", "message"),
     [
