@@ -86,6 +86,22 @@ def test_a_release_is_made_once_and_a_retried_round_gets_the_same_bytes_from_any
     assert refused.value.status == 409
 
 
+def test_only_the_replica_that_answered_the_last_sync_round_draws_the_next_ones_noise_ahead(pg_url, tmp_path):
+    """Noise drawn ahead by a replica that another one's release then reloads is never used: a replica
+    draws ahead only once it answered a sync round, until another one does (a SQLite silo always)."""
+    clock, rng = WallClock(), np.random.default_rng(8)
+    a, b = replicas(pg_url, tmp_path, 2, clock)
+    lite = ServingSilo(config(LDP), tmp_path / "lite", now=clock, expiry_seconds=1000.0)
+    assert lite.prepare_noise() and not a.prepare_noise() and not b.prepare_noise()
+    traffic([a, b], clock, rng, 8)
+    a.release(0, 0)
+    b.refresh()
+    assert a.prepare_noise() and not b.prepare_noise()
+    b.release(0, 1)  # the next round, answered by the other replica (a failover)
+    a.refresh()
+    assert b.prepare_noise() and not a.prepare_noise()
+
+
 def test_a_replica_opened_on_the_log_holds_the_serving_replicas_agent_bit_for_bit(pg_url, tmp_path):
     clock, rng = WallClock(), np.random.default_rng(3)
     a, b = replicas(pg_url, tmp_path, 2, clock)

@@ -18,13 +18,11 @@ every acknowledged reward is learned once, and every completed decision is in ex
 release (or waits for the next).  If a write fails (a full disk, a closed connection; at any
 statement of its transaction or at its COMMIT) the transaction is rolled back whole -- a release is
 never kept without its snapshot -- and the silo refuses everything (503, ``/healthz`` too) until it
-is restarted: memory may then hold what the log does not, and the restart resumes from the log.  A
-failed read of the log is answered the same way.
-
-Budget epochs (issue "Live decisions, part 2", item 3): a private protocol's noise is calibrated
-for K releases.  When they are made, policy ``stop`` keeps serving from the last prefix and
-refuses further releases; policy ``renew`` starts epoch e + 1 when the server asks for it (a
-fresh randomizer; the lifetime epsilon is the sum of the epochs', shown in the status).
+is restarted: memory may then hold what the log does not, and the restart resumes from the log (a
+failed read of the log too).  Budget epochs (issue "Live decisions, part 2", item 3): a private
+protocol's noise is calibrated for K releases.  When they are made, policy ``stop`` keeps serving from
+the last prefix and refuses further releases; policy ``renew`` starts epoch e + 1 when the server asks
+for it (a fresh randomizer; the lifetime epsilon is the sum of the epochs', shown in the status).
 """
 
 from __future__ import annotations
@@ -158,6 +156,8 @@ class ServingSilo:
         self.version, self.applied, self.replayed, self.recoveries, self._tried = 0, 0, 0, 0, 0.0
         #: a shared log: the age of the other replicas' events when this one read them (its freshness)
         self.lag = Latencies()
+        #: a shared log: whether this replica answered the last sync round (it draws the next one's noise)
+        self.leading = not self.store.shared
         #: distributed-dp: this silo's side of secure aggregation, kept in the log (meta "masking"; a
         #: log from before issue #45 holds the all-present protocol's state as "secagg": not used)
         self.secagg: MaskingSilo | None = None
@@ -242,6 +242,7 @@ class ServingSilo:
         version, events = self.store.news(self.applied)
         if version != self.version:
             self._load(events)
+            self.leading = False  # another replica released, adopted or took a secure-aggregation step
             return
         now = self.clock.now()
         for event in events:
@@ -340,6 +341,7 @@ class ServingSilo:
         return self._write(lambda: self._release(epoch, round_))
 
     def _release(self, epoch: int, round_: int) -> tuple[np.ndarray, int]:
+        self.leading = True  # after the catch-up: this replica draws the next round's noise ahead
         stored = self.store.release(epoch, round_)
         if stored is not None:
             return stored.payload, stored.samples
@@ -474,9 +476,11 @@ class ServingSilo:
 
     def prepare_noise(self) -> bool:
         """Draw one entry of the next release's secret noise ahead (``ldp``); False when none is left to
-        draw.  The service calls it between requests, so a release costs no sampling."""
+        draw.  The service calls it between requests, so a release costs no sampling.  A replica draws
+        only after it answered a sync round: another one's release or adoption reloads this one's agent,
+        dropping what it drew, and a replica answering a round it did not expect draws at its release."""
         r = self.agent.randomizer
-        return isinstance(r, DrawsAhead) and not self.agent.budget_spent() and r.prepare()
+        return self.leading and isinstance(r, DrawsAhead) and not self.agent.budget_spent() and r.prepare()
 
     # -- reports -----------------------------------------------------------------------------
     def status(self, sync_seconds: float | None = None) -> dict[str, object]:
