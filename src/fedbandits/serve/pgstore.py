@@ -115,7 +115,7 @@ class _Connection:
 
         self.db, self._errors, self._fetch, self._wait = db, errors, generators.execute, waiting.wait
         self._loader, self._encoding = Transformer(db), db.info.encoding
-        self._failed, self._tuples = pq.ExecStatus.FATAL_ERROR, pq.ExecStatus.TUPLES_OK
+        self._failed, self._tuples = (pq.ExecStatus.FATAL_ERROR, pq.ExecStatus.BAD_RESPONSE), pq.ExecStatus.TUPLES_OK
 
     def execute(self, sql: str, params: Any = None) -> Any:
         if params is not None:
@@ -127,7 +127,7 @@ class _Connection:
             pgconn.send_query(sql.encode(self._encoding))
             results = self._wait(self._fetch(pgconn), pgconn.socket, interval=0.1)
         for result in results:
-            if result.status == self._failed:
+            if result.status in self._failed:
                 raise self._errors.error_from_result(result, encoding=self._encoding)
         last = results[-1]
         rows = []
