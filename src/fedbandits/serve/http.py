@@ -132,14 +132,21 @@ class Group:
     two round trips to the server, each request still answered only after the commit that holds it.
     The extra turns cost microseconds; they let the clients answered by the last commit, whose next
     requests arrive just after it, join the next one (a group of all the connections in flight, not
-    alternating halves)."""
+    alternating halves).  Then, as PostgreSQL's ``commit_delay`` with ``commit_siblings``, a group
+    smaller than the one before waits for it at most :data:`DELAY` seconds -- one timer, cut short by
+    the request that makes it as large -- since each group costs its round trips whatever its size."""
 
     #: a group stops gathering after this many turns of the loop, however many requests still arrive
     TURNS = 8
+    #: then, smaller than the group before, it waits at most this long (seconds) for it
+    DELAY = 0.001
 
     def __init__(self, silo: ServingSilo) -> None:
         self.silo = silo
         self.waiting: list[tuple[Callable[[], object], asyncio.Future[object]]] = []
+        #: the size of the last group committed, and the timer of a group waiting to reach it
+        self.last = 0
+        self.timer: asyncio.Handle | None = None
 
     async def run(self, step: Callable[[], _T]) -> _T:
         loop = asyncio.get_running_loop()
@@ -147,16 +154,23 @@ class Group:
         self.waiting.append((step, done))
         if len(self.waiting) == 1:
             loop.call_soon(self._gather, loop, 1, 1)
+        elif self.timer is not None and len(self.waiting) >= self.last:  # as large as the last: commit
+            self.timer.cancel()
+            self.timer = loop.call_soon(self._commit)
         return cast(_T, await done)
 
     def _gather(self, loop: asyncio.AbstractEventLoop, seen: int, turns: int) -> None:
         if len(self.waiting) > seen and turns < self.TURNS:  # this turn queued more: one more turn
             loop.call_soon(self._gather, loop, len(self.waiting), turns + 1)
+        elif len(self.waiting) < self.last and self.DELAY > 0:
+            self.timer = loop.call_later(self.DELAY, self._commit)
         else:
             self._commit()
 
     def _commit(self) -> None:
+        self.timer = None
         batch, self.waiting = self.waiting, []
+        self.last = len(batch)
         try:
             results = self.silo.write_many([step for step, _ in batch])
         except ServeError as exc:  # the write failed: none of them is acknowledged
