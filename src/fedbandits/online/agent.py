@@ -28,8 +28,8 @@ times -- the (m+1)-th and later are served, but their rewards are dropped and co
 are counted against the epoch of the release they enter (the next release's), so that a decision made
 in one epoch and rewarded in the next is capped in the next.  Ids are kept only as keyed digests
 (BLAKE2b with a secret of the agent's, saved with its state): a digest cannot be matched to an id by
-enumerating ids without that secret.  Every input is checked before anything changes: a bad one raises :class:`AgentError` (a
-``ValueError``) naming the field, and the agent is as it was.
+enumerating ids without that secret.  Every input is checked before anything changes: a bad one
+raises :class:`AgentError` (a ``ValueError``) naming the field, and the agent is as it was.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -371,7 +371,7 @@ class Agent:
         times = [float(t) for t in deadlines]
         pending.update(zip(numbers, zip(rows, times, strict=True), strict=True))
         if self.setup.user_level:
-            self.pending_users.update(zip(numbers, users, strict=True))  # keys checked by _recalled
+            self.pending_users.update(zip(numbers, cast(Sequence[str], users), strict=True))  # checked: _recalled
         self._queue.extend(zip(times, numbers, strict=True))
 
     def _recalled(self, numbers: Sequence[int], x: Any, users: Sequence[str | None]) -> np.ndarray:
